@@ -1,0 +1,53 @@
+# Durable AI-agent runtime on Temporal. `make help` lists the targets.
+SHELL := /bin/bash
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STATE := .agent-runtime
+AGENTCTL := $(BIN)/agentctl
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+
+.PHONY: help install test test-unit test-integration demo dev-server model-server worker stop bench lint clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip 2>&1 | grep -v 'is ignored' || true
+	$(BIN)/pip install -q -e '.[test]' 2>&1 | grep -v 'is ignored' || true
+	$(BIN)/python -c "import temporalio, openai, pydantic, tiktoken, structlog, workers.cli"
+	touch $@
+
+install: $(VENV)/.installed ## create .venv and install the project with its test dependencies
+
+test: install ## run the whole test suite (real Temporal dev server, scripted model server)
+	$(BIN)/python -m pytest -q -p no:cacheprovider tests
+
+test-unit: install ## unit tests only (no server)
+	$(BIN)/python -m pytest -q -p no:cacheprovider tests/unit
+
+dev-server: install ## start the local Temporal server + Web UI (temporal-dev.yml), in the background
+	$(AGENTCTL) dev-server --background
+
+model-server: install ## install, verify and serve the local model on 127.0.0.1:8110, in the background
+	$(AGENTCTL) model-server --background
+
+worker: install ## start a worker in the background (logs: .agent-runtime/logs/worker.log)
+	$(BIN)/python -m workers.procs start-worker
+
+demo: install ## the whole thing on a fresh machine: servers, worker, a real agent run on the local model
+	$(BIN)/python -m workers.demo
+
+stop: ## stop the dev server, model server and worker started by make (by their recorded pids)
+	@test -x $(BIN)/python && $(BIN)/python -m workers.procs stop || echo "nothing to stop"
+
+bench: install ## benchmarks: history size, overhead per turn, throughput, crash recovery
+	$(BIN)/python -m bench.run
+
+lint: install ## ruff
+	$(BIN)/pip install -q ruff 2>&1 | grep -v 'is ignored' || true
+	$(BIN)/ruff check workflows activities workers tests
+
+clean: stop ## remove the venv and local state (runs, logs, model stays in ~/.cache)
+	rm -rf $(VENV) $(STATE)

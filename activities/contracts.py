@@ -1,0 +1,202 @@
+"""Inputs and outputs of every activity: the data that crosses the workflow/activity boundary.
+
+One input model per activity, so fields can be added later without breaking runs in flight.
+Everything here is plain pydantic and travels as JSON through ``temporalio.contrib.pydantic``.
+Activity names are stable and namespaced; they are listed in :data:`ACTIVITY_NAMES`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+MODEL_COMPLETE = "model.complete"
+TOOL_INVOKE = "tool.invoke"
+SPEC_RESOLVE = "spec.resolve"
+TOKENS_COUNT = "tokens.count"
+ACTIVITY_NAMES = (MODEL_COMPLETE, TOOL_INVOKE, SPEC_RESOLVE, TOKENS_COUNT)
+
+# Error types raised as ``ApplicationError(type=...)`` by activities; the workflow matches on them.
+ERR_MODEL_OUTPUT_INVALID = "ModelOutputInvalid"
+ERR_MODEL_REQUEST_REJECTED = "ModelRequestRejected"
+ERR_MODEL_UNAVAILABLE = "ModelUnavailable"
+ERR_SPEC_INVALID = "AgentSpecInvalid"
+
+
+class Usage(BaseModel):
+    """Token usage as reported by the model server, and its cost.
+
+    Token counts are whole tokens; ``cost_usd`` is US dollars computed from the spec's price table.
+    """
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+    cost_usd: float = 0.0
+
+    def add(self, other: Usage) -> Usage:
+        """Return the sum of two usages (a new object)."""
+        return Usage(
+            prompt_tokens=self.prompt_tokens + other.prompt_tokens,
+            completion_tokens=self.completion_tokens + other.completion_tokens,
+            total_tokens=self.total_tokens + other.total_tokens,
+            cost_usd=round(self.cost_usd + other.cost_usd, 8),
+        )
+
+
+class ToolCallRequest(BaseModel):
+    """One tool call as the model wrote it.
+
+    ``arguments`` is the raw JSON text from the model: it may be malformed, which is the tool
+    activity's to report back to the model, not the model activity's.
+    """
+
+    id: str
+    name: str
+    arguments: str = "{}"
+
+
+class ModelSettings(BaseModel):
+    """Sampling settings for one model step."""
+
+    temperature: float = 0.2
+    max_tokens: int | None = 1024
+    top_p: float | None = None
+
+
+class CallModelInput(BaseModel):
+    """Input of ``model.complete``: one chat-completions request.
+
+    ``messages`` are in OpenAI chat format; ``tools`` are OpenAI function-tool schemas
+    (``{"type": "function", "function": {"name", "description", "parameters"}}``).
+    """
+
+    run_id: str
+    turn: int
+    model: str
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] = Field(default_factory=list)
+    settings: ModelSettings = Field(default_factory=ModelSettings)
+    prompt_price_per_mtok: float = 0.0
+    completion_price_per_mtok: float = 0.0
+    tenant_id: str = "default"
+
+
+class ModelReply(BaseModel):
+    """Normalised reply of one model step.
+
+    ``content`` is the assistant's text (``None`` when it only called tools); ``latency_ms`` is
+    wall time of the HTTP call in milliseconds, measured in the activity.
+    """
+
+    content: str | None = None
+    tool_calls: list[ToolCallRequest] = Field(default_factory=list)
+    usage: Usage = Field(default_factory=Usage)
+    finish_reason: str | None = None
+    model: str = ""
+    latency_ms: float = 0.0
+
+    def assistant_message(self) -> dict[str, Any]:
+        """The reply as an OpenAI-format assistant message for the transcript."""
+        msg: dict[str, Any] = {"role": "assistant", "content": self.content}
+        if self.tool_calls:
+            msg["tool_calls"] = [
+                {
+                    "id": c.id,
+                    "type": "function",
+                    "function": {"name": c.name, "arguments": c.arguments},
+                }
+                for c in self.tool_calls
+            ]
+        return msg
+
+
+class InvokeToolInput(BaseModel):
+    """Input of ``tool.invoke``: one tool call to run on the worker.
+
+    ``arguments`` is the model's raw JSON text, or a dict when a person edited the arguments at
+    approval. ``workspace`` is the absolute root the workspace tools are confined to.
+    ``max_output_chars`` bounds the tool message returned to the model (characters).
+    """
+
+    run_id: str
+    turn: int
+    call_id: str
+    name: str
+    arguments: str | dict[str, Any]
+    workspace: str
+    max_output_chars: int = 16_000
+    tenant_id: str = "default"
+    principal_id: str = "anonymous"
+    secrets: list[str] = Field(default_factory=list)
+
+
+class ToolOutcome(BaseModel):
+    """Result of ``tool.invoke``.
+
+    ``status`` is ``ok`` or ``error`` (a business error: bad arguments, unknown tool, the tool
+    refused); ``content`` is what the model sees; ``output_chars`` is the untruncated size in
+    characters; ``duration_ms`` is wall time of the tool function in milliseconds.
+    """
+
+    call_id: str
+    name: str
+    status: Literal["ok", "error"]
+    content: str
+    truncated: bool = False
+    output_chars: int = 0
+    duration_ms: float = 0.0
+    arguments: dict[str, Any] | None = None
+
+
+class ToolInfo(BaseModel):
+    """What the workflow knows of a tool: its schema and how to run it, pinned with the spec.
+
+    ``timeout_seconds`` is the start-to-close timeout of one attempt; ``max_attempts`` bounds
+    Temporal's retries for infrastructure errors; ``risk`` is the tool's own default policy hint
+    (``read`` tools are allowed by default, ``write``/``exec``/``network`` tools need approval).
+    """
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    timeout_seconds: float = 30.0
+    max_attempts: int = 3
+    risk: Literal["read", "write", "exec", "network"] = "read"
+
+    def openai_schema(self) -> dict[str, Any]:
+        """The tool as an OpenAI function-tool schema."""
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": self.parameters,
+            },
+        }
+
+
+class ResolveSpecInput(BaseModel):
+    """Input of ``spec.resolve``: which agent, from which spec file (``None``: the worker's)."""
+
+    agent: str
+    spec_file: str | None = None
+
+
+class CountTokensInput(BaseModel):
+    """Input of ``tokens.count``: messages and tools to count with the model's encoding."""
+
+    model: str
+    encoding: str | None = None
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class TokenCounts(BaseModel):
+    """Output of ``tokens.count``: tokens per message (same order), of the tool schemas, and total."""
+
+    per_message: list[int]
+    tools: int
+    total: int
+    encoding: str

@@ -1,0 +1,217 @@
+"""Activity ``model.complete``: one chat-completions call to any OpenAI-compatible endpoint.
+
+Temporal owns retries: the ``openai`` client is built with ``max_retries=0`` and every failure is
+classified by :func:`classify_error` into an ``ApplicationError`` that Temporal retries or not.
+The activity heartbeats while it waits, so a dead worker is noticed within the heartbeat timeout,
+and it honours cancellation (an interrupt cancels the in-flight HTTP request).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Mapping
+from datetime import timedelta
+from typing import Any
+
+import openai
+import structlog
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities.contracts import (
+    ERR_MODEL_OUTPUT_INVALID,
+    ERR_MODEL_REQUEST_REJECTED,
+    ERR_MODEL_UNAVAILABLE,
+    MODEL_COMPLETE,
+    CallModelInput,
+    ModelReply,
+    ToolCallRequest,
+    Usage,
+)
+
+log = structlog.get_logger("activities.model")
+
+RETRYABLE_STATUS = frozenset({408, 409, 429})
+"""HTTP statuses retried besides 5xx (as OpenAI's own client does, ``_should_retry``)."""
+
+OUTPUT_INVALID_MARKERS = ("does not match the expected", "failed to parse", "parse tool call", "parse error")
+"""Substrings of llama.cpp's 500 body when the model's output is not a valid tool call
+(measured: shared/notes/local-model.md)."""
+
+HEARTBEAT_EVERY_SECONDS = 1.0
+
+
+def _retry_after_seconds(headers: Mapping[str, str] | None) -> float | None:
+    """Seconds from ``retry-after-ms`` / ``retry-after`` headers (RFC 9110 §10.2.3, delta form)."""
+    if not headers:
+        return None
+    ms = headers.get("retry-after-ms")
+    if ms:
+        try:
+            return max(0.0, float(ms) / 1000.0)
+        except ValueError:
+            pass
+    ra = headers.get("retry-after")
+    if ra:
+        try:
+            return max(0.0, float(ra))
+        except ValueError:
+            return None
+    return None
+
+
+def _server_message(err: openai.APIStatusError) -> str:
+    body = err.body
+    if isinstance(body, dict):
+        inner = body.get("error", body)
+        if isinstance(inner, dict) and inner.get("message"):
+            return str(inner["message"])
+        return json.dumps(body)[:500]
+    if body:
+        return str(body)[:500]
+    return err.message
+
+
+def classify_error(exc: BaseException, attempt: int = 1, max_invalid_attempts: int = 3) -> ApplicationError:
+    """Map a failure of the model call to an ``ApplicationError`` that Temporal retries or not.
+
+    * 408, 409, 429, 5xx, connection errors and timeouts: retryable (``ModelUnavailable``),
+      with ``next_retry_delay`` from ``retry-after`` when the server sends one.
+    * A 500 whose body says the model's output could not be parsed, or a 200 the client could not
+      read: ``ModelOutputInvalid``, retryable until ``attempt`` reaches ``max_invalid_attempts``,
+      then non-retryable so the workflow can tell the model or end the run cleanly.
+    * Any other 4xx: non-retryable ``ModelRequestRejected`` carrying the server's message
+      (the run ends ``failed``).
+    """
+    if isinstance(exc, openai.APIStatusError):
+        status = exc.status_code
+        message = _server_message(exc)
+        delay = _retry_after_seconds(exc.response.headers if exc.response is not None else None)
+        next_delay = timedelta(seconds=delay) if delay is not None else None
+        if status >= 500 and any(m in message.lower() for m in OUTPUT_INVALID_MARKERS):
+            return ApplicationError(
+                f"model output could not be parsed (HTTP {status}): {message}",
+                type=ERR_MODEL_OUTPUT_INVALID,
+                non_retryable=attempt >= max_invalid_attempts,
+            )
+        if status in RETRYABLE_STATUS or status >= 500:
+            return ApplicationError(
+                f"model server answered HTTP {status}: {message}",
+                type=ERR_MODEL_UNAVAILABLE,
+                next_retry_delay=next_delay,
+            )
+        return ApplicationError(
+            f"model server rejected the request (HTTP {status}): {message}",
+            {"status": status},
+            type=ERR_MODEL_REQUEST_REJECTED,
+            non_retryable=True,
+        )
+    if isinstance(exc, (openai.APIConnectionError, openai.APITimeoutError)):
+        return ApplicationError(f"model server unreachable: {exc}", type=ERR_MODEL_UNAVAILABLE)
+    if isinstance(exc, (openai.APIResponseValidationError, ValueError, KeyError, AttributeError, TypeError)):
+        return ApplicationError(
+            f"model server sent a reply that could not be read: {type(exc).__name__}: {exc}",
+            type=ERR_MODEL_OUTPUT_INVALID,
+            non_retryable=attempt >= max_invalid_attempts,
+        )
+    return ApplicationError(f"model call failed: {type(exc).__name__}: {exc}", type=ERR_MODEL_UNAVAILABLE)
+
+
+def _normalise(completion: Any, requested_model: str) -> ModelReply:
+    """Turn a ``ChatCompletion`` into a :class:`ModelReply`; raise ValueError on a malformed one."""
+    choices = getattr(completion, "choices", None)
+    if not choices:
+        raise ValueError(f"reply has no choices: {str(completion)[:200]!r}")
+    msg = choices[0].message
+    calls = []
+    for i, tc in enumerate(msg.tool_calls or []):
+        fn = tc.function
+        calls.append(ToolCallRequest(id=tc.id or f"call_{i}", name=fn.name, arguments=fn.arguments or "{}"))
+    u = completion.usage
+    usage = Usage(
+        prompt_tokens=getattr(u, "prompt_tokens", 0) or 0,
+        completion_tokens=getattr(u, "completion_tokens", 0) or 0,
+        total_tokens=getattr(u, "total_tokens", 0) or 0,
+    )
+    return ModelReply(
+        content=msg.content,
+        tool_calls=calls,
+        usage=usage,
+        finish_reason=choices[0].finish_reason,
+        model=getattr(completion, "model", None) or requested_model,
+    )
+
+
+class ModelActivities:
+    """Holds the OpenAI-compatible client of one worker; ``complete`` is the activity.
+
+    Args:
+        base_url: the endpoint, e.g. ``http://127.0.0.1:8110/v1`` (``OPENAI_BASE_URL``).
+        api_key: its key (``OPENAI_API_KEY``); never logged.
+        max_invalid_attempts: attempts before an unparsable model output becomes non-retryable.
+    """
+
+    def __init__(self, base_url: str, api_key: str, max_invalid_attempts: int = 3) -> None:
+        self._client = openai.AsyncOpenAI(base_url=base_url, api_key=api_key, max_retries=0, timeout=600)
+        self._max_invalid = max_invalid_attempts
+
+    @activity.defn(name=MODEL_COMPLETE)
+    async def complete(self, req: CallModelInput) -> ModelReply:
+        """Call the model once; returns a :class:`ModelReply`.
+
+        Raises:
+            ApplicationError: classified by :func:`classify_error`.
+        """
+        info = activity.info()
+        attempt = info.attempt
+        temperature = req.settings.temperature
+        if attempt > 1:
+            # A retry of the same prompt at the same temperature tends to repeat an unparsable
+            # output; a little more randomness gives the next attempt a real chance.
+            temperature = min(1.0, temperature + 0.3 * (attempt - 1))
+        kwargs: dict[str, Any] = {
+            "model": req.model,
+            "messages": req.messages,
+            "temperature": temperature,
+        }
+        if req.settings.max_tokens:
+            kwargs["max_tokens"] = req.settings.max_tokens
+        if req.settings.top_p is not None:
+            kwargs["top_p"] = req.settings.top_p
+        if req.tools:
+            kwargs["tools"] = req.tools
+        bound = log.bind(run_id=req.run_id, turn=req.turn, tenant_id=req.tenant_id, attempt=attempt, model=req.model)
+        started = time.perf_counter()
+        task = asyncio.ensure_future(self._client.chat.completions.create(**kwargs))
+        try:
+            while True:
+                done, _ = await asyncio.wait({task}, timeout=HEARTBEAT_EVERY_SECONDS)
+                if done:
+                    break
+                activity.heartbeat({"waiting_ms": round((time.perf_counter() - started) * 1000)})
+            completion = task.result()
+            reply = _normalise(completion, req.model)
+        except asyncio.CancelledError:
+            task.cancel()
+            bound.info("model_step_cancelled")
+            raise
+        except Exception as exc:  # noqa: BLE001 - every failure is classified for Temporal
+            err = classify_error(exc, attempt, self._max_invalid)
+            bound.warning("model_step_failed", error=str(err), error_type=err.type, retryable=not err.non_retryable)
+            raise err from None
+        reply.latency_ms = round((time.perf_counter() - started) * 1000, 2)
+        reply.usage.cost_usd = round(
+            reply.usage.prompt_tokens * req.prompt_price_per_mtok / 1e6
+            + reply.usage.completion_tokens * req.completion_price_per_mtok / 1e6,
+            8,
+        )
+        bound.info(
+            "model_step",
+            latency_ms=reply.latency_ms,
+            prompt_tokens=reply.usage.prompt_tokens,
+            completion_tokens=reply.usage.completion_tokens,
+            tool_calls=[c.name for c in reply.tool_calls],
+        )
+        return reply

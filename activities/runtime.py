@@ -1,0 +1,139 @@
+"""Activities ``tool.invoke`` and ``spec.resolve``: running tools and pinning agent specs.
+
+Both read worker-side configuration (the tool registry, the spec file), so they are methods of
+:class:`RuntimeActivities`, built once per worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from pathlib import Path
+
+import structlog
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities.contracts import (
+    ERR_SPEC_INVALID,
+    SPEC_RESOLVE,
+    TOOL_INVOKE,
+    InvokeToolInput,
+    ResolveSpecInput,
+    ToolOutcome,
+)
+from activities.spec import PinnedSpec, SpecError, resolve_agent, spec_hash
+from activities.tools import REGISTRY, ToolContext, ToolRegistry, UnknownToolError
+
+log = structlog.get_logger("activities.runtime")
+
+HEARTBEAT_EVERY_SECONDS = 1.0
+REDACTED = "[REDACTED]"
+
+
+def redact(text: str, secret_env_names: list[str]) -> str:
+    """Replace the values of the named environment variables in ``text`` by ``[REDACTED]``.
+
+    Values shorter than 4 characters are left alone (they would match everywhere).
+    """
+    for name in secret_env_names:
+        value = os.environ.get(name)
+        if value and len(value) >= 4 and value in text:
+            text = text.replace(value, REDACTED)
+    return text
+
+
+class RuntimeActivities:
+    """Tool and spec activities of one worker.
+
+    Args:
+        spec_file: default agent spec file (``AGENT_SPEC_FILE``).
+        default_model: model used when a spec names none (``AGENT_MODEL``).
+        registry: the tool registry (default: the process-wide one that ``@tool`` fills).
+        always_secret: environment variables always redacted from tool output
+            (by default ``OPENAI_API_KEY`` and ``TEMPORAL_API_KEY``).
+    """
+
+    def __init__(
+        self,
+        spec_file: str,
+        default_model: str,
+        registry: ToolRegistry | None = None,
+        always_secret: tuple[str, ...] = ("OPENAI_API_KEY", "TEMPORAL_API_KEY"),
+    ) -> None:
+        self._spec_file = spec_file
+        self._default_model = default_model
+        self._registry = registry or REGISTRY
+        self._always_secret = list(always_secret)
+
+    @activity.defn(name=SPEC_RESOLVE)
+    async def resolve_spec(self, req: ResolveSpecInput) -> PinnedSpec:
+        """Read, validate and hash one agent of the spec file.
+
+        Raises:
+            ApplicationError: non-retryable ``AgentSpecInvalid`` naming the file and field, or an
+                unknown tool (with the available ones).
+        """
+        path = req.spec_file or self._spec_file
+        try:
+            spec = resolve_agent(path, req.agent, self._default_model)
+            tools = self._registry.infos(spec.tools)
+        except (SpecError, UnknownToolError) as e:
+            raise ApplicationError(str(e), type=ERR_SPEC_INVALID, non_retryable=True) from None
+        if not Path(spec.workspace).is_dir():
+            raise ApplicationError(
+                f"agents.{req.agent}.workspace: {spec.workspace} is not a directory",
+                type=ERR_SPEC_INVALID,
+                non_retryable=True,
+            )
+        return PinnedSpec(spec=spec, tools=tools, spec_hash=spec_hash(spec, tools), source=str(path))
+
+    @activity.defn(name=TOOL_INVOKE)
+    async def invoke_tool(self, req: InvokeToolInput) -> ToolOutcome:
+        """Run one tool call; heartbeats while it runs and honours cancellation.
+
+        Business errors (bad arguments, unknown tool, a ``ToolError``) come back as
+        ``status="error"`` for the model; any other exception propagates so Temporal retries it.
+        """
+        bound = log.bind(
+            run_id=req.run_id, turn=req.turn, tool=req.name, call_id=req.call_id, tenant_id=req.tenant_id
+        )
+        ctx = ToolContext(
+            workspace=Path(req.workspace),
+            run_id=req.run_id,
+            turn=req.turn,
+            call_id=req.call_id,
+            tenant_id=req.tenant_id,
+            principal_id=req.principal_id,
+        )  # the activity itself heartbeats every second while the tool runs
+        started = time.perf_counter()
+        task = asyncio.ensure_future(
+            self._registry.invoke(req.name, req.arguments, ctx, max_output_chars=req.max_output_chars)
+        )
+        try:
+            while True:
+                done, _ = await asyncio.wait({task}, timeout=HEARTBEAT_EVERY_SECONDS)
+                if done:
+                    break
+                activity.heartbeat({"running_ms": round((time.perf_counter() - started) * 1000)})
+            outcome = task.result()
+        except asyncio.CancelledError:
+            task.cancel()
+            bound.info("tool_cancelled")
+            raise
+        except Exception as exc:
+            bound.warning("tool_infrastructure_error", error_type=type(exc).__name__, error=redact(str(exc), self._secret_names(req)))
+            raise
+        outcome.content = redact(outcome.content, self._secret_names(req))
+        bound.info(
+            "tool_call",
+            status=outcome.status,
+            duration_ms=outcome.duration_ms,
+            output_chars=outcome.output_chars,
+            truncated=outcome.truncated,
+        )
+        return outcome
+
+    def _secret_names(self, req: InvokeToolInput) -> list[str]:
+        return self._always_secret + list(req.secrets)

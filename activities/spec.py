@@ -1,0 +1,256 @@
+"""Agent specs: the YAML file that defines agents, its validation, and its pinned, hashed form.
+
+A spec file looks like::
+
+    tool_modules: [my_company.tools]      # optional: modules whose @tool functions to register
+    agents:
+      default:
+        model: qwen2.5-coder-1.5b-instruct  # optional: AGENT_MODEL when absent
+        system_prompt: You are ...
+        tools: [list_files, read_file, search_files, calculator]
+        workspace: ./workspace              # relative to the spec file; ~ and $VARS expanded
+        limits: {max_turns: 20, max_seconds: 300}
+        policy:
+          default: allow
+          tools:
+            write_file:
+              action: approve
+              approvers: [alice, role:reviewer]
+              rules:
+                - {when: {path_prefix: drafts/}, action: allow}
+
+The spec is read once, when a run starts, by the ``spec.resolve`` activity; the workflow keeps the
+resolved :class:`AgentSpec` and its sha256 (:class:`PinnedSpec`), so editing the file never changes a
+run in flight.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from activities.contracts import ToolInfo
+
+PolicyAction = Literal["allow", "deny", "approve"]
+
+
+class SpecError(ValueError):
+    """The spec file is missing, is not valid YAML, or does not validate; the message names the field."""
+
+
+class Limits(BaseModel):
+    """Per-run limits. Seconds are measured on workflow time (``workflow.now()``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_turns: int = Field(20, ge=1, description="model steps at most")
+    max_seconds: float = Field(300, gt=0, description="wall seconds of workflow time at most")
+    loop_window: int = Field(6, ge=2, description="recent turns examined for repeated tool calls")
+    loop_repeats: int = Field(3, ge=2, description="identical turns within the window that make a loop")
+    max_total_tokens: int | None = Field(None, ge=1, description="token budget of the run")
+    max_cost_usd: float | None = Field(None, gt=0, description="cost budget of the run, US dollars")
+    on_budget: Literal["stop", "pause"] = "stop"
+    continue_as_new_every_turns: int | None = Field(
+        None, ge=1, description="continue as new every N turns (None: when Temporal suggests it)"
+    )
+
+
+class ArgCondition(BaseModel):
+    """A condition over a tool call's arguments and the run's identity. All given fields must hold."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    path_prefix: str | None = Field(None, description="argument `path` starts with this (workspace-relative)")
+    arg_matches: dict[str, str] | None = Field(
+        None, description="argument name -> regular expression the argument's text must match (re.search)"
+    )
+    arg_not_matches: dict[str, str] | None = Field(
+        None, description="argument name -> regular expression the argument's text must not match"
+    )
+    tenant_in: list[str] | None = None
+    principal_in: list[str] | None = None
+
+
+class PolicyRule(BaseModel):
+    """``when`` holds -> ``action``. Rules are tried in order; the first that holds decides."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    when: ArgCondition
+    action: PolicyAction
+    reason: str | None = None
+
+
+class ToolPolicy(BaseModel):
+    """Policy of one tool: its default action, rules over arguments, who may approve."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    action: PolicyAction | None = None
+    rules: list[PolicyRule] = Field(default_factory=list)
+    approvers: list[str] | None = None
+    reason: str | None = None
+
+
+class Policy(BaseModel):
+    """Tool policy of an agent.
+
+    ``default`` applies to tools without an entry: ``by_risk`` means read tools are allowed and
+    write/exec/network tools need approval. ``approvers`` lists principals (``alice``) or roles
+    (``role:reviewer``) that may decide approvals; an empty list means any principal may decide.
+    A tool's own ``approvers`` replaces this list for that tool.
+    ``approval_timeout_seconds`` is a durable timer; when it fires the pending call is settled by
+    ``on_approval_timeout``.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    default: PolicyAction | Literal["by_risk"] = "by_risk"
+    tools: dict[str, ToolPolicy] = Field(default_factory=dict)
+    approvers: list[str] = Field(default_factory=list)
+    roles: dict[str, list[str]] = Field(
+        default_factory=dict, description="role name -> principals holding it"
+    )
+    approval_timeout_seconds: float = Field(86_400, gt=0)
+    on_approval_timeout: Literal["reject", "fail"] = "reject"
+
+
+class Pricing(BaseModel):
+    """Price of the model in US dollars per million tokens (0 for a local model)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    prompt_per_mtok: float = 0.0
+    completion_per_mtok: float = 0.0
+
+
+class Compaction(BaseModel):
+    """Context-window settings, in tokens. ``threshold`` is a fraction of the usable window."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    context_window: int = Field(32_768, ge=256)
+    output_reserve: int = Field(1024, ge=0)
+    threshold: float = Field(0.8, gt=0, le=1)
+    summarize: bool = False
+    encoding: str | None = None
+
+
+class AgentSpec(BaseModel):
+    """One agent, resolved: every default filled, the workspace made absolute."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    model: str
+    system_prompt: str = "You are a helpful assistant."
+    tools: list[str] = Field(default_factory=list)
+    workspace: str = "."
+    limits: Limits = Field(default_factory=Limits)
+    policy: Policy = Field(default_factory=Policy)
+    pricing: Pricing = Field(default_factory=Pricing)
+    compaction: Compaction = Field(default_factory=Compaction)
+    temperature: float = Field(0.2, ge=0, le=2)
+    max_output_tokens: int = Field(1024, ge=1)
+    model_timeout_seconds: float = Field(120, gt=0, description="start-to-close of one model attempt")
+    model_max_attempts: int = Field(8, ge=1, description="attempts of one model step (Temporal retries)")
+    max_parse_failures: int = Field(
+        2, ge=0, description="unparsable model outputs reported back to the model before the run fails"
+    )
+    max_tool_output_chars: int = Field(16_000, ge=100)
+    idle_timeout_seconds: float = Field(3600, gt=0, description="chat mode: wait this long for a message")
+    secrets: list[str] = Field(default_factory=list, description="environment variables whose values are secret")
+
+    @field_validator("tools")
+    @classmethod
+    def _unique_tools(cls, v: list[str]) -> list[str]:
+        if len(set(v)) != len(v):
+            raise ValueError("tool names must be unique")
+        return v
+
+
+class PinnedSpec(BaseModel):
+    """The spec as pinned into a run: the agent, its tools' schemas, and the sha256 of both."""
+
+    spec: AgentSpec
+    tools: list[ToolInfo]
+    spec_hash: str
+    source: str
+
+
+def _expand(value: str, base: Path) -> str:
+    p = Path(os.path.expandvars(os.path.expanduser(value)))
+    if not p.is_absolute():
+        p = base / p
+    return str(p.resolve())
+
+
+def _format_error(agent: str, err: ValidationError) -> str:
+    parts = []
+    for e in err.errors():
+        loc = ".".join(str(x) for x in e["loc"])
+        parts.append(f"agents.{agent}.{loc}: {e['msg']}")
+    return "; ".join(parts)
+
+
+def load_spec_file(path: str | Path) -> dict[str, Any]:
+    """Read a spec file as a mapping.
+
+    Raises:
+        SpecError: the file is missing, is not YAML, or has no ``agents`` mapping.
+    """
+    p = Path(path)
+    try:
+        raw = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except FileNotFoundError as e:
+        raise SpecError(f"agent spec file not found: {p}") from e
+    except yaml.YAMLError as e:
+        raise SpecError(f"agent spec file {p} is not valid YAML: {e}") from e
+    if not isinstance(raw, dict) or not isinstance(raw.get("agents"), dict):
+        raise SpecError(f"agent spec file {p}: top-level `agents` mapping is missing")
+    return raw
+
+
+def resolve_agent(path: str | Path, agent: str, default_model: str) -> AgentSpec:
+    """Resolve one agent of a spec file into an :class:`AgentSpec`.
+
+    Args:
+        path: the YAML spec file.
+        agent: the agent's name under ``agents``.
+        default_model: the model used when the agent names none (``AGENT_MODEL``).
+
+    Raises:
+        SpecError: unknown agent, or a field that does not validate (the message names it).
+    """
+    p = Path(path)
+    raw = load_spec_file(p)
+    agents = raw["agents"]
+    if agent not in agents:
+        raise SpecError(f"unknown agent {agent!r} in {p}; defined: {', '.join(sorted(agents))}")
+    body = dict(agents[agent] or {})
+    body.setdefault("model", default_model)
+    body["name"] = agent
+    if "workspace" in body:
+        body["workspace"] = _expand(str(body["workspace"]), p.parent.resolve())
+    else:
+        body["workspace"] = str(p.parent.resolve())
+    try:
+        return AgentSpec.model_validate(body)
+    except ValidationError as e:
+        raise SpecError(_format_error(agent, e)) from None
+
+
+def spec_hash(spec: AgentSpec, tools: list[ToolInfo]) -> str:
+    """sha256 (hex) of the canonical JSON of the resolved spec and its tool schemas."""
+    blob = json.dumps(
+        {"spec": spec.model_dump(mode="json"), "tools": [t.model_dump(mode="json") for t in tools]},
+        sort_keys=True,
+        separators=(",", ":"),
+    )
+    return hashlib.sha256(blob.encode()).hexdigest()

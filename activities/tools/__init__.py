@@ -1,0 +1,38 @@
+"""Tools the agent can call: the registry, ``@tool``, and the built-in tools.
+
+Importing this package registers the built-in tools into :data:`REGISTRY`.
+"""
+
+from activities.tools import builtin
+from activities.tools.builtin import resolve_in_workspace
+from activities.tools.registry import (
+    REGISTRY,
+    Risk,
+    ToolArgumentsError,
+    ToolContext,
+    ToolDef,
+    ToolError,
+    ToolModuleImportError,
+    ToolRegistry,
+    UnknownToolError,
+    load_tool_modules,
+    parse_docstring,
+    tool,
+)
+
+__all__ = [
+    "REGISTRY",
+    "Risk",
+    "ToolArgumentsError",
+    "ToolContext",
+    "ToolDef",
+    "ToolError",
+    "ToolModuleImportError",
+    "ToolRegistry",
+    "UnknownToolError",
+    "builtin",
+    "load_tool_modules",
+    "parse_docstring",
+    "resolve_in_workspace",
+    "tool",
+]

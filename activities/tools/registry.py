@@ -1,0 +1,587 @@
+"""The tool registry: ``@tool`` functions, their JSON schemas, and how one call is run.
+
+A tool is a plain (sync or async) function with type hints and a Google-style docstring::
+
+    @tool(risk="write")
+    def write_note(text: str, ctx: ToolContext) -> str:
+        \"\"\"Save a note.  <- then an ``Args:`` section with ``text: the note's text.``\"\"\"
+
+The docstring's text before ``Args:`` becomes the tool's description, each ``Args:`` entry the
+description of its parameter, and the type hints the OpenAI function-parameters schema. A parameter
+annotated :class:`ToolContext` (conventionally ``ctx``) is injected by :meth:`ToolRegistry.invoke`
+and is not part of the schema.
+
+Errors: a tool raises :class:`ToolError` for anything the model should read and act on (bad path,
+file exists, ...). Any other exception is an infrastructure error: it propagates out of
+:meth:`ToolRegistry.invoke` so that Temporal retries the activity.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import importlib
+import inspect
+import json
+import re
+import time
+import typing
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+
+from activities.contracts import ToolInfo, ToolOutcome
+
+Risk = Literal["read", "write", "exec", "network"]
+
+__all__ = [
+    "REGISTRY",
+    "Risk",
+    "ToolArgumentsError",
+    "ToolContext",
+    "ToolDef",
+    "ToolError",
+    "ToolModuleImportError",
+    "ToolRegistry",
+    "UnknownToolError",
+    "load_tool_modules",
+    "tool",
+]
+
+
+class ToolError(Exception):
+    """A business error of a tool: its message is sent back to the model, nothing is retried."""
+
+
+class ToolArgumentsError(ToolError):
+    """The arguments of a call are not valid JSON, not an object, or do not match the schema."""
+
+
+class UnknownToolError(ToolError):
+    """No tool of that name is registered; the message names the available tools."""
+
+
+class ToolModuleImportError(ImportError):
+    """A configured tool module could not be imported; ``name`` is the module's name."""
+
+
+def _no_heartbeat(*details: Any) -> None:
+    return None
+
+
+@dataclass
+class ToolContext:
+    """What a running tool knows of its call. Injected into a parameter annotated ``ToolContext``.
+
+    ``workspace`` is the absolute root the workspace tools are confined to (made absolute and
+    resolved on creation). ``heartbeat(*details)`` tells Temporal a long tool is still alive;
+    it is a no-op outside an activity.
+    """
+
+    workspace: Path
+    run_id: str = ""
+    turn: int = 0
+    call_id: str = ""
+    tenant_id: str = "default"
+    principal_id: str = "anonymous"
+    heartbeat: Callable[..., None] = _no_heartbeat
+
+    def __post_init__(self) -> None:
+        self.workspace = Path(self.workspace).expanduser().resolve()
+
+
+# --------------------------------------------------------------------------- docstrings
+
+_SECTION = re.compile(
+    r"^\s*(Args|Arguments|Parameters|Params|Returns?|Raises|Yields?|Examples?|Notes?|"
+    r"Attributes|See Also|Warnings?)\s*:\s*$"
+)
+_ARG_LINE = re.compile(r"^\*{0,2}(\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)$")
+
+
+def parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
+    """Split a Google-style docstring into the description and the ``Args:`` descriptions.
+
+    Returns:
+        ``(description, {parameter name: description})``. The description is the text before
+        the first section header (``Args:``, ``Returns:``, ...); continuation lines of an
+        argument are joined with spaces.
+    """
+    lines = inspect.cleandoc(doc or "").splitlines()
+    body: list[str] = []
+    args: dict[str, str] = {}
+    section: str | None = None
+    arg_indent: int | None = None
+    current: str | None = None
+    for line in lines:
+        header = _SECTION.match(line)
+        if header:
+            section = header.group(1).lower()
+            arg_indent, current = None, None
+            continue
+        if section is None:
+            body.append(line)
+            continue
+        if section not in ("args", "arguments", "parameters", "params") or not line.strip():
+            continue
+        indent = len(line) - len(line.lstrip())
+        if arg_indent is None:
+            arg_indent = indent
+        m = _ARG_LINE.match(line.strip())
+        if indent <= arg_indent and m:
+            current = m.group(1)
+            args[current] = m.group(2).strip()
+        elif current is not None:
+            args[current] = f"{args[current]} {line.strip()}".strip()
+    return _unwrap("\n".join(body).strip()), args
+
+
+def _unwrap(text: str) -> str:
+    """Join the wrapped lines of each paragraph; keep list items and indented lines apart."""
+    out: list[str] = []
+    for line in text.splitlines():
+        starts_block = re.match(r"\s|[-*] |\d+[.)] ", line) is not None
+        if out and out[-1] and line.strip() and not starts_block:
+            out[-1] = f"{out[-1]} {line.strip()}"
+        else:
+            out.append(line.rstrip())
+    return "\n".join(out)
+
+
+# --------------------------------------------------------------------------- schemas
+
+_KEEP_AS_IS = {"default", "examples", "enum", "const"}
+
+
+def _clean_schema(node: Any) -> Any:
+    """Drop pydantic's ``title`` keys everywhere except where they are property names."""
+    if isinstance(node, list):
+        return [_clean_schema(x) for x in node]
+    if not isinstance(node, dict):
+        return node
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key == "title":
+            continue
+        if key in ("properties", "$defs", "definitions") and isinstance(value, dict):
+            out[key] = {name: _clean_schema(sub) for name, sub in value.items()}
+        elif key in _KEEP_AS_IS:
+            out[key] = value
+        else:
+            out[key] = _clean_schema(value)
+    return out
+
+
+def _simplify_optionals(schema: dict[str, Any]) -> None:
+    """``anyOf: [X, null]`` of an optional parameter becomes ``X`` (omitting it means null)."""
+    required = set(schema.get("required", []))
+    for name, prop in schema.get("properties", {}).items():
+        any_of = prop.get("anyOf")
+        if name in required or not isinstance(any_of, list) or len(any_of) != 2:
+            continue
+        others = [s for s in any_of if s != {"type": "null"}]
+        if len(others) != 1:
+            continue
+        del prop["anyOf"]
+        merged = {**others[0], **prop}
+        if "default" in merged and merged["default"] is None:
+            del merged["default"]
+        prop.clear()
+        prop.update(merged)
+
+
+def _key_order(key: str) -> int:
+    """Sort key of a property's keys: ``type`` and ``description`` first, the rest as they came."""
+    return {"type": 0, "description": 1}.get(key, 2)
+
+
+def _is_context(annotation: Any) -> bool:
+    return annotation is ToolContext or (
+        typing.get_origin(annotation) is typing.Annotated
+        and typing.get_args(annotation)[0] is ToolContext
+    )
+
+
+@dataclass(frozen=True)
+class ToolDef:
+    """A registered tool: the function, its argument model and JSON schema, how to run it.
+
+    ``parameters`` is the OpenAI function-parameters schema; ``args_model`` validates arguments;
+    ``context_param`` is the name of the injected :class:`ToolContext` parameter, if any.
+    """
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    fn: Callable[..., Any]
+    args_model: type[BaseModel]
+    context_param: str | None = None
+    timeout_seconds: float = 30.0
+    max_attempts: int = 3
+    risk: Risk = "read"
+    is_async: bool = False
+    # parameter name -> pydantic field name (differs when the name would shadow BaseModel's API)
+    field_names: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_function(
+        cls,
+        fn: Callable[..., Any],
+        *,
+        name: str | None = None,
+        timeout_seconds: float = 30.0,
+        max_attempts: int = 3,
+        risk: Risk = "read",
+    ) -> ToolDef:
+        """Build a tool from a type-hinted function with a Google-style docstring.
+
+        Raises:
+            TypeError: a parameter has no type hint, is ``*args``/``**kwargs``/positional-only,
+                or its hint cannot be turned into a JSON schema.
+        """
+        tool_name = name or fn.__name__
+        if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", tool_name):
+            raise TypeError(f"tool name {tool_name!r} must be 1-64 of [A-Za-z0-9_-]")
+        if timeout_seconds <= 0 or max_attempts < 1:
+            raise TypeError(f"tool {tool_name}: timeout_seconds must be > 0, max_attempts >= 1")
+        description, arg_docs = parse_docstring(inspect.getdoc(fn))
+        try:
+            hints = typing.get_type_hints(fn, include_extras=True)
+        except Exception as e:  # NameError for hints that only exist under TYPE_CHECKING, ...
+            raise TypeError(f"tool {tool_name}: cannot resolve type hints: {e}") from e
+        fields: dict[str, Any] = {}
+        field_names: dict[str, str] = {}
+        context_param: str | None = None
+        for p in inspect.signature(fn).parameters.values():
+            if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD, p.POSITIONAL_ONLY):
+                raise TypeError(f"tool {tool_name}: parameter {p.name!r} must be a plain keyword")
+            annotation = hints.get(p.name, p.annotation)
+            if _is_context(annotation):
+                context_param = p.name
+                continue
+            if annotation is inspect.Parameter.empty:
+                raise TypeError(f"tool {tool_name}: parameter {p.name!r} needs a type hint")
+            default = ... if p.default is inspect.Parameter.empty else p.default
+            fname = p.name
+            if p.name.startswith("_") or hasattr(BaseModel, p.name):
+                fname = f"arg_{p.name.lstrip('_')}"
+            field_names[p.name] = fname
+            info = Field(default, alias=p.name, description=arg_docs.get(p.name) or None)
+            fields[fname] = (annotation, info)
+        try:
+            model = create_model(
+                f"{tool_name}_arguments",
+                __config__=ConfigDict(extra="forbid", protected_namespaces=()),
+                **fields,
+            )
+            schema = _clean_schema(model.model_json_schema(by_alias=True))
+        except Exception as e:
+            raise TypeError(f"tool {tool_name}: cannot build the argument schema: {e}") from e
+        _simplify_optionals(schema)
+        schema = {
+            "type": "object",
+            "properties": {
+                p: {k: prop[k] for k in sorted(prop, key=_key_order)}
+                for p, prop in schema.get("properties", {}).items()
+            },
+            "required": schema.get("required", []),
+            **{k: v for k, v in schema.items() if k not in ("type", "properties", "required")},
+        }
+        return cls(
+            name=tool_name,
+            description=description,
+            parameters=schema,
+            fn=fn,
+            args_model=model,
+            context_param=context_param,
+            timeout_seconds=timeout_seconds,
+            max_attempts=max_attempts,
+            risk=risk,
+            is_async=inspect.iscoroutinefunction(fn),
+            field_names=field_names,
+        )
+
+    def info(self) -> ToolInfo:
+        """The tool as the workflow pins it (schema, timeout, attempts, risk)."""
+        return ToolInfo(
+            name=self.name,
+            description=self.description,
+            parameters=copy.deepcopy(self.parameters),
+            timeout_seconds=self.timeout_seconds,
+            max_attempts=self.max_attempts,
+            risk=self.risk,
+        )
+
+    def parameter_summary(self) -> str:
+        """``path (string, required), start_line (integer)``: the parameters for error messages."""
+        required = set(self.parameters.get("required", []))
+        parts = []
+        for pname, prop in self.parameters.get("properties", {}).items():
+            kind = prop.get("type") or "any"
+            parts.append(f"{pname} ({kind}{', required' if pname in required else ''})")
+        return ", ".join(parts) or "none"
+
+
+# --------------------------------------------------------------------------- invocation
+
+
+def _parse_arguments(tool: ToolDef, arguments: str | dict[str, Any]) -> dict[str, Any]:
+    """The model's raw arguments as a dict. Raises ToolArgumentsError with a fix-it message."""
+    if isinstance(arguments, dict):
+        return arguments
+    text = arguments.strip()
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+        if isinstance(value, str) and value.strip().startswith("{"):
+            value = json.loads(value)  # arguments JSON-encoded twice: accept the inner object
+    except json.JSONDecodeError as e:
+        raise ToolArgumentsError(
+            f"the arguments of {tool.name} are not valid JSON ({e.msg}: line {e.lineno} column "
+            f"{e.colno}). Send one valid JSON object, e.g. "
+            f"{{{', '.join(f'{json.dumps(p)}: ...' for p in tool.parameters['properties'])}}}. "
+            f"Parameters: {tool.parameter_summary()}."
+        ) from None
+    if not isinstance(value, dict):
+        raise ToolArgumentsError(
+            f"the arguments of {tool.name} must be a JSON object, not {type(value).__name__}. "
+            f"Parameters: {tool.parameter_summary()}."
+        )
+    return value
+
+
+def _validate(tool: ToolDef, raw: dict[str, Any]) -> BaseModel:
+    try:
+        return tool.args_model.model_validate(raw)
+    except ValidationError as e:
+        problems = []
+        for err in e.errors(include_url=False):
+            loc = ".".join(str(x) for x in err["loc"]) or "(arguments)"
+            problems.append(f"- {loc}: {err['msg']}")
+        raise ToolArgumentsError(
+            f"invalid arguments for {tool.name}:\n"
+            + "\n".join(problems)
+            + f"\nParameters of {tool.name}: {tool.parameter_summary()}."
+        ) from None
+
+
+def _to_text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, BaseModel):
+        value = value.model_dump(mode="json")
+    return json.dumps(value, default=str, ensure_ascii=False)
+
+
+def _truncate(text: str, limit: int) -> tuple[str, bool]:
+    if len(text) <= limit:
+        return text, False
+    note = f"\n[... output truncated: {len(text)} characters in all, {limit} shown]"
+    return text[:limit] + note, True
+
+
+class ToolRegistry:
+    """Tools by name. ``invoke`` runs one call and turns business errors into ``ToolOutcome``."""
+
+    def __init__(self) -> None:
+        self._tools: dict[str, ToolDef] = {}
+
+    def register(self, fn_or_tool: Callable[..., Any] | ToolDef) -> ToolDef:
+        """Register a ``ToolDef``, a ``@tool`` function, or a plain function (default settings).
+
+        Registering the same function again (a module re-import) replaces it.
+
+        Raises:
+            ValueError: another function is already registered under that name.
+            TypeError: see :meth:`ToolDef.from_function`.
+        """
+        tool_def = (
+            fn_or_tool if isinstance(fn_or_tool, ToolDef) else getattr(fn_or_tool, "__tool__", None)
+        )
+        if not isinstance(tool_def, ToolDef):
+            tool_def = ToolDef.from_function(fn_or_tool)
+        old = self._tools.get(tool_def.name)
+        if old is not None and _qualname(old.fn) != _qualname(tool_def.fn):
+            raise ValueError(
+                f"tool {tool_def.name!r} is already registered by {_qualname(old.fn)}; "
+                f"cannot register {_qualname(tool_def.fn)} under the same name"
+            )
+        self._tools[tool_def.name] = tool_def
+        return tool_def
+
+    def get(self, name: str) -> ToolDef:
+        """The tool called ``name``.
+
+        Raises:
+            UnknownToolError: no such tool; the message lists the available ones.
+        """
+        try:
+            return self._tools[name]
+        except KeyError:
+            raise UnknownToolError(
+                f"unknown tool {name!r}. Available tools: {', '.join(self.names()) or 'none'}."
+            ) from None
+
+    def names(self) -> list[str]:
+        """Names of the registered tools, sorted."""
+        return sorted(self._tools)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tools
+
+    def info(self, name: str) -> ToolInfo:
+        """The pinned form of one tool. Raises :class:`UnknownToolError`."""
+        return self.get(name).info()
+
+    def infos(self, names: list[str]) -> list[ToolInfo]:
+        """The pinned form of the named tools, in the given order.
+
+        Raises:
+            UnknownToolError: some names are unknown; the message names them and the available.
+        """
+        unknown = [n for n in names if n not in self._tools]
+        if unknown:
+            raise UnknownToolError(
+                f"unknown tool(s): {', '.join(unknown)}. "
+                f"Available tools: {', '.join(self.names()) or 'none'}."
+            )
+        return [self._tools[n].info() for n in names]
+
+    async def invoke(
+        self,
+        name: str,
+        arguments: str | dict[str, Any],
+        ctx: ToolContext,
+        max_output_chars: int = 16_000,
+    ) -> ToolOutcome:
+        """Run one tool call.
+
+        Args:
+            name: the tool's name as the model wrote it.
+            arguments: the model's raw JSON text, or an already-parsed dict.
+            ctx: the call's context; ``ctx.call_id`` becomes the outcome's ``call_id``.
+            max_output_chars: content longer than this (characters, > 0) is cut to its head plus
+                a note, and the outcome marked ``truncated``.
+
+        Returns:
+            The outcome: ``ok`` with the tool's output as text, or ``error`` (unknown tool,
+            malformed or invalid arguments, :class:`ToolError`) with content ``Error: ...``.
+            ``duration_ms`` is the wall time of the whole call in milliseconds.
+
+        Raises:
+            Exception: anything other than a :class:`ToolError` raised by the tool (an
+                infrastructure error, for Temporal to retry).
+        """
+        if max_output_chars <= 0:
+            raise ValueError("max_output_chars must be positive")
+        start = time.perf_counter()
+        status: Literal["ok", "error"] = "ok"
+        recorded: dict[str, Any] | None = None
+        try:
+            tool = self.get(name)
+            raw = _parse_arguments(tool, arguments)
+            recorded = raw
+            validated = _validate(tool, raw)
+            recorded = validated.model_dump(mode="json", by_alias=True)
+            kwargs = {p: getattr(validated, f) for p, f in tool.field_names.items()}
+            if tool.context_param:
+                kwargs[tool.context_param] = ctx
+            if tool.is_async:
+                result = await tool.fn(**kwargs)
+            else:
+                result = await asyncio.to_thread(tool.fn, **kwargs)
+            text = _to_text(result)
+        except ToolError as e:
+            status, text = "error", f"Error: {e}"
+        full_chars = len(text)
+        content, truncated = _truncate(text, max_output_chars)
+        return ToolOutcome(
+            call_id=ctx.call_id,
+            name=name,
+            status=status,
+            content=content,
+            truncated=truncated,
+            output_chars=full_chars,
+            duration_ms=(time.perf_counter() - start) * 1000.0,
+            arguments=recorded,
+        )
+
+
+def _qualname(fn: Callable[..., Any]) -> str:
+    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
+
+
+REGISTRY = ToolRegistry()
+"""The default registry: ``@tool`` registers here, and the worker serves it."""
+
+
+def tool(
+    fn: Callable[..., Any] | None = None,
+    *,
+    name: str | None = None,
+    timeout_seconds: float = 30.0,
+    max_attempts: int = 3,
+    risk: Risk = "read",
+    registry: ToolRegistry | None = None,
+) -> Any:
+    """Make a function a tool and register it (in :data:`REGISTRY` unless ``registry`` is given).
+
+    Usable bare (``@tool``) or with options (``@tool(risk="write")``). The function is returned
+    unchanged, with its :class:`ToolDef` as ``fn.__tool__``.
+
+    Args:
+        fn: the function (when used bare).
+        name: the tool's name; the function's name when omitted.
+        timeout_seconds: start-to-close timeout of one attempt, seconds.
+        max_attempts: attempts at most for infrastructure errors.
+        risk: policy hint: ``read`` tools are allowed by default, others need approval.
+        registry: where to register; :data:`REGISTRY` when omitted.
+
+    Raises:
+        TypeError: the function cannot be a tool (see :meth:`ToolDef.from_function`).
+        ValueError: the name is taken by another function.
+    """
+
+    def decorate(f: Callable[..., Any]) -> Callable[..., Any]:
+        tool_def = ToolDef.from_function(
+            f, name=name, timeout_seconds=timeout_seconds, max_attempts=max_attempts, risk=risk
+        )
+        (registry or REGISTRY).register(tool_def)
+        f.__tool__ = tool_def  # type: ignore[attr-defined]
+        return f
+
+    return decorate(fn) if fn is not None else decorate
+
+
+def load_tool_modules(modules: Iterable[str] | str) -> list[ModuleType]:
+    """Import the modules whose ``@tool`` functions register into :data:`REGISTRY`.
+
+    Args:
+        modules: module names (``my_pkg.tools``), or one comma-separated string such as the
+            value of ``AGENT_TOOL_MODULES``. Blank names are skipped.
+
+    Returns:
+        The imported modules, in order.
+
+    Raises:
+        ToolModuleImportError: a module is missing or failed while importing; the message
+            names it.
+    """
+    if isinstance(modules, str):
+        modules = modules.split(",")
+    loaded = []
+    for mod_name in (m.strip() for m in modules):
+        if not mod_name:
+            continue
+        try:
+            loaded.append(importlib.import_module(mod_name))
+        except Exception as e:
+            raise ToolModuleImportError(
+                f"cannot import tool module {mod_name!r}: {type(e).__name__}: {e}", name=mod_name
+            ) from e
+    return loaded

@@ -1,0 +1,37 @@
+"""Shared fixtures: one real Temporal dev server (from the pip-installed binary) per session."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+
+import pytest
+import pytest_asyncio
+from temporalio.client import Client
+from temporalio.testing import WorkflowEnvironment
+
+from workers.testing.env import start_local_env
+
+
+@pytest.fixture(autouse=True)
+def _journal_env(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("TEST_TOOL_JOURNAL", str(tmp_path / "journal.jsonl"))
+
+
+@pytest_asyncio.fixture(scope="session")
+async def env() -> AsyncIterator[WorkflowEnvironment]:
+    e = await start_local_env()
+    try:
+        yield e
+    finally:
+        await e.shutdown()
+
+
+@pytest.fixture
+def client(env: WorkflowEnvironment) -> Client:
+    return env.client
+
+
+@pytest.fixture(scope="session")
+def dev_server_address(env: WorkflowEnvironment) -> str:
+    return env.client.service_client.config.target_host

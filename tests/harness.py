@@ -1,0 +1,99 @@
+"""Test harness: a real dev server, the scripted model server and a worker on its own task queue."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from pathlib import Path
+from typing import Any
+
+import yaml
+from temporalio.client import Client, WorkflowHandle
+from temporalio.worker import Worker
+
+from workers.client import start_run
+from workers.config import Settings
+from workers.testing.scripted_model import ScriptedModel
+from workers.worker import build_worker
+from workflows.models import RunRequest, RunResult
+
+TEST_TOOLS = [
+    "list_files",
+    "read_file",
+    "search_files",
+    "calculator",
+    "write_file",
+    "slow_echo",
+    "record",
+    "fail_business",
+    "deploy",
+    "echo_secret",
+]
+
+
+def write_spec(directory: Path, workspace: Path, agents: dict[str, dict[str, Any]] | None = None) -> Path:
+    """Write an agents YAML file; every agent defaults to the scripted model and the test tools."""
+    base = {"model": "scripted", "system_prompt": "You are a test agent.", "tools": TEST_TOOLS, "workspace": str(workspace)}
+    agents = agents or {"default": {}}
+    body = {"tool_modules": ["tests.support_tools"], "agents": {k: {**base, **v} for k, v in agents.items()}}
+    path = directory / "agents.yml"
+    path.write_text(yaml.safe_dump(body, sort_keys=False))
+    return path
+
+
+class Harness:
+    """Starts a scripted model and a worker; ``run``/``start`` runs ``AgentRun`` against them."""
+
+    def __init__(self, client: Client, tmp_path: Path, model: ScriptedModel, agents: dict[str, dict[str, Any]] | None = None, worker: bool = True) -> None:
+        self.client = client
+        self.model = model
+        self.workspace = tmp_path / "ws"
+        self.workspace.mkdir(exist_ok=True)
+        (self.workspace / "README.md").write_text("# Demo\nline two\nthe answer is 42\n")
+        self.journal = tmp_path / "journal.jsonl"
+        self.spec_file = write_spec(tmp_path, self.workspace, agents)
+        self.task_queue = f"tq-{uuid.uuid4().hex[:8]}"
+        self._with_worker = worker
+        self._worker: Worker | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def settings(self) -> Settings:
+        return Settings(
+            openai_base_url=self.model.base_url,
+            openai_api_key="test-key",
+            spec_file=str(self.spec_file),
+            task_queue=self.task_queue,
+            tool_modules=["tests.support_tools"],
+            default_model="scripted",
+        )
+
+    async def __aenter__(self) -> Harness:
+        self.model.start()
+        if self._with_worker:
+            await self.start_worker()
+        return self
+
+    async def start_worker(self) -> None:
+        self._worker = build_worker(self.client, self.settings)
+        self._task = asyncio.ensure_future(self._worker.run())
+        await asyncio.sleep(0)
+
+    async def stop_worker(self) -> None:
+        if self._worker is not None:
+            await self._worker.shutdown()
+            if self._task is not None:
+                await self._task
+            self._worker = None
+            self._task = None
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop_worker()
+        self.model.stop()
+
+    async def start(self, input: str, **kw: Any) -> WorkflowHandle[Any, RunResult]:
+        return await start_run(self.client, RunRequest(input=input, **kw), task_queue=self.task_queue)
+
+    async def run(self, input: str, **kw: Any) -> RunResult:
+        h = await self.start(input, **kw)
+        return await asyncio.wait_for(h.result(), timeout=60)

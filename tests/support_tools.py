@@ -1,0 +1,80 @@
+"""Tools used only by the tests: slow, counting, failing. Loaded with AGENT_TOOL_MODULES."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from pathlib import Path
+
+from activities.tools import ToolContext, ToolError, tool
+
+
+def _journal(ctx: ToolContext, event: dict) -> None:
+    """Append one JSON line to $TEST_TOOL_JOURNAL (where tests read what really ran)."""
+    path = os.environ.get("TEST_TOOL_JOURNAL") or str(ctx.workspace / ".journal.jsonl")
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(json.dumps(event) + "\n")
+
+
+@tool(timeout_seconds=60)
+async def slow_echo(text: str, seconds: float, ctx: ToolContext) -> str:
+    """Wait, then echo the text.
+
+    Args:
+        text: what to echo.
+        seconds: how long to wait first.
+    """
+    start = time.time()
+    _journal(ctx, {"tool": "slow_echo", "text": text, "call_id": ctx.call_id, "phase": "start", "t": start})
+    await asyncio.sleep(seconds)
+    end = time.time()
+    _journal(ctx, {"tool": "slow_echo", "text": text, "call_id": ctx.call_id, "phase": "end", "t": end})
+    return f"echo: {text}"
+
+
+@tool
+def record(label: str, ctx: ToolContext) -> str:
+    """Record that this call ran.
+
+    Args:
+        label: a label to record.
+    """
+    _journal(ctx, {"tool": "record", "label": label, "call_id": ctx.call_id, "t": time.time()})
+    return f"recorded {label}"
+
+
+@tool
+def fail_business(reason: str) -> str:
+    """Always refuse.
+
+    Args:
+        reason: the refusal text.
+    """
+    raise ToolError(f"refused: {reason}")
+
+
+@tool(risk="write")
+def deploy(target: str, ctx: ToolContext) -> str:
+    """Pretend to deploy (needs approval by default: risk write).
+
+    Args:
+        target: where to deploy.
+    """
+    _journal(ctx, {"tool": "deploy", "target": target, "call_id": ctx.call_id, "t": time.time()})
+    return f"deployed to {target}"
+
+
+@tool
+def echo_secret(ctx: ToolContext) -> str:
+    """Return the value of $TEST_SECRET_TOKEN (to check redaction)."""
+    return "token is " + os.environ.get("TEST_SECRET_TOKEN", "")
+
+
+def journal_events(path: str | Path) -> list[dict]:
+    """Read the journal written by these tools."""
+    p = Path(path)
+    if not p.exists():
+        return []
+    return [json.loads(line) for line in p.read_text().splitlines() if line.strip()]

@@ -1,0 +1,399 @@
+"""The scripted model server, driven by the real ``openai`` client."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import openai
+import pytest
+
+from workers.testing.scripted_model import (
+    Reply,
+    ScriptedModel,
+    ToolCall,
+    call_tool_then_answer,
+    error,
+    garbage,
+    text,
+    tool_call,
+    tool_calls,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "list_files",
+            "description": "List files",
+            "parameters": {"type": "object", "properties": {"path": {"type": "string"}}},
+        },
+    }
+]
+
+
+def client_for(model: ScriptedModel) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=model.base_url, api_key="test", max_retries=0)
+
+
+async def ask(client: openai.AsyncOpenAI, content: str = "hi", **kwargs):
+    return await client.chat.completions.create(
+        model="any", messages=[{"role": "user", "content": content}], **kwargs
+    )
+
+
+async def test_text_reply():
+    with ScriptedModel([text("hello there")], model="scripted-x") as m:
+        async with client_for(m) as client:
+            completion = await ask(client, "say hello, please")
+    choice = completion.choices[0]
+    assert choice.message.role == "assistant"
+    assert choice.message.content == "hello there"
+    assert choice.message.tool_calls is None
+    assert choice.finish_reason == "stop"
+    assert completion.object == "chat.completion"
+    assert completion.model == "scripted-x"
+    assert completion.id.startswith("chatcmpl-")
+    # "say hello, please" is 17 chars -> 5 tokens; "hello there" is 11 chars -> 3 tokens.
+    assert completion.usage.prompt_tokens == 5
+    assert completion.usage.completion_tokens == 3
+    assert completion.usage.total_tokens == 8
+
+
+def test_lifecycle_and_base_url():
+    m = ScriptedModel()
+    with pytest.raises(RuntimeError, match="not running"):
+        _ = m.base_url
+    m.start()
+    try:
+        assert m.port > 0
+        assert m.base_url == f"http://127.0.0.1:{m.port}/v1"
+        with pytest.raises(RuntimeError, match="already running"):
+            m.start()
+    finally:
+        m.stop()
+    m.stop()  # idempotent
+    with pytest.raises(RuntimeError):
+        _ = m.port
+
+
+async def test_tool_call_reply_parsed_by_client():
+    script = [tool_call("list_files", {"path": "."}), tool_call("read", "{}", id="call_custom")]
+    with ScriptedModel(script) as m:
+        async with client_for(m) as client:
+            first = await ask(client, tools=TOOLS)
+            second = await ask(client, tools=TOOLS)
+    choice = first.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    assert choice.message.content is None
+    [call] = choice.message.tool_calls
+    assert call.id == "call_1"
+    assert call.type == "function"
+    assert call.function.name == "list_files"
+    assert json.loads(call.function.arguments) == {"path": "."}
+    assert second.choices[0].message.tool_calls[0].id == "call_custom"
+    assert first.usage.completion_tokens > 0
+
+
+async def test_several_tool_calls_in_one_reply():
+    reply = tool_calls(
+        [
+            tool_call("a", {"x": 1}),
+            ToolCall(name="b", arguments='{"y": 2}', id="call_b"),
+            ("c", "{not json"),
+        ],
+        content="calling three tools",
+    )
+    with ScriptedModel([reply]) as m:
+        async with client_for(m) as client:
+            completion = await ask(client)
+    message = completion.choices[0].message
+    assert message.content == "calling three tools"
+    assert [c.function.name for c in message.tool_calls] == ["a", "b", "c"]
+    assert [c.id for c in message.tool_calls] == ["call_1", "call_b", "call_2"]
+    assert json.loads(message.tool_calls[0].function.arguments) == {"x": 1}
+    assert message.tool_calls[2].function.arguments == "{not json"  # sent unchanged
+    assert completion.choices[0].finish_reason == "tool_calls"
+
+
+async def test_429_raises_rate_limit_error_with_retry_after():
+    with ScriptedModel([error(429, headers={"retry-after": "1"})]) as m:
+        async with client_for(m) as client:
+            with pytest.raises(openai.RateLimitError) as info:
+                await ask(client)
+    assert info.value.status_code == 429
+    assert info.value.response.headers["retry-after"] == "1"
+    assert info.value.body["code"] == "rate_limit_exceeded"
+
+
+async def test_401_raises_authentication_error():
+    with ScriptedModel([error(401)]) as m:
+        async with client_for(m) as client:
+            with pytest.raises(openai.AuthenticationError) as info:
+                await ask(client)
+    assert info.value.status_code == 401
+
+
+async def test_500_with_custom_body():
+    body = {"error": {"message": "Failed to parse: output does not match the expected format"}}
+    with ScriptedModel([error(500, body)]) as m:
+        async with client_for(m) as client:
+            with pytest.raises(openai.InternalServerError) as info:
+                await ask(client)
+    assert "does not match the expected format" in info.value.message
+    assert m.requests[0].status == 500
+
+
+async def test_garbage_makes_the_client_raise():
+    with ScriptedModel(
+        [garbage("<html>bad gateway"), garbage("plain", content_type="text/plain")]
+    ) as m:
+        async with client_for(m) as client:
+            with pytest.raises(ValueError):  # json.JSONDecodeError
+                await ask(client)
+            # With a non-JSON content type the (non-strict) client hands back the raw text.
+            raw = await ask(client)
+    assert raw == "plain"
+    assert [r.status for r in m.requests] == [200, 200]
+
+
+async def test_script_exhaustion_and_default():
+    with ScriptedModel([text("only one")]) as m:
+        async with client_for(m) as client:
+            assert (await ask(client)).choices[0].message.content == "only one"
+            assert m.remaining == 0
+            with pytest.raises(openai.InternalServerError) as info:
+                await ask(client)
+    assert "exhausted" in info.value.message
+    assert info.value.body["code"] == "script_exhausted"
+
+    with ScriptedModel(["first"], default=text("again")) as m:
+        async with client_for(m) as client:
+            contents = [(await ask(client)).choices[0].message.content for _ in range(3)]
+    assert contents == ["first", "again", "again"]
+
+
+async def test_extend_appends_to_a_running_script():
+    with ScriptedModel() as m:
+        m.extend([text("added")])
+        assert m.remaining == 1
+        async with client_for(m) as client:
+            completion = await ask(client)
+    assert completion.choices[0].message.content == "added"
+
+
+async def test_responder_mode_runs_a_tool_loop():
+    seen: list[int] = []
+
+    def responder(request: dict) -> Reply:
+        seen.append(len(request["messages"]))
+        return call_tool_then_answer("list_files", {"path": "/"}, "all done")(request)
+
+    with ScriptedModel(responder=responder) as m:
+        async with client_for(m) as client:
+            messages = [{"role": "user", "content": "list the files"}]
+            first = await client.chat.completions.create(model="x", messages=messages, tools=TOOLS)
+            call = first.choices[0].message.tool_calls[0]
+            assert call.function.name == "list_files"
+            messages += [
+                first.choices[0].message.model_dump(exclude_none=True),
+                {"role": "tool", "tool_call_id": call.id, "content": "a.txt"},
+            ]
+            second = await client.chat.completions.create(model="x", messages=messages, tools=TOOLS)
+    assert second.choices[0].message.content == "all done"
+    assert seen == [1, 3]
+
+
+async def test_async_responder_and_responder_failure():
+    async def responder(request: dict) -> Reply | str:
+        await asyncio.sleep(0)
+        if request["messages"][0]["content"] == "boom":
+            raise KeyError("nope")
+        return "from async"
+
+    with ScriptedModel(responder=responder) as m:
+        async with client_for(m) as client:
+            assert (await ask(client)).choices[0].message.content == "from async"
+            with pytest.raises(openai.InternalServerError) as info:
+                await ask(client, "boom")
+    assert "KeyError" in info.value.message
+
+
+async def test_per_conversation_scripts_under_concurrency():
+    scripts = {f"[run-{i}]": [tool_call("step", {"run": i}), text(f"answer {i}")] for i in range(4)}
+
+    async def conversation(client: openai.AsyncOpenAI, i: int) -> str:
+        messages = [
+            {"role": "system", "content": "you are a test"},
+            {"role": "user", "content": f"[run-{i}] do the thing"},
+        ]
+        first = await client.chat.completions.create(model="x", messages=messages)
+        call = first.choices[0].message.tool_calls[0]
+        assert json.loads(call.function.arguments) == {"run": i}
+        messages += [
+            first.choices[0].message.model_dump(exclude_none=True),
+            {"role": "tool", "tool_call_id": call.id, "content": "ok"},
+        ]
+        second = await client.chat.completions.create(model="x", messages=messages)
+        return second.choices[0].message.content
+
+    with ScriptedModel(scripts=scripts, latency=0.05) as m:
+        async with client_for(m) as client:
+            answers = await asyncio.gather(*(conversation(client, i) for i in range(4)))
+            with pytest.raises(openai.InternalServerError) as info:
+                await ask(client, "no marker here")
+    assert answers == [f"answer {i}" for i in range(4)]
+    assert info.value.body["code"] == "no_script_for_conversation"
+    assert m.remaining == 0
+    # Tool call ids are unique across conversations.
+    ids = [
+        r.messages[-1]["tool_call_id"] for r in m.requests if r.messages[-1].get("role") == "tool"
+    ]
+    assert len(set(ids)) == 4
+
+
+async def test_delays_overlap_for_concurrent_requests():
+    with ScriptedModel(default=text("slow", delay=0.5)) as m:
+        async with client_for(m) as client:
+            await ask(client, "warm up the connection pool")
+            start = time.monotonic()
+            results = await asyncio.gather(*(ask(client, f"req {i}") for i in range(5)))
+            elapsed = time.monotonic() - start
+    assert [r.choices[0].message.content for r in results] == ["slow"] * 5
+    assert 0.5 <= elapsed < 2.0, elapsed
+    concurrent = m.requests[1:]
+    # Every request arrived before the first one was answered: they were all in flight together.
+    assert max(r.received_at for r in concurrent) < min(r.replied_at for r in concurrent)
+    assert all(r.duration >= 0.5 for r in concurrent)
+
+
+async def test_latency_applies_to_every_reply():
+    with ScriptedModel([text("a"), error(503)], latency=0.2) as m:
+        async with client_for(m) as client:
+            await ask(client)
+            with pytest.raises(openai.InternalServerError):
+                await ask(client)
+    assert all(r.duration >= 0.2 for r in m.requests)
+
+
+async def test_many_concurrent_requests_with_responder():
+    responder = call_tool_then_answer("noop")
+    with ScriptedModel(responder=responder, latency=0.3) as m:
+        async with client_for(m) as client:
+            start = time.monotonic()
+            results = await asyncio.gather(*(ask(client, f"run {i}") for i in range(300)))
+            elapsed = time.monotonic() - start
+    assert all(r.choices[0].message.tool_calls[0].function.name == "noop" for r in results)
+    assert m.count == 300
+    assert len({r.choices[0].message.tool_calls[0].id for r in results}) == 300
+    assert elapsed < 10.0, elapsed
+
+
+async def test_recorded_requests_contain_tools_and_messages():
+    with ScriptedModel([text("ok")]) as m:
+        with pytest.raises(LookupError):
+            m.last_messages()
+        async with client_for(m) as client:
+            await client.chat.completions.create(
+                model="gpt-test",
+                messages=[
+                    {"role": "system", "content": "be brief"},
+                    {"role": "user", "content": "hello"},
+                ],
+                tools=TOOLS,
+                temperature=0.1,
+            )
+    assert m.count == 1
+    [req] = m.requests
+    assert req.index == 0
+    assert req.body["model"] == "gpt-test"
+    assert req.body["temperature"] == 0.1
+    assert req.tools == TOOLS
+    assert m.last_messages() == [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": "hello"},
+    ]
+    assert req.headers["authorization"] == "Bearer test"
+    assert req.received_at <= req.replied_at
+    assert req.reply == text("ok")
+
+
+async def test_streaming_is_rejected_without_consuming_the_script():
+    with ScriptedModel([text("still here")]) as m:
+        async with client_for(m) as client:
+            with pytest.raises(openai.BadRequestError) as info:
+                await ask(client, stream=True)
+            after = await ask(client)
+    assert "streaming" in info.value.message
+    assert info.value.body["param"] == "stream"
+    assert after.choices[0].message.content == "still here"
+    assert [r.status for r in m.requests] == [400, 200]
+
+
+async def test_models_endpoint():
+    async with ScriptedModel(model="my-model") as m:
+        async with client_for(m) as client:
+            models = await client.models.list()
+    assert [model.id for model in models.data] == ["my-model"]
+
+
+def test_invalid_construction():
+    with pytest.raises(ValueError):
+        ScriptedModel([text("a")], responder=lambda r: text("b"))
+    with pytest.raises(ValueError):
+        ScriptedModel(responder=lambda r: text("b"), default=text("c"))
+    with pytest.raises(ValueError):
+        ScriptedModel(latency=-1)
+    with pytest.raises(TypeError):
+        ScriptedModel([42])
+    with pytest.raises(ValueError):
+        error(200)
+    with pytest.raises(ValueError):
+        text("x", delay=-0.1)
+    with pytest.raises(TypeError):
+        tool_call("x", 3)
+    assert text("x").with_delay(0.25).delay == 0.25
+
+
+def test_cli_serves_a_tool_then_answer_responder():
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "workers.testing.scripted_model", "--port", "0", "--tool", "ls"],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        line = proc.stdout.readline()
+        assert "serving" in line, line + proc.stderr.read()
+        base_url = line.split(" at ")[1].split()[0]
+        client = openai.OpenAI(base_url=base_url, api_key="test", max_retries=0)
+        first = client.chat.completions.create(
+            model="x", messages=[{"role": "user", "content": "go"}]
+        )
+        call = first.choices[0].message.tool_calls[0]
+        assert call.function.name == "ls"
+        second = client.chat.completions.create(
+            model="x",
+            messages=[
+                {"role": "user", "content": "go"},
+                first.choices[0].message.model_dump(exclude_none=True),
+                {"role": "tool", "tool_call_id": call.id, "content": "a"},
+            ],
+        )
+        assert second.choices[0].message.content == "done"
+        client.close()
+    finally:
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=10)
+    assert proc.returncode == 0
+    assert "stopped after 2 requests" in out

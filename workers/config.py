@@ -1,0 +1,99 @@
+"""Configuration from the environment, read in exactly this one place.
+
+Names and defaults are pinned by ``shared/CONTRACT.md``. Connection to Temporal itself
+(``TEMPORAL_ADDRESS``, ``TEMPORAL_NAMESPACE``, ``TEMPORAL_API_KEY``, ``TEMPORAL_TLS_*``,
+``TEMPORAL_PROFILE``) follows ``temporalio.envconfig``, see :func:`temporal_connect_config`.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+LOCAL_MODEL_NAME = "qwen2.5-coder-1.5b-instruct"
+"""Name under which the embedded local model is served (``llama-server --alias``)."""
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+STATE_DIR_DEFAULT = PROJECT_ROOT / ".agent-runtime"
+
+
+class Settings(BaseModel):
+    """Runtime settings. Every field documents its environment variable and default."""
+
+    temporal_address: str = Field("127.0.0.1:7233", description="TEMPORAL_ADDRESS")
+    temporal_namespace: str = Field("default", description="TEMPORAL_NAMESPACE")
+    task_queue: str = Field("agent-runtime", description="AGENT_TASK_QUEUE")
+    openai_base_url: str = Field("http://127.0.0.1:8110/v1", description="OPENAI_BASE_URL")
+    openai_api_key: str = Field("local", description="OPENAI_API_KEY (never logged)")
+    default_model: str = Field(LOCAL_MODEL_NAME, description="AGENT_MODEL")
+    spec_file: str = Field(
+        str(PROJECT_ROOT / "agents" / "agents.yml"),
+        description="AGENT_SPEC_FILE: the YAML file defining agents",
+    )
+    tool_modules: list[str] = Field(
+        default_factory=list,
+        description="AGENT_TOOL_MODULES: comma-separated modules whose @tool functions to register",
+    )
+    state_dir: str = Field(str(STATE_DIR_DEFAULT), description="AGENT_STATE_DIR: pids, logs, db")
+    model_timeout_seconds: float = Field(
+        120.0, description="AGENT_MODEL_TIMEOUT: start-to-close seconds of one model attempt"
+    )
+    heartbeat_timeout_seconds: float = Field(
+        5.0, description="AGENT_HEARTBEAT_TIMEOUT: seconds without heartbeat before retrying elsewhere"
+    )
+    log_level: str = Field("info", description="AGENT_LOG_LEVEL")
+
+
+def _env(name: str) -> str | None:
+    v = os.environ.get(name)
+    return v if v not in (None, "") else None
+
+
+def load_settings() -> Settings:
+    """Read :class:`Settings` from the environment (unset or empty variables keep the defaults)."""
+    raw: dict[str, Any] = {}
+    mapping = {
+        "TEMPORAL_ADDRESS": "temporal_address",
+        "TEMPORAL_NAMESPACE": "temporal_namespace",
+        "AGENT_TASK_QUEUE": "task_queue",
+        "OPENAI_BASE_URL": "openai_base_url",
+        "OPENAI_API_KEY": "openai_api_key",
+        "AGENT_MODEL": "default_model",
+        "AGENT_SPEC_FILE": "spec_file",
+        "AGENT_STATE_DIR": "state_dir",
+        "AGENT_MODEL_TIMEOUT": "model_timeout_seconds",
+        "AGENT_HEARTBEAT_TIMEOUT": "heartbeat_timeout_seconds",
+        "AGENT_LOG_LEVEL": "log_level",
+    }
+    for env_name, field in mapping.items():
+        v = _env(env_name)
+        if v is not None:
+            raw[field] = v
+    mods = _env("AGENT_TOOL_MODULES")
+    if mods:
+        raw["tool_modules"] = [m.strip() for m in mods.split(",") if m.strip()]
+    return Settings.model_validate(raw)
+
+
+def temporal_connect_config(settings: Settings | None = None) -> dict[str, Any]:
+    """Keyword arguments for ``Client.connect`` from Temporal's environment configuration.
+
+    Uses ``temporalio.envconfig.ClientConfigProfile.load()`` (TOML profile plus ``TEMPORAL_*``
+    variables) and falls back to :class:`Settings` for address and namespace.
+    """
+    settings = settings or load_settings()
+    cfg: dict[str, Any] = {}
+    try:
+        from temporalio.envconfig import ClientConfigProfile
+
+        cfg = dict(ClientConfigProfile.load().to_client_connect_config())
+    except Exception:  # noqa: BLE001 - envconfig absent or no profile: plain defaults
+        cfg = {}
+    cfg.setdefault("target_host", settings.temporal_address)
+    if not cfg.get("target_host"):
+        cfg["target_host"] = settings.temporal_address
+    cfg.setdefault("namespace", settings.temporal_namespace)
+    return cfg

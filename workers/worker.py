@@ -1,0 +1,100 @@
+"""The worker process: polls the task queue and runs ``AgentRun`` and its activities.
+
+``agentctl worker`` calls :func:`main`. Workers scale out by running more of them on the same task
+queue. SIGTERM and SIGINT shut down gracefully: polling stops, running activities get
+``graceful_shutdown`` seconds to finish, then are cancelled (Temporal retries them elsewhere).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from datetime import timedelta
+from typing import Any
+
+import structlog
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from activities.model import ModelActivities
+from activities.runtime import RuntimeActivities
+from activities.spec import SpecError, load_spec_file
+from activities.tokens import count_tokens
+from activities.tools import load_tool_modules
+from workers.config import Settings, load_settings
+from workflows.agent_run import AgentRun
+
+log = structlog.get_logger("workers.worker")
+
+
+class WorkerTuning:
+    """Worker settings tuned for agent work (documented in the README, measured by ``make bench``).
+
+    * ``max_concurrent_activities`` 1000: model and tool activities mostly wait on I/O.
+    * ``max_concurrent_workflow_tasks`` 200 and ``max_cached_workflows`` 5000: many runs in flight
+      stay in the sticky cache and replay rarely.
+    * ``sticky_queue_schedule_to_start_timeout`` 3 s (SDK default 10 s): after a worker dies its
+      runs' next workflow tasks move to the shared queue after 3 s instead of 10 s
+      (shared/notes/temporal.md, crash recovery).
+    """
+
+    max_concurrent_activities = 1000
+    max_concurrent_workflow_tasks = 200
+    max_cached_workflows = 5000
+    sticky_queue_schedule_to_start_timeout = timedelta(seconds=3)
+    graceful_shutdown_timeout = timedelta(seconds=10)
+
+
+def tool_modules_for(settings: Settings) -> list[str]:
+    """Tool modules to import: ``AGENT_TOOL_MODULES`` plus the spec file's ``tool_modules``."""
+    mods = list(settings.tool_modules)
+    try:
+        raw = load_spec_file(settings.spec_file)
+        mods += [m for m in raw.get("tool_modules") or [] if m not in mods]
+    except SpecError as e:
+        log.warning("spec_file_unreadable", error=str(e))
+    return mods
+
+
+def build_worker(client: Client, settings: Settings, **overrides: Any) -> Worker:
+    """A :class:`temporalio.worker.Worker` with every workflow and activity of the runtime."""
+    load_tool_modules(tool_modules_for(settings))
+    model = ModelActivities(settings.openai_base_url, settings.openai_api_key)
+    runtime = RuntimeActivities(settings.spec_file, settings.default_model)
+    t = WorkerTuning
+    options: dict[str, Any] = dict(
+        task_queue=settings.task_queue,
+        workflows=[AgentRun],
+        activities=[model.complete, runtime.resolve_spec, runtime.invoke_tool, count_tokens],
+        max_concurrent_activities=t.max_concurrent_activities,
+        max_concurrent_workflow_tasks=t.max_concurrent_workflow_tasks,
+        max_cached_workflows=t.max_cached_workflows,
+        sticky_queue_schedule_to_start_timeout=t.sticky_queue_schedule_to_start_timeout,
+        graceful_shutdown_timeout=t.graceful_shutdown_timeout,
+    )
+    options.update(overrides)
+    return Worker(client, **options)
+
+
+async def run_worker(settings: Settings | None = None, client: Client | None = None) -> None:
+    """Run a worker until SIGTERM or SIGINT, then shut down gracefully."""
+    from workers.client import connect
+
+    settings = settings or load_settings()
+    client = client or await connect(settings)
+    worker = build_worker(client, settings)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    log.info(
+        "worker_started",
+        task_queue=settings.task_queue,
+        temporal=settings.temporal_address,
+        model_endpoint=settings.openai_base_url,
+        spec_file=settings.spec_file,
+    )
+    async with worker:
+        await stop.wait()
+        log.info("worker_stopping")
+    log.info("worker_stopped")

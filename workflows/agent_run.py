@@ -1,0 +1,787 @@
+"""Workflow ``AgentRun``: one durable agent run (CONTRACT.md).
+
+Each turn: a model step (activity ``model.complete``) with the transcript and the tool schemas; if
+the reply calls tools, the policy decides each call (allow / deny / approve), allowed and approved
+calls run as ``tool.invoke`` activities concurrently, results go back in call order, and the loop
+goes on; a reply without tool calls ends the run (``task`` mode) or waits for the next message
+(``chat`` mode). The decisions are pure functions (:mod:`workflows.policy`,
+:mod:`workflows.loop_detection`, :mod:`workflows.compaction`); this class wires them to
+activities, timers and handlers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+from typing import Any, TypeVar
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy, SearchAttributeKey, SearchAttributePair
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
+
+with workflow.unsafe.imports_passed_through():
+    from activities.contracts import (
+        ERR_MODEL_OUTPUT_INVALID,
+        MODEL_COMPLETE,
+        SPEC_RESOLVE,
+        TOKENS_COUNT,
+        TOOL_INVOKE,
+        CallModelInput,
+        CountTokensInput,
+        InvokeToolInput,
+        ModelReply,
+        ModelSettings,
+        ResolveSpecInput,
+        TokenCounts,
+        ToolCallRequest,
+        ToolInfo,
+        ToolOutcome,
+        Usage,
+    )
+    from activities.spec import PinnedSpec
+    from workflows import render
+    from workflows.compaction import plan_compaction
+    from workflows.loop_detection import Signature, detect_loop, turn_signature
+    from workflows.models import (
+        WORKFLOW_NAME,
+        ApproveSignal,
+        CarriedState,
+        DecideResult,
+        DecideUpdate,
+        Decision,
+        IgnoredSignal,
+        InterruptSignal,
+        MessageSignal,
+        PendingApproval,
+        PrincipalSignal,
+        RaiseBudgetSignal,
+        RejectSignal,
+        RunRequest,
+        RunResult,
+        RunState,
+        RunStatus,
+        ToolCallRecord,
+    )
+    from workflows.policy import evaluate, may_decide, parse_arguments
+
+T = TypeVar("T")
+
+SA_AGENT = SearchAttributeKey.for_keyword("AgentName")
+SA_TENANT = SearchAttributeKey.for_keyword("TenantId")
+SA_PRINCIPAL = SearchAttributeKey.for_keyword("PrincipalId")
+SA_STATUS = SearchAttributeKey.for_keyword("AgentStatus")
+SA_TOKENS = SearchAttributeKey.for_int("TotalTokens")
+SA_COST = SearchAttributeKey.for_float("CostUsd")
+SA_SPEC = SearchAttributeKey.for_keyword("SpecHash")
+SA_PARENT = SearchAttributeKey.for_keyword("ParentRunId")
+
+MODEL_HEARTBEAT = timedelta(seconds=5)
+TOOL_HEARTBEAT = timedelta(seconds=5)
+PARSE_FAILURE_NOTE = (
+    "Your last reply could not be read as a tool call. To call a tool, reply with exactly one JSON "
+    'object {"name": <tool name>, "arguments": {...}} using one of the listed tools; otherwise answer '
+    "in plain text."
+)
+
+
+class _Stop(Exception):
+    """Ends the loop with a status (internal)."""
+
+    def __init__(self, status: RunStatus, reason: str, error: str | None = None) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+        self.error = error
+
+
+@workflow.defn(name=WORKFLOW_NAME)
+class AgentRun:
+    """One agent run. Signals, update and queries are listed in CONTRACT.md."""
+
+    def __init__(self) -> None:
+        self._req: RunRequest | None = None
+        self._pinned: PinnedSpec | None = None
+        self._messages: list[dict[str, Any]] = []
+        self._turn = 0
+        self._usage = Usage()
+        self._tool_calls: list[ToolCallRecord] = []
+        self._decisions: list[Decision] = []
+        self._ignored: list[IgnoredSignal] = []
+        self._pending: dict[str, PendingApproval] = {}
+        self._verdicts: dict[str, Decision] = {}
+        self._inbox: list[MessageSignal] = []
+        self._paused = False
+        self._interrupt: InterruptSignal | None = None
+        self._status: str = "starting"
+        self._signatures: list[Signature] = []
+        self._waited_seconds = 0.0
+        self._started_at = workflow.now()
+        self._max_tokens_budget: int | None = None
+        self._max_cost_budget: float | None = None
+        self._compactions = 0
+        self._continued = 0
+        self._parse_failures = 0
+        self._output: str | None = None
+        self._use_search_attributes = False
+
+    # ------------------------------------------------------------------ run
+
+    @workflow.run
+    async def run(self, req: RunRequest) -> RunResult:
+        """Run the agent loop; returns :class:`RunResult` (never raises for business outcomes)."""
+        self._req = req
+        self._use_search_attributes = workflow.info().typed_search_attributes.get(SA_AGENT) is not None
+        try:
+            if req.carry is not None:
+                self._restore(req.carry)
+            else:
+                await self._start(req)
+            return await self._loop()
+        except _Stop as stop:
+            return self._finish(stop.status, stop.reason, error=stop.error)
+        except asyncio.CancelledError:
+            return self._finish("interrupted", "the workflow was cancelled")
+
+    async def _start(self, req: RunRequest) -> None:
+        try:
+            self._pinned = await workflow.execute_activity(
+                SPEC_RESOLVE,
+                ResolveSpecInput(agent=req.agent, spec_file=req.spec_file),
+                result_type=PinnedSpec,
+                start_to_close_timeout=timedelta(seconds=30),
+                retry_policy=RetryPolicy(maximum_attempts=3),
+                summary=f"spec: resolve agent {req.agent}",
+            )
+        except ActivityError as e:
+            raise _Stop("failed", "invalid agent spec", error=_cause_message(e)) from None
+        spec = self._pinned.spec
+        if req.model:
+            spec.model = req.model
+        lim = req.limits
+        if lim.max_turns is not None:
+            spec.limits.max_turns = lim.max_turns
+        if lim.max_seconds is not None:
+            spec.limits.max_seconds = lim.max_seconds
+        self._max_tokens_budget = lim.max_total_tokens or spec.limits.max_total_tokens
+        self._max_cost_budget = lim.max_cost_usd or spec.limits.max_cost_usd
+        if req.seed_messages:
+            self._messages = [dict(m) for m in req.seed_messages]
+        else:
+            self._messages = [{"role": "system", "content": spec.system_prompt}, {"role": "user", "content": req.input}]
+        self._status = "running"
+        self._upsert_search_attributes(initial=True)
+        self._publish()
+
+    def _restore(self, c: CarriedState) -> None:
+        self._pinned = c.pinned
+        self._messages = c.messages
+        self._turn = c.turn
+        self._usage = c.usage
+        self._tool_calls = c.tool_calls
+        self._decisions = c.decisions
+        self._ignored = c.ignored_signals
+        self._inbox = c.inbox
+        self._paused = c.paused
+        self._signatures = [tuple(tuple(p) for p in s) for s in c.signatures]  # type: ignore[misc]
+        self._waited_seconds = c.waited_seconds
+        self._started_at = c.started_at
+        self._max_tokens_budget = c.max_total_tokens
+        self._max_cost_budget = c.max_cost_usd
+        self._compactions = c.compactions
+        self._continued = c.continued_runs
+        self._output = c.output
+        self._status = "running"
+        self._publish()
+
+    async def _loop(self) -> RunResult:
+        assert self._pinned is not None and self._req is not None
+        spec = self._pinned.spec
+        while True:
+            await self._checkpoint()
+            self._drain_inbox()
+            if self._turn >= spec.limits.max_turns:
+                raise _Stop("max_turns", f"reached max_turns={spec.limits.max_turns}")
+            await self._maybe_compact()
+            reply = await self._model_step()
+            if reply is None:
+                continue
+            self._messages.append(reply.assistant_message())
+            if reply.content:
+                self._output = reply.content
+            if not reply.tool_calls:
+                self._publish()
+                if self._req.mode == "chat":
+                    await self._wait_for_message()
+                    continue
+                raise _Stop("completed", "the model answered")
+            sig = turn_signature([(c.name, c.arguments) for c in reply.tool_calls])
+            self._signatures.append(sig)
+            loop = detect_loop(self._signatures, spec.limits.loop_window, spec.limits.loop_repeats)
+            if loop:
+                raise _Stop("loop_detected", loop)
+            await self._run_tool_calls(reply.tool_calls)
+            self._check_budget_after_step()
+            await self._checkpoint()
+            if self._should_continue_as_new():
+                await workflow.wait_condition(workflow.all_handlers_finished)
+                self._continue_as_new()
+
+    # ------------------------------------------------------------ model step
+
+    async def _model_step(self) -> ModelReply | None:
+        assert self._pinned is not None and self._req is not None
+        spec = self._pinned.spec
+        self._turn += 1
+        self._status = "running"
+        self._publish()
+        inp = CallModelInput(
+            run_id=workflow.info().workflow_id,
+            turn=self._turn,
+            model=spec.model,
+            messages=self._messages,
+            tools=[t.openai_schema() for t in self._pinned.tools],
+            settings=ModelSettings(temperature=spec.temperature, max_tokens=spec.max_output_tokens),
+            prompt_price_per_mtok=spec.pricing.prompt_per_mtok,
+            completion_price_per_mtok=spec.pricing.completion_per_mtok,
+            tenant_id=self._req.tenant_id,
+        )
+        try:
+            reply = await self._race(
+                lambda: workflow.execute_activity(
+                    MODEL_COMPLETE,
+                    inp,
+                    result_type=ModelReply,
+                    start_to_close_timeout=timedelta(seconds=spec.model_timeout_seconds),
+                    heartbeat_timeout=MODEL_HEARTBEAT,
+                    retry_policy=RetryPolicy(
+                        initial_interval=timedelta(seconds=1),
+                        backoff_coefficient=2.0,
+                        maximum_interval=timedelta(seconds=30),
+                        maximum_attempts=spec.model_max_attempts,
+                    ),
+                    summary=render.model_summary(spec.model, self._turn),
+                )
+            )
+        except ActivityError as e:
+            cause = e.cause
+            if isinstance(cause, ApplicationError) and cause.type == ERR_MODEL_OUTPUT_INVALID:
+                self._parse_failures += 1
+                if self._parse_failures <= spec.max_parse_failures:
+                    # Tell the model what went wrong and let it try again; the turn counts.
+                    self._messages.append({"role": "user", "content": PARSE_FAILURE_NOTE})
+                    workflow.logger.warning("model output unparsable; told the model", extra={"turn": self._turn})
+                    return None
+                raise _Stop("failed", "the model's output could not be parsed", error=_cause_message(e)) from None
+            raise _Stop("failed", "model step failed", error=_cause_message(e)) from None
+        self._usage = self._usage.add(reply.usage)
+        return reply
+
+    # ------------------------------------------------------------ tool calls
+
+    async def _run_tool_calls(self, calls: list[ToolCallRequest]) -> None:
+        assert self._pinned is not None and self._req is not None
+        spec = self._pinned.spec
+        tools = {t.name: t for t in self._pinned.tools}
+        records: list[ToolCallRecord] = []
+        outcomes: dict[str, str] = {}
+        for call in calls:
+            decision = evaluate(
+                spec.policy, tools.get(call.name), call.name, call.arguments, self._req.tenant_id, self._req.principal_id
+            )
+            args = parse_arguments(call.arguments)
+            rec = ToolCallRecord(
+                id=call.id,
+                name=call.name,
+                arguments=args if args is not None else call.arguments,
+                status="pending",
+                turn=self._turn,
+                policy=decision.action,
+                reason=decision.reason,
+            )
+            records.append(rec)
+            self._tool_calls.append(rec)
+            if decision.action == "deny":
+                rec.status = "denied"
+                outcomes[call.id] = f"Tool call denied by policy: {decision.reason}. Do not retry it."
+            elif decision.action == "approve":
+                self._pending[call.id] = PendingApproval(
+                    tool_call_id=call.id,
+                    name=call.name,
+                    arguments=rec.arguments,
+                    requested_at=workflow.now().isoformat(),
+                    turn=self._turn,
+                    approvers=decision.approvers,
+                    reason=decision.reason,
+                )
+        running: dict[str, asyncio.Task[ToolOutcome | str]] = {}
+        for call, rec in zip(calls, records, strict=True):
+            if rec.policy == "allow":
+                running[call.id] = asyncio.ensure_future(self._invoke(call, rec, tools.get(call.name)))
+        if self._pending:
+            await self._await_approvals(records)
+            for call, rec in zip(calls, records, strict=True):
+                if rec.policy != "approve":
+                    continue
+                verdict = self._verdicts.get(call.id)
+                if verdict and verdict.decision == "approve":
+                    if verdict.arguments is not None:
+                        rec.arguments = verdict.arguments
+                    running[call.id] = asyncio.ensure_future(self._invoke(call, rec, tools.get(call.name)))
+                elif verdict and verdict.decision == "timeout":
+                    rec.status = "timed_out"
+                    outcomes[call.id] = "No person approved this tool call in time; it was not run."
+                else:
+                    rec.status = "rejected"
+                    why = verdict.comment if verdict and verdict.comment else "no reason given"
+                    outcomes[call.id] = f"A person rejected this tool call; it was not run. Reason: {why}"
+        if running:
+            self._publish()
+            try:
+                results = await self._race(lambda: asyncio.gather(*running.values()))
+            except _Stop:
+                for call_id in running:
+                    rec = next(r for r in records if r.id == call_id)
+                    if rec.status in ("pending", "running"):
+                        rec.status = "cancelled"
+                raise
+            for call_id, res in zip(running, results, strict=True):
+                outcomes[call_id] = res if isinstance(res, str) else res.content
+        for call in calls:
+            self._messages.append({"role": "tool", "tool_call_id": call.id, "content": outcomes.get(call.id, "")})
+        self._publish()
+
+    async def _invoke(self, call: ToolCallRequest, rec: ToolCallRecord, info: ToolInfo | None) -> ToolOutcome | str:
+        assert self._pinned is not None and self._req is not None
+        spec = self._pinned.spec
+        rec.status = "running"
+        arguments: str | dict[str, Any] = rec.arguments if isinstance(rec.arguments, dict) else call.arguments
+        timeout = info.timeout_seconds if info else 30.0
+        attempts = info.max_attempts if info else 1
+        try:
+            out = await workflow.execute_activity(
+                TOOL_INVOKE,
+                InvokeToolInput(
+                    run_id=workflow.info().workflow_id,
+                    turn=self._turn,
+                    call_id=call.id,
+                    name=call.name,
+                    arguments=arguments,
+                    workspace=spec.workspace,
+                    max_output_chars=spec.max_tool_output_chars,
+                    tenant_id=self._req.tenant_id,
+                    principal_id=self._req.principal_id,
+                    secrets=spec.secrets,
+                ),
+                result_type=ToolOutcome,
+                start_to_close_timeout=timedelta(seconds=timeout),
+                heartbeat_timeout=TOOL_HEARTBEAT,
+                retry_policy=RetryPolicy(maximum_attempts=attempts, initial_interval=timedelta(seconds=1)),
+                summary=render.tool_summary(call.name, arguments if isinstance(arguments, dict) else parse_arguments(arguments) or arguments),
+            )
+        except ActivityError as e:
+            msg = _cause_message(e)
+            rec.status = "timed_out" if "timeout" in msg.lower() or "timed out" in msg.lower() else "error"
+            rec.reason = msg
+            return f"The tool failed and was given up after {attempts} attempt(s): {msg}"
+        rec.status = out.status
+        rec.duration_ms = out.duration_ms
+        rec.result_chars = out.output_chars
+        if out.arguments is not None:
+            rec.arguments = out.arguments
+        return out
+
+    async def _await_approvals(self, records: list[ToolCallRecord]) -> None:
+        assert self._pinned is not None
+        policy = self._pinned.spec.policy
+        self._status = "awaiting_approval"
+        self._upsert_search_attributes()
+        self._publish()
+        waiting = list(self._pending)
+        started = workflow.now()
+        try:
+            await self._wait_for_person(
+                lambda: all(cid in self._verdicts for cid in waiting), policy.approval_timeout_seconds
+            )
+        except asyncio.TimeoutError:
+            if policy.on_approval_timeout == "fail":
+                self._pending.clear()
+                raise _Stop("failed", "approval timed out") from None
+            for cid in waiting:
+                if cid not in self._verdicts:
+                    d = Decision(tool_call_id=cid, decision="timeout", principal_id="system", at=workflow.now().isoformat(), via="timer")
+                    self._verdicts[cid] = d
+                    self._decisions.append(d)
+        finally:
+            self._waited_seconds += (workflow.now() - started).total_seconds()
+        for cid in waiting:
+            self._pending.pop(cid, None)
+        self._status = "running"
+        self._upsert_search_attributes()
+
+    # ------------------------------------------------------------ people
+
+    async def _wait_for_person(self, done: Callable[[], bool], timeout: float | None) -> None:
+        """Wait (durably) until ``done()`` or an interrupt; raises asyncio.TimeoutError on timeout."""
+        await workflow.wait_condition(lambda: done() or self._interrupt is not None, timeout=timeout)
+        if self._interrupt is not None:
+            raise _Stop("interrupted", self._interrupt.reason)
+
+    async def _checkpoint(self) -> None:
+        """A safe point: honour interrupt, pause, and the run's deadline."""
+        if self._interrupt is not None:
+            raise _Stop("interrupted", self._interrupt.reason)
+        if self._paused:
+            before, self._status = self._status, "paused"
+            self._upsert_search_attributes()
+            self._publish()
+            started = workflow.now()
+            await self._wait_for_person(lambda: not self._paused, None)
+            self._waited_seconds += (workflow.now() - started).total_seconds()
+            self._status = before if before != "paused" else "running"
+            self._upsert_search_attributes()
+        if self._remaining_seconds() <= 0:
+            raise _Stop("timeout", "reached max_seconds")
+
+    async def _wait_for_message(self) -> None:
+        assert self._pinned is not None
+        self._status = "waiting_for_message"
+        self._upsert_search_attributes()
+        self._publish()
+        started = workflow.now()
+        try:
+            await self._wait_for_person(lambda: bool(self._inbox), self._pinned.spec.idle_timeout_seconds)
+        except asyncio.TimeoutError:
+            raise _Stop("completed", "conversation idle timeout") from None
+        finally:
+            self._waited_seconds += (workflow.now() - started).total_seconds()
+        self._status = "running"
+
+    def _drain_inbox(self) -> None:
+        while self._inbox:
+            m = self._inbox.pop(0)
+            self._messages.append({"role": "user", "content": m.content})
+
+    def _remaining_seconds(self) -> float:
+        assert self._pinned is not None
+        elapsed = (workflow.now() - self._started_at).total_seconds() - self._waited_seconds
+        return self._pinned.spec.limits.max_seconds - elapsed
+
+    async def _race(self, make: Callable[[], Awaitable[T]]) -> T:
+        """Await ``make()`` unless an interrupt or the deadline comes first (then cancel it)."""
+        task: asyncio.Future[T] = asyncio.ensure_future(make())
+        remaining = self._remaining_seconds()
+        try:
+            await workflow.wait_condition(
+                lambda: task.done() or self._interrupt is not None, timeout=max(remaining, 0.001)
+            )
+        except asyncio.TimeoutError:
+            await _cancel(task)
+            raise _Stop("timeout", "reached max_seconds") from None
+        if not task.done():
+            await _cancel(task)
+            assert self._interrupt is not None
+            raise _Stop("interrupted", self._interrupt.reason)
+        return task.result()
+
+    # ------------------------------------------------------------ budgets
+
+    def _check_budget_after_step(self) -> None:
+        over = self._budget_exceeded()
+        if over is None:
+            return
+        assert self._pinned is not None
+        if self._pinned.spec.limits.on_budget == "pause":
+            self._paused = True
+            self._status = "budget_paused"
+            self._output = self._output
+            workflow.logger.info("budget reached; pausing", extra={"why": over})
+            return
+        raise _Stop("budget_exceeded", over)
+
+    def _budget_exceeded(self) -> str | None:
+        if self._max_tokens_budget is not None and self._usage.total_tokens >= self._max_tokens_budget:
+            return f"used {self._usage.total_tokens} tokens of a budget of {self._max_tokens_budget}"
+        if self._max_cost_budget is not None and self._usage.cost_usd >= self._max_cost_budget:
+            return f"cost {self._usage.cost_usd:.6f} USD of a budget of {self._max_cost_budget} USD"
+        return None
+
+    # ------------------------------------------------------------ compaction
+
+    async def _maybe_compact(self) -> None:
+        assert self._pinned is not None
+        comp = self._pinned.spec.compaction
+        usable = comp.context_window - comp.output_reserve
+        estimate = sum(len(str(m.get("content") or "")) + len(str(m.get("tool_calls") or "")) for m in self._messages) / 3
+        if estimate < comp.threshold * usable * 0.9:
+            return
+        counts = await workflow.execute_activity(
+            TOKENS_COUNT,
+            CountTokensInput(
+                model=self._pinned.spec.model,
+                encoding=comp.encoding,
+                messages=self._messages,
+                tools=[t.openai_schema() for t in self._pinned.tools],
+            ),
+            result_type=TokenCounts,
+            start_to_close_timeout=timedelta(seconds=60),
+            summary=f"tokens: count {len(self._messages)} messages",
+        )
+        plan = plan_compaction(
+            self._messages, counts.per_message, counts.tools, comp.context_window, comp.output_reserve, comp.threshold
+        )
+        if plan is None:
+            return
+        self._messages = plan.apply(self._messages)
+        self._compactions += 1
+        workflow.logger.info(
+            "context compacted", extra={"dropped": len(plan.dropped), "before": plan.tokens_before, "after": plan.tokens_after}
+        )
+
+    # ------------------------------------------------------------ continue-as-new
+
+    def _should_continue_as_new(self) -> bool:
+        assert self._pinned is not None
+        every = self._pinned.spec.limits.continue_as_new_every_turns
+        if every and self._turn > 0 and self._turn % every == 0:
+            return True
+        return workflow.info().is_continue_as_new_suggested()
+
+    def _continue_as_new(self) -> None:
+        assert self._req is not None and self._pinned is not None
+        carry = CarriedState(
+            pinned=self._pinned,
+            messages=self._messages,
+            turn=self._turn,
+            usage=self._usage,
+            tool_calls=self._tool_calls,
+            decisions=self._decisions,
+            ignored_signals=self._ignored,
+            inbox=self._inbox,
+            paused=self._paused,
+            signatures=[list(list(p) for p in s) for s in self._signatures],
+            waited_seconds=self._waited_seconds,
+            started_at=self._started_at,
+            max_total_tokens=self._max_tokens_budget,
+            max_cost_usd=self._max_cost_budget,
+            compactions=self._compactions,
+            continued_runs=self._continued + 1,
+            output=self._output,
+        )
+        workflow.continue_as_new(self._req.model_copy(update={"carry": carry}))
+
+    # ------------------------------------------------------------ finishing
+
+    def _finish(self, status: RunStatus, reason: str, error: str | None = None) -> RunResult:
+        for rec in self._tool_calls:
+            if rec.status in ("pending", "running"):
+                rec.status = "cancelled"
+        self._pending.clear()
+        self._status = status
+        self._upsert_search_attributes()
+        self._publish()
+        duration = (workflow.now() - self._started_at).total_seconds() * 1000
+        return RunResult(
+            status=status,
+            output=self._output,
+            turns=self._turn,
+            usage=self._usage,
+            tool_calls=self._tool_calls,
+            duration_ms=round(duration, 1),
+            stopped_reason=reason,
+            agent=self._req.agent if self._req else "",
+            spec_hash=self._pinned.spec_hash if self._pinned else "",
+            error=error,
+        )
+
+    def _publish(self) -> None:
+        if self._pinned is None:
+            return
+        spec = self._pinned.spec
+        workflow.set_current_details(
+            render.current_details(
+                status=self._status,
+                turn=self._turn,
+                max_turns=spec.limits.max_turns,
+                model=spec.model,
+                total_tokens=self._usage.total_tokens,
+                cost_usd=self._usage.cost_usd,
+                pending=list(self._pending.values()),
+                tool_calls=self._tool_calls,
+                last_text=self._output,
+                spec_hash=self._pinned.spec_hash,
+            )
+        )
+
+    def _upsert_search_attributes(self, initial: bool = False) -> None:
+        if not self._use_search_attributes or self._req is None:
+            return
+        pairs: list[SearchAttributePair[Any]] = [
+            SA_STATUS.value_set(self._status),
+            SA_TOKENS.value_set(self._usage.total_tokens),
+            SA_COST.value_set(self._usage.cost_usd),
+        ]
+        if initial and self._pinned is not None:
+            pairs += [
+                SA_AGENT.value_set(self._req.agent),
+                SA_TENANT.value_set(self._req.tenant_id),
+                SA_PRINCIPAL.value_set(self._req.principal_id),
+                SA_SPEC.value_set(self._pinned.spec_hash),
+            ]
+            if self._req.parent_run_id:
+                pairs.append(SA_PARENT.value_set(self._req.parent_run_id))
+        workflow.upsert_search_attributes(pairs)
+
+    # ------------------------------------------------------------ handlers
+
+    def _ignore(self, signal: str, principal_id: str, reason: str, tool_call_id: str | None = None) -> None:
+        self._ignored.append(
+            IgnoredSignal(signal=signal, principal_id=principal_id, at=workflow.now().isoformat(), reason=reason, tool_call_id=tool_call_id)
+        )
+        workflow.logger.info("signal ignored", extra={"signal": signal, "why": reason})
+
+    def _decision_problem(self, tool_call_id: str, principal_id: str) -> str | None:
+        """Why a decision for this call cannot be taken now, or None when it can."""
+        if tool_call_id in self._verdicts:
+            return f"tool call {tool_call_id} was already decided ({self._verdicts[tool_call_id].decision})"
+        pending = self._pending.get(tool_call_id)
+        if pending is None:
+            known = any(r.id == tool_call_id for r in self._tool_calls)
+            return f"tool call {tool_call_id} is {'not waiting for approval' if known else 'unknown'}"
+        assert self._pinned is not None
+        allowed, why = may_decide(self._pinned.spec.policy, pending.approvers, principal_id)
+        return None if allowed else why
+
+    def _record(self, tool_call_id: str, decision: str, principal_id: str, arguments: dict[str, Any] | None, comment: str | None, via: str) -> None:
+        d = Decision(
+            tool_call_id=tool_call_id,
+            decision=decision,  # type: ignore[arg-type]
+            principal_id=principal_id,
+            at=workflow.now().isoformat(),
+            arguments=arguments,
+            comment=comment,
+            via=via,  # type: ignore[arg-type]
+        )
+        self._verdicts[tool_call_id] = d
+        self._decisions.append(d)
+        for rec in self._tool_calls:
+            if rec.id == tool_call_id:
+                rec.decided_by = principal_id
+
+    @workflow.signal(name="approve")
+    def approve(self, sig: ApproveSignal) -> None:
+        """Approve a waiting tool call (optionally with edited arguments)."""
+        problem = self._decision_problem(sig.tool_call_id, sig.principal_id)
+        if problem:
+            self._ignore("approve", sig.principal_id, problem, sig.tool_call_id)
+            return
+        self._record(sig.tool_call_id, "approve", sig.principal_id, sig.arguments, sig.comment, "signal")
+
+    @workflow.signal(name="reject")
+    def reject(self, sig: RejectSignal) -> None:
+        """Reject a waiting tool call; the model is told why."""
+        problem = self._decision_problem(sig.tool_call_id, sig.principal_id)
+        if problem:
+            self._ignore("reject", sig.principal_id, problem, sig.tool_call_id)
+            return
+        self._record(sig.tool_call_id, "reject", sig.principal_id, None, sig.reason, "signal")
+
+    @workflow.update(name="decide")
+    def decide(self, upd: DecideUpdate) -> DecideResult:
+        """Approve or reject a waiting tool call, synchronously."""
+        self._record(
+            upd.tool_call_id,
+            upd.decision,
+            upd.principal_id,
+            upd.arguments if upd.decision == "approve" else None,
+            upd.comment if upd.decision == "approve" else (upd.reason or upd.comment),
+            "update",
+        )
+        return DecideResult(tool_call_id=upd.tool_call_id, decision=upd.decision)
+
+    @decide.validator
+    def _validate_decide(self, upd: DecideUpdate) -> None:
+        problem = self._decision_problem(upd.tool_call_id, upd.principal_id)
+        if problem:
+            raise ValueError(problem)
+
+    @workflow.signal(name="interrupt")
+    def interrupt(self, sig: InterruptSignal) -> None:
+        """Stop at the next safe point; in-flight activities are cancelled."""
+        if self._interrupt is None:
+            self._interrupt = sig
+        else:
+            self._ignore("interrupt", sig.principal_id, "already interrupted")
+
+    @workflow.signal(name="pause")
+    def pause(self, sig: PrincipalSignal) -> None:
+        """Hold the run before its next step."""
+        if self._paused:
+            self._ignore("pause", sig.principal_id, "already paused")
+        self._paused = True
+
+    @workflow.signal(name="resume")
+    def resume(self, sig: PrincipalSignal) -> None:
+        """Let a paused run go on."""
+        if not self._paused:
+            self._ignore("resume", sig.principal_id, "not paused")
+        self._paused = False
+
+    @workflow.signal(name="send_message")
+    def send_message(self, sig: MessageSignal) -> None:
+        """Add a user message: steering mid-run, or the next turn of a conversation."""
+        self._inbox.append(sig)
+
+    @workflow.signal(name="raise_budget")
+    def raise_budget(self, sig: RaiseBudgetSignal) -> None:
+        """Set new budget totals; a run paused on its budget goes on if now under it."""
+        if sig.max_total_tokens is not None:
+            self._max_tokens_budget = sig.max_total_tokens
+        if sig.max_cost_usd is not None:
+            self._max_cost_budget = sig.max_cost_usd
+        if self._status == "budget_paused" and self._budget_exceeded() is None:
+            self._paused = False
+
+    @workflow.query(name="state")
+    def state(self) -> RunState:
+        """The run's live state (CONTRACT.md)."""
+        return RunState(
+            status=self._status,  # type: ignore[arg-type]
+            turn=self._turn,
+            agent=self._req.agent if self._req else "",
+            pending_approvals=list(self._pending.values()),
+            usage=self._usage,
+            tool_calls=self._tool_calls,
+            ignored_signals=self._ignored,
+            decisions=self._decisions,
+            paused=self._paused,
+            spec_hash=self._pinned.spec_hash if self._pinned else "",
+            tenant_id=self._req.tenant_id if self._req else "default",
+            principal_id=self._req.principal_id if self._req else "anonymous",
+            compactions=self._compactions,
+            continued_runs=self._continued,
+            parent_run_id=self._req.parent_run_id if self._req else None,
+            output=self._output,
+        )
+
+    @workflow.query(name="transcript")
+    def transcript(self) -> list[dict[str, Any]]:
+        """The messages so far, OpenAI chat format."""
+        return self._messages
+
+
+async def _cancel(task: asyncio.Future[Any]) -> None:
+    task.cancel()
+    try:
+        await task
+    except (asyncio.CancelledError, CancelledError, ActivityError):
+        pass
+
+
+def _cause_message(e: ActivityError) -> str:
+    cause: BaseException | None = e.cause
+    parts = []
+    while cause is not None:
+        parts.append(str(cause))
+        cause = getattr(cause, "cause", None)
+    return ": ".join(p for p in parts if p) or str(e)

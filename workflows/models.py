@@ -1,0 +1,233 @@
+"""The public data of workflow ``AgentRun``: request, result, signals, update, queries.
+
+Names and shapes are pinned by ``shared/CONTRACT.md``; fields may be added, never renamed.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from activities.contracts import Usage
+from activities.spec import PinnedSpec
+
+RunStatus = Literal[
+    "completed", "interrupted", "max_turns", "timeout", "loop_detected", "budget_exceeded", "failed"
+]
+LiveStatus = Literal[
+    "starting", "running", "awaiting_approval", "paused", "waiting_for_message", "budget_paused"
+]
+ToolCallStatus = Literal[
+    "ok", "error", "rejected", "denied", "timed_out", "pending", "running", "cancelled"
+]
+
+WORKFLOW_NAME = "AgentRun"
+
+
+class LimitsOverride(BaseModel):
+    """Per-run overrides of the spec's limits; ``None`` keeps the spec's value."""
+
+    max_turns: int | None = Field(None, ge=1)
+    max_seconds: float | None = Field(None, gt=0)
+    max_total_tokens: int | None = Field(None, ge=1)
+    max_cost_usd: float | None = Field(None, gt=0)
+
+
+class RunRequest(BaseModel):
+    """Input of ``AgentRun`` (CONTRACT.md)."""
+
+    agent: str = "default"
+    input: str
+    tenant_id: str = "default"
+    principal_id: str = "anonymous"
+    mode: Literal["task", "chat"] = "task"
+    limits: LimitsOverride = Field(default_factory=LimitsOverride)
+    spec_file: str | None = Field(None, description="spec file on the worker; None: AGENT_SPEC_FILE")
+    model: str | None = Field(None, description="override of the spec's model")
+    parent_run_id: str | None = Field(None, description="fork lineage: the run this one forked from")
+    fork_turn: int | None = None
+    seed_messages: list[dict[str, Any]] | None = Field(
+        None, description="fork: transcript to start from instead of [system, user(input)]"
+    )
+    carry: CarriedState | None = Field(None, description="set by the run itself when it continues as new")
+
+
+class ToolCallRecord(BaseModel):
+    """One tool call of the run, as it appears in ``RunResult.tool_calls`` and ``state``.
+
+    ``duration_ms`` is the tool function's wall time in milliseconds (0 if it never ran).
+    """
+
+    id: str
+    name: str
+    arguments: dict[str, Any] | str = Field(default_factory=dict)
+    status: ToolCallStatus
+    turn: int
+    duration_ms: float = 0.0
+    policy: Literal["allow", "deny", "approve"] = "allow"
+    reason: str | None = None
+    result_chars: int = 0
+    decided_by: str | None = None
+
+
+class RunResult(BaseModel):
+    """Result of ``AgentRun`` (CONTRACT.md). ``duration_ms`` is workflow time in milliseconds."""
+
+    model_config = ConfigDict(extra="allow")
+
+    status: RunStatus
+    output: str | None = None
+    turns: int = 0
+    usage: Usage = Field(default_factory=Usage)
+    tool_calls: list[ToolCallRecord] = Field(default_factory=list)
+    duration_ms: float = 0.0
+    stopped_reason: str = ""
+    agent: str = ""
+    spec_hash: str = ""
+    error: str | None = None
+
+
+class ApproveSignal(BaseModel):
+    """Payload of signal ``approve``: run a call that waits; ``arguments`` replaces the model's."""
+
+    tool_call_id: str
+    principal_id: str = "anonymous"
+    arguments: dict[str, Any] | None = None
+    comment: str | None = None
+
+
+class RejectSignal(BaseModel):
+    """Payload of signal ``reject``: the call is not run; the model is told why."""
+
+    tool_call_id: str
+    principal_id: str = "anonymous"
+    reason: str = "rejected"
+
+
+class DecideUpdate(BaseModel):
+    """Payload of update ``decide``: an approval or rejection, answered synchronously."""
+
+    tool_call_id: str
+    decision: Literal["approve", "reject"]
+    principal_id: str = "anonymous"
+    arguments: dict[str, Any] | None = None
+    comment: str | None = None
+    reason: str | None = None
+
+
+class DecideResult(BaseModel):
+    """Answer of update ``decide``."""
+
+    tool_call_id: str
+    decision: Literal["approve", "reject"]
+    accepted: bool = True
+
+
+class InterruptSignal(BaseModel):
+    """Payload of signal ``interrupt``."""
+
+    reason: str = "interrupted"
+    principal_id: str = "anonymous"
+
+
+class PrincipalSignal(BaseModel):
+    """Payload of signals ``pause`` and ``resume``."""
+
+    principal_id: str = "anonymous"
+
+
+class MessageSignal(BaseModel):
+    """Payload of signal ``send_message``."""
+
+    content: str
+    principal_id: str = "anonymous"
+
+
+class RaiseBudgetSignal(BaseModel):
+    """Payload of signal ``raise_budget``: new totals (not increments); ``None`` keeps a limit."""
+
+    principal_id: str = "anonymous"
+    max_total_tokens: int | None = None
+    max_cost_usd: float | None = None
+
+
+class PendingApproval(BaseModel):
+    """A tool call waiting for a person. ``requested_at`` is ISO-8601 workflow time."""
+
+    tool_call_id: str
+    name: str
+    arguments: dict[str, Any] | str
+    requested_at: str
+    turn: int
+    approvers: list[str] = Field(default_factory=list)
+    reason: str | None = None
+
+
+class Decision(BaseModel):
+    """A person's decision, recorded in the run: who, when (ISO-8601 workflow time), what."""
+
+    tool_call_id: str
+    decision: Literal["approve", "reject", "timeout"]
+    principal_id: str
+    at: str
+    arguments: dict[str, Any] | None = None
+    comment: str | None = None
+    via: Literal["signal", "update", "timer"] = "signal"
+
+
+class IgnoredSignal(BaseModel):
+    """A signal that changed nothing, and why."""
+
+    signal: str
+    principal_id: str
+    at: str
+    reason: str
+    tool_call_id: str | None = None
+
+
+class RunState(BaseModel):
+    """Answer of query ``state``."""
+
+    status: LiveStatus | RunStatus
+    turn: int
+    agent: str = ""
+    pending_approvals: list[PendingApproval] = Field(default_factory=list)
+    usage: Usage = Field(default_factory=Usage)
+    tool_calls: list[ToolCallRecord] = Field(default_factory=list)
+    ignored_signals: list[IgnoredSignal] = Field(default_factory=list)
+    decisions: list[Decision] = Field(default_factory=list)
+    paused: bool = False
+    spec_hash: str = ""
+    tenant_id: str = "default"
+    principal_id: str = "anonymous"
+    compactions: int = 0
+    continued_runs: int = 0
+    parent_run_id: str | None = None
+    output: str | None = None
+
+
+class CarriedState(BaseModel):
+    """Everything a run carries across continue-as-new (at a turn boundary, nothing pending)."""
+
+    pinned: PinnedSpec
+    messages: list[dict[str, Any]]
+    turn: int
+    usage: Usage
+    tool_calls: list[ToolCallRecord]
+    decisions: list[Decision]
+    ignored_signals: list[IgnoredSignal]
+    inbox: list[MessageSignal]
+    paused: bool
+    signatures: list[list[list[str]]]
+    waited_seconds: float
+    started_at: datetime
+    max_total_tokens: int | None
+    max_cost_usd: float | None
+    compactions: int
+    continued_runs: int
+    output: str | None
+
+
+RunRequest.model_rebuild()
