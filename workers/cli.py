@@ -103,8 +103,7 @@ def web_ui_url(run_id: str) -> str:
     try:
         from workers.dev_server import load_dev_config
 
-        cfg = load_dev_config("temporal-dev.yml")
-        base = f"http://{cfg.ip}:{cfg.ui_port}"
+        base = load_dev_config("temporal-dev.yml").ui_url
     except Exception:  # noqa: BLE001 - no dev config: the usual default
         base = "http://127.0.0.1:8233"
     return f"{base}/namespaces/{s.temporal_namespace}/workflows/{run_id}"

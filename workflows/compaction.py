@@ -14,8 +14,8 @@ Units
 
 Pinned units (never dropped)
     the head; the first ``user`` message (the task); the latest ``user`` message that is not a
-    compaction summary (the current request, in chat mode); the most recent unit (the one that
-    starts last, and the one holding the last message).
+    compaction summary (the current request, in chat mode); the most recent unit (the one
+    holding the last message: the latest user message, or the latest call with its results).
 
 Budgets, in tokens
     ``usable = context_window - output_reserve``; compaction is needed when
@@ -211,9 +211,8 @@ def plan_compaction(
     requests = [i for i in users if not _is_summary(messages[i])]
     if requests:
         pinned.add(unit_of[requests[-1]])
-    if units:
-        pinned.add(len(units) - 1)  # the unit that starts last
-        pinned.add(unit_of[len(messages) - 1])  # the unit of the last message, if not the same
+    if messages:
+        pinned.add(unit_of[len(messages) - 1])  # the most recent unit
 
     dropped_units: list[int] = []
     after = total  # > budget >= target: at least one unit is tried

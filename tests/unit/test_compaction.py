@@ -141,7 +141,7 @@ def test_latest_user_request_kept() -> None:
     assert plan is not None
     assert 3 in plan.keep  # the current request survives
     assert plan.dropped == [2, 4, 5]
-    assert plan.tokens_after == 60 and plan.fits
+    assert plan.tokens_after == 50 and plan.fits
 
 
 def test_unfit_plan_drops_everything_unpinned() -> None:
@@ -190,12 +190,13 @@ def test_units_group_calls_with_results() -> None:
         calls("a", "b"),  # 2
         result("b"),  # 3 (out of order)
         user("interjection"),  # 4
-        result("a"),  # 5 (not adjacent, matched by id)
-        {"role": "tool", "content": "no id"},  # 6 orphan: follows no tool-call unit
+        {"role": "tool", "content": "no id"},  # 5 orphan: follows no tool-call unit
+        result("a"),  # 6 (not adjacent, matched by id)
         calls("z"),  # 7
         {"role": "tool", "content": "id missing"},  # 8 joins the call right before it
+        {"role": "tool", "tool_call_id": "unknown"},  # 9 likewise
     ]
-    assert transcript_units(msgs) == [[0], [1], [2, 3, 5], [4], [6], [7, 8]]
+    assert transcript_units(msgs) == [[0], [1], [2, 3, 6], [4], [5], [7, 8, 9]]
 
 
 def test_non_adjacent_result_keeps_its_call() -> None:

@@ -1,4 +1,4 @@
-"""Unit tests of activities/tokens.py: offline encodings, chat overhead, the tokens.count activity."""
+"""Unit tests of activities/tokens.py: offline encodings, chat overhead, tokens.count."""
 
 from __future__ import annotations
 
@@ -188,9 +188,7 @@ def test_hash_mismatch_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @needs_data
 @pytest.mark.parametrize("name", [CL100K_BASE, O200K_BASE])
-def test_constants_match_tiktoken_openai_public(
-    name: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_constants_match_tiktoken_openai_public(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Our hashes, pat_str and special tokens equal what tiktoken's own constructors use."""
     from tiktoken_ext import openai_public
 
@@ -287,7 +285,11 @@ def test_tool_calls_counted(encoding: str | None) -> None:
             "role": "assistant",
             "content": None,
             "tool_calls": [
-                {"id": "c1", "type": "function", "function": {"name": "read_file", "arguments": args}}
+                {
+                    "id": "c1",
+                    "type": "function",
+                    "function": {"name": "read_file", "arguments": args},
+                }
             ],
         }
 
@@ -354,7 +356,9 @@ async def test_activity_in_activity_environment() -> None:
         model="gpt-4o", encoding=APPROX_ENCODING, messages=[{"role": "user", "content": "abcd"}]
     )
     out = await ActivityEnvironment().run(count_tokens, req)
-    assert out == TokenCounts(per_message=[3 + 1 + 1], tools=0, total=5 + 3, encoding="approx-chars/4")
+    assert out == TokenCounts(
+        per_message=[3 + 1 + 1], tools=0, total=5 + 3, encoding="approx-chars/4"
+    )
 
 
 async def test_activity_unknown_encoding_is_non_retryable() -> None:

@@ -1,0 +1,104 @@
+"""Durability: a worker process killed mid-run, and replay of recorded histories."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Replayer
+
+from tests.harness import Harness
+from tests.support_tools import journal_events
+from workers.testing.scripted_model import ScriptedModel, text, tool_call
+from workflows.agent_run import AgentRun
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _spawn_worker(h: Harness, address: str, log: Path) -> subprocess.Popen[bytes]:
+    env = dict(os.environ)
+    env.update(
+        TEMPORAL_ADDRESS=address,
+        TEMPORAL_NAMESPACE="default",
+        AGENT_TASK_QUEUE=h.task_queue,
+        OPENAI_BASE_URL=h.model.base_url,
+        OPENAI_API_KEY="test-key",
+        AGENT_SPEC_FILE=str(h.spec_file),
+        AGENT_TOOL_MODULES="tests.support_tools",
+        AGENT_MODEL="scripted",
+        PYTHONPATH=str(ROOT),
+    )
+    return subprocess.Popen(
+        [sys.executable, "-m", "workers.cli", "worker"],
+        cwd=ROOT,
+        env=env,
+        stdout=log.open("ab"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
+async def _until(cond, timeout: float = 30.0) -> None:
+    for _ in range(int(timeout / 0.05)):
+        if cond():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("condition not met in time")
+
+
+async def test_worker_killed_mid_run_run_completes_without_rerunning_completed_activities(
+    client: Client, dev_server_address: str, tmp_path: Path
+):
+    model = ScriptedModel(
+        [
+            tool_call("record", {"label": "before"}),
+            tool_call("slow_echo", {"text": "long", "seconds": 4}),
+            tool_call("record", {"label": "after"}),
+            text("finished"),
+        ]
+    )
+    async with Harness(client, tmp_path, model, worker=False) as h:
+        log = tmp_path / "worker.log"
+        w1 = _spawn_worker(h, dev_server_address, log)
+        try:
+            handle = await h.start("survive a crash")
+            await _until(lambda: any(e.get("phase") == "start" for e in journal_events(h.journal)))
+            os.killpg(w1.pid, signal.SIGKILL)  # no graceful shutdown: the process is gone
+            w1.wait()
+            w2 = _spawn_worker(h, dev_server_address, log)
+            try:
+                res = await asyncio.wait_for(handle.result(), timeout=90)
+            finally:
+                w2.send_signal(signal.SIGTERM)
+                w2.wait(timeout=30)
+        finally:
+            if w1.poll() is None:
+                w1.kill()
+    assert res.status == "completed", res
+    assert res.output == "finished"
+    events = journal_events(h.journal)
+    records = [e["label"] for e in events if e["tool"] == "record"]
+    assert records == ["before", "after"]  # the completed activity before the crash did not run again
+    echo = [e["phase"] for e in events if e["tool"] == "slow_echo"]
+    assert echo.count("end") == 1  # the interrupted call ran to completion once, on the new worker
+    assert w2.returncode == 0  # graceful shutdown on SIGTERM
+
+
+async def test_recorded_history_replays(client: Client, tmp_path: Path):
+    model = ScriptedModel(
+        [tool_call("read_file", {"path": "README.md"}), tool_call("calculator", {"expression": "6*7"}), text("42")]
+    )
+    async with Harness(client, tmp_path, model) as h:
+        handle = await h.start("replay me")
+        res = await handle.result()
+        assert res.status == "completed"
+        history = await handle.fetch_history()
+    replayer = Replayer(workflows=[AgentRun], data_converter=pydantic_data_converter)
+    result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+    assert result.replay_failure is None
