@@ -113,9 +113,9 @@ async def start_run(
     )
 
 
-def handle(client: Client, run_id: str) -> WorkflowHandle[AgentRun, RunResult]:
+def handle(client: Client, run_id: str) -> WorkflowHandle[Any, RunResult]:
     """Handle of a run by its workflow id (the latest execution, across continue-as-new)."""
-    return client.get_workflow_handle_for(AgentRun.run, run_id, result_type=RunResult)
+    return client.get_workflow_handle(run_id, result_type=RunResult)
 
 
 async def result(client: Client, run_id: str) -> RunResult:
