@@ -112,6 +112,7 @@ class AgentRun:
         self._verdicts: dict[str, Decision] = {}
         self._inbox: list[MessageSignal] = []
         self._paused = False
+        self._budget_paused = False
         self._interrupt: InterruptSignal | None = None
         self._status: str = "starting"
         self._signatures: list[Signature] = []
@@ -432,13 +433,13 @@ class AgentRun:
         if self._interrupt is not None:
             raise _Stop("interrupted", self._interrupt.reason)
         if self._paused:
-            before, self._status = self._status, "paused"
+            before, self._status = self._status, ("budget_paused" if self._budget_paused else "paused")
             self._upsert_search_attributes()
             self._publish()
             started = workflow.now()
             await self._wait_for_person(lambda: not self._paused, None)
             self._waited_seconds += (workflow.now() - started).total_seconds()
-            self._status = before if before != "paused" else "running"
+            self._status = before if before not in ("paused", "budget_paused") else "running"
             self._upsert_search_attributes()
         if self._remaining_seconds() <= 0:
             raise _Stop("timeout", "reached max_seconds")
@@ -493,8 +494,7 @@ class AgentRun:
         assert self._pinned is not None
         if self._pinned.spec.limits.on_budget == "pause":
             self._paused = True
-            self._status = "budget_paused"
-            self._output = self._output
+            self._budget_paused = True
             workflow.logger.info("budget reached; pausing", extra={"why": over})
             return
         raise _Stop("budget_exceeded", over)
@@ -725,7 +725,11 @@ class AgentRun:
         """Let a paused run go on."""
         if not self._paused:
             self._ignore("resume", sig.principal_id, "not paused")
+        elif self._budget_paused and self._budget_exceeded() is not None:
+            self._ignore("resume", sig.principal_id, "over budget: raise it with raise_budget")
+            return
         self._paused = False
+        self._budget_paused = False
 
     @workflow.signal(name="send_message")
     def send_message(self, sig: MessageSignal) -> None:
@@ -739,8 +743,9 @@ class AgentRun:
             self._max_tokens_budget = sig.max_total_tokens
         if sig.max_cost_usd is not None:
             self._max_cost_budget = sig.max_cost_usd
-        if self._status == "budget_paused" and self._budget_exceeded() is None:
+        if self._budget_paused and self._budget_exceeded() is None:
             self._paused = False
+            self._budget_paused = False
 
     @workflow.query(name="state")
     def state(self) -> RunState:

@@ -1,0 +1,92 @@
+"""Runs of any length: continue-as-new, budgets, compaction in a real run."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from temporalio.client import Client
+
+from tests.harness import Harness
+from tests.integration.test_people import until_state
+from tests.support_tools import journal_events
+from workers import client as rc
+from workers.testing.scripted_model import ScriptedModel, text, tool_call
+from workflows.models import RaiseBudgetSignal, RunState
+
+
+async def test_continue_as_new_keeps_state_queries_and_approvals_working(client: Client, tmp_path: Path):
+    script = [tool_call("record", {"label": str(i)}) for i in range(5)]
+    script += [tool_call("deploy", {"target": "prod"}), text("all done")]
+    model = ScriptedModel(script)
+    agents = {"default": {"limits": {"continue_as_new_every_turns": 2, "max_turns": 20}}}
+    async with Harness(client, tmp_path, model, agents=agents) as h:
+        handle = await h.start("many turns")
+        st = await until_state(handle, lambda s: s.status == "awaiting_approval", timeout=30)
+        assert st.continued_runs >= 2  # the approval waits in a later run of the chain
+        assert st.turn == 6
+        assert len(st.tool_calls) == 6  # the record of earlier runs was carried over
+        desc = await handle.describe()
+        assert desc.run_id != handle.result_run_id  # a later run of the same workflow id answers
+        await rc.decide(client, handle.id, st.pending_approvals[0].tool_call_id, "approve", "anyone")
+        res = await handle.result()
+    assert res.status == "completed"
+    assert res.turns == 7
+    assert [e.get("label") or e.get("target") for e in journal_events(h.journal)] == ["0", "1", "2", "3", "4", "prod"]
+    # every model step saw the whole transcript, across the boundaries
+    assert len(model.requests[-1].messages) == 2 + 6 * 2
+    # usage was carried across the boundaries, not restarted in each run of the chain
+    assert res.usage.total_tokens > st.usage.total_tokens > 0
+    assert st.usage.prompt_tokens >= sum(len(r.messages) for r in model.requests[:6])
+
+
+async def test_token_budget_ends_the_run(client: Client, tmp_path: Path):
+    model = ScriptedModel([tool_call("record", {"label": str(i)}) for i in range(20)])
+    async with Harness(client, tmp_path, model) as h:
+        res = await h.run("spend", limits={"max_total_tokens": 60})
+    assert res.status == "budget_exceeded"
+    assert res.usage.total_tokens >= 60
+    assert "budget of 60" in res.stopped_reason
+    assert res.turns < 20
+
+
+async def test_cost_budget_can_pause_until_raised(client: Client, tmp_path: Path):
+    model = ScriptedModel([tool_call("record", {"label": "a"}), tool_call("record", {"label": "b"}), text("done")])
+    agents = {
+        "default": {
+            "pricing": {"prompt_per_mtok": 1000.0, "completion_per_mtok": 1000.0},
+            "limits": {"max_cost_usd": 0.01, "on_budget": "pause"},
+        }
+    }
+    async with Harness(client, tmp_path, model, agents=agents) as h:
+        handle = await h.start("spend money")
+        st = await until_state(handle, lambda s: s.status == "budget_paused")
+        assert st.usage.cost_usd >= 0.01
+        await asyncio.sleep(0.5)
+        assert model.count == 1
+        await handle.signal("raise_budget", RaiseBudgetSignal(principal_id="boss", max_cost_usd=10.0))
+        res = await handle.result()
+    assert res.status == "completed"
+    assert model.count == 3
+    assert res.usage.cost_usd > 0.01
+
+
+async def test_transcript_over_the_window_never_reaches_the_model(client: Client, tmp_path: Path):
+    big = "word " * 3000  # ~3,000 tokens per tool result
+    script = [tool_call("slow_echo", {"text": big + str(i), "seconds": 0}) for i in range(6)] + [text("done")]
+    model = ScriptedModel(script)
+    agents = {"default": {"compaction": {"context_window": 8000, "output_reserve": 500, "threshold": 0.8}, "max_tool_output_chars": 20000}}
+    async with Harness(client, tmp_path, model, agents=agents) as h:
+        handle = await h.start("read a lot")
+        res = await handle.result()
+        st: RunState = await handle.query("state", result_type=RunState)
+    assert res.status == "completed"
+    assert st.compactions >= 1
+    from activities.tokens import count_messages
+
+    for r in model.requests:
+        counts = count_messages(r.messages, r.tools, "scripted")
+        assert counts.total <= 8000 - 500, counts.total
+        assert r.messages[0]["role"] == "system"
+        ids = {c["id"] for m in r.messages for c in (m.get("tool_calls") or [])}
+        assert all(m["tool_call_id"] in ids for m in r.messages if m["role"] == "tool")

@@ -1,0 +1,215 @@
+"""Regenerate the stored workflow histories under ``tests/histories/``.
+
+Usage (from the repository root)::
+
+    .venv/bin/python -m tests.record_histories            # writes tests/histories/*.json
+    .venv/bin/python -m tests.record_histories --out DIR  # somewhere else
+
+Starts an in-memory Temporal dev server (the pip-installed binary, see
+:func:`workers.testing.env.start_local_env`), the scripted model server and a worker on the
+task queue ``histories``, runs the representative runs of :data:`SCENARIOS` with fixed workflow
+ids, and saves each run's history as JSON (``WorkflowHistory.to_json()``), pretty-printed so a
+diff of a regenerated file is readable. ``tests/integration/test_histories_replay.py`` replays
+every file with the current workflow code, so a change that breaks runs in flight fails there.
+
+Regenerate only when a history *should* change (a deliberate, versioned workflow change); keep
+the old files too when runs recorded with the old code may still be in flight.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import tempfile
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from temporalio.client import Client, WorkflowHandle
+
+from tests.harness import Harness
+from workers import client as rc
+from workers.testing.env import start_local_env
+from workers.testing.scripted_model import ScriptedModel, text, tool_call, tool_calls
+from workflows.models import ApproveSignal, RejectSignal, RunRequest, RunResult, RunState
+
+HISTORIES = Path(__file__).parent / "histories"
+TASK_QUEUE = "histories"
+# A small tool set keeps every model step's input (which carries the tool schemas) small.
+TOOLS = ["read_file", "list_files", "calculator", "record", "deploy"]
+GATED_POLICY = {
+    "approvers": ["alice", "role:ops"],
+    "roles": {"ops": ["olga"]},
+    "tools": {"calculator": {"action": "deny", "reason": "no maths today"}},
+}
+
+
+async def _until(handle: WorkflowHandle[Any, RunResult], pred: Callable[[RunState], bool], timeout: float = 20.0) -> RunState:
+    last: RunState | None = None
+    for _ in range(int(timeout / 0.05)):
+        try:
+            last = await handle.query("state", result_type=RunState)
+            if pred(last):
+                return last
+        except Exception:  # noqa: BLE001 - the first workflow task may not have run yet
+            pass
+        await asyncio.sleep(0.05)
+    raise RuntimeError(f"{handle.id}: state not reached; last: {last}")
+
+
+async def _start(h: Harness, workflow_id: str, request: str, agent: str = "default") -> WorkflowHandle[Any, RunResult]:
+    return await rc.start_run(h.client, RunRequest(agent=agent, input=request), task_queue=h.task_queue, workflow_id=workflow_id)
+
+
+async def tools_run(h: Harness) -> WorkflowHandle[Any, RunResult]:
+    """(a) Tool calls: three in parallel in one turn, then one more, then an answer."""
+    h.model.extend(  # type: ignore[attr-defined]
+        [
+            tool_calls([("read_file", {"path": "README.md"}), ("calculator", {"expression": "6*7"}), ("record", {"label": "x"})]),
+            tool_call("list_files", {"path": "."}),
+            text("the answer is 42"),
+        ]
+    )
+    handle = await _start(h, "hist-tools", "[tools] read, compute, record, list")
+    await handle.result()
+    return handle
+
+
+async def approvals_run(h: Harness) -> WorkflowHandle[Any, RunResult]:
+    """(b) Two calls waiting for approval: an unauthorised signal (ignored), one approved with
+    edited arguments (signal), one rejected (update ``decide``), then an answer."""
+    h.model.extend(  # type: ignore[attr-defined]
+        [
+            tool_calls([("deploy", {"target": "prod"}), ("deploy", {"target": "eu"})]),
+            text("deployed to staging only"),
+        ]
+    )
+    handle = await _start(h, "hist-approvals", "[approvals] deploy twice", agent="gated")
+    st = await _until(handle, lambda s: len(s.pending_approvals) == 2)
+    first, second = (p.tool_call_id for p in st.pending_approvals)
+    await rc.approve_signal(h.client, handle.id, ApproveSignal(tool_call_id=first, principal_id="mallory"))
+    await _until(handle, lambda s: len(s.ignored_signals) == 1)
+    await rc.approve_signal(
+        h.client, handle.id, ApproveSignal(tool_call_id=first, principal_id="olga", arguments={"target": "staging"}, comment="staging first")
+    )
+    await rc.decide(h.client, handle.id, second, "reject", "alice", reason="freeze week")
+    await rc.reject_signal(h.client, handle.id, RejectSignal(tool_call_id=first, principal_id="alice", reason="too late"))
+    await handle.result()
+    return handle
+
+
+async def interrupt_run(h: Harness) -> WorkflowHandle[Any, RunResult]:
+    """(c) An interrupt during a slow second model step."""
+    h.model.extend([tool_call("record", {"label": "one"}), text("too late", delay=30)])  # type: ignore[attr-defined]
+    handle = await _start(h, "hist-interrupt", "[interrupt] slow")
+    await _until(handle, lambda s: s.turn == 2)
+    for _ in range(200):
+        if h.model.count == h.model_requests_before + 2:  # type: ignore[attr-defined]
+            break
+        await asyncio.sleep(0.05)
+    await rc.interrupt(h.client, handle.id, "alice", "stop now")
+    await asyncio.wait_for(handle.result(), timeout=15)
+    return handle
+
+
+async def continue_as_new_run(h: Harness) -> WorkflowHandle[Any, RunResult]:
+    """(d) Five turns with ``continue_as_new_every_turns: 2``: three executions in one chain."""
+    h.model.extend(  # type: ignore[attr-defined]
+        [tool_call("record", {"label": f"step {i}"}) for i in range(1, 5)] + [text("five turns done")]
+    )
+    handle = await _start(h, "hist-continue-as-new", "[can] five turns", agent="short")
+    await handle.result()
+    return handle
+
+
+Scenario = Callable[[Harness], Awaitable[WorkflowHandle[Any, RunResult]]]
+SCENARIOS: dict[str, Scenario] = {
+    "tools": tools_run,
+    "approvals": approvals_run,
+    "interrupt": interrupt_run,
+    "continue_as_new": continue_as_new_run,
+}
+
+
+class _QueueModel(ScriptedModel):
+    """A scripted model whose shared script is filled scenario by scenario."""
+
+    model_requests_before = 0
+
+    def extend(self, replies: list[Any]) -> None:
+        from workers.testing.scripted_model import _as_reply  # the module's own reply check
+
+        with self._lock:
+            self._script.extend(_as_reply(r, "script item") for r in replies)
+
+
+def _save(path: Path, history_json: str) -> int:
+    body = json.dumps(json.loads(history_json), indent=1, sort_keys=False) + "\n"
+    path.write_text(body)
+    return len(body)
+
+
+async def record(out: Path, client: Client) -> list[Path]:
+    """Run every scenario against ``client`` and write the histories into ``out``.
+
+    Returns the written paths. For the continue-as-new chain both the latest execution
+    (``continue_as_new.json``) and the first one (``continue_as_new_first.json``) are kept.
+    """
+    out.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+    with tempfile.TemporaryDirectory(prefix="histories-") as tmp:
+        model = _QueueModel([])
+        agents = {
+            "default": {"tools": TOOLS},
+            "gated": {"tools": TOOLS, "policy": GATED_POLICY},
+            "short": {"tools": TOOLS, "limits": {"continue_as_new_every_turns": 2}},
+        }
+        h = Harness(client, Path(tmp), model, agents=agents)
+        h.task_queue = TASK_QUEUE
+        async with h:
+            for name, scenario in SCENARIOS.items():
+                model.model_requests_before = model.count
+                handle = await scenario(h)
+                history = await handle.fetch_history()
+                path = out / f"{name}.json"
+                size = _save(path, history.to_json())
+                written.append(path)
+                print(f"{path}: {len(history.events)} events, {size / 1024:.1f} KiB", file=sys.stderr)
+                if name == "continue_as_new":
+                    desc = await handle.describe()
+                    first_id = await _first_run_id(client, handle.id, desc.run_id)
+                    first = await client.get_workflow_handle(handle.id, run_id=first_id).fetch_history()
+                    path = out / f"{name}_first.json"
+                    size = _save(path, first.to_json())
+                    written.append(path)
+                    print(f"{path}: {len(first.events)} events, {size / 1024:.1f} KiB", file=sys.stderr)
+    return written
+
+
+async def _first_run_id(client: Client, workflow_id: str, run_id: str | None) -> str | None:
+    from workers.inspect_history import fetch_chain
+
+    chain = await fetch_chain(client, workflow_id)
+    return chain[0].run_id if chain else run_id
+
+
+async def _main(out: Path) -> None:
+    env = await start_local_env()
+    try:
+        await record(out, env.client)
+    finally:
+        await env.shutdown()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: ``python -m tests.record_histories [--out DIR]``."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=HISTORIES, help=f"output folder (default {HISTORIES})")
+    args = parser.parse_args(argv)
+    asyncio.run(_main(args.out))
+
+
+if __name__ == "__main__":
+    main()
