@@ -46,7 +46,9 @@ GATED_POLICY = {
 }
 
 
-async def _until(handle: WorkflowHandle[Any, RunResult], pred: Callable[[RunState], bool], timeout: float = 20.0) -> RunState:
+async def _until(
+    handle: WorkflowHandle[Any, RunResult], pred: Callable[[RunState], bool], timeout: float = 20.0
+) -> RunState:
     last: RunState | None = None
     for _ in range(int(timeout / 0.05)):
         try:
@@ -59,15 +61,28 @@ async def _until(handle: WorkflowHandle[Any, RunResult], pred: Callable[[RunStat
     raise RuntimeError(f"{handle.id}: state not reached; last: {last}")
 
 
-async def _start(h: Harness, workflow_id: str, request: str, agent: str = "default") -> WorkflowHandle[Any, RunResult]:
-    return await rc.start_run(h.client, RunRequest(agent=agent, input=request), task_queue=h.task_queue, workflow_id=workflow_id)
+async def _start(
+    h: Harness, workflow_id: str, request: str, agent: str = "default"
+) -> WorkflowHandle[Any, RunResult]:
+    return await rc.start_run(
+        h.client,
+        RunRequest(agent=agent, input=request),
+        task_queue=h.task_queue,
+        workflow_id=workflow_id,
+    )
 
 
 async def tools_run(h: Harness) -> WorkflowHandle[Any, RunResult]:
     """(a) Tool calls: three in parallel in one turn, then one more, then an answer."""
-    h.model.extend(  # type: ignore[attr-defined]
+    h.model.extend(
         [
-            tool_calls([("read_file", {"path": "README.md"}), ("calculator", {"expression": "6*7"}), ("record", {"label": "x"})]),
+            tool_calls(
+                [
+                    ("read_file", {"path": "README.md"}),
+                    ("calculator", {"expression": "6*7"}),
+                    ("record", {"label": "x"}),
+                ]
+            ),
             tool_call("list_files", {"path": "."}),
             text("the answer is 42"),
         ]
@@ -80,7 +95,7 @@ async def tools_run(h: Harness) -> WorkflowHandle[Any, RunResult]:
 async def approvals_run(h: Harness) -> WorkflowHandle[Any, RunResult]:
     """(b) Two calls waiting for approval: an unauthorised signal (ignored), one approved with
     edited arguments (signal), one rejected (update ``decide``), then an answer."""
-    h.model.extend(  # type: ignore[attr-defined]
+    h.model.extend(
         [
             tool_calls([("deploy", {"target": "prod"}), ("deploy", {"target": "eu"})]),
             text("deployed to staging only"),
@@ -89,24 +104,38 @@ async def approvals_run(h: Harness) -> WorkflowHandle[Any, RunResult]:
     handle = await _start(h, "hist-approvals", "[approvals] deploy twice", agent="gated")
     st = await _until(handle, lambda s: len(s.pending_approvals) == 2)
     first, second = (p.tool_call_id for p in st.pending_approvals)
-    await rc.approve_signal(h.client, handle.id, ApproveSignal(tool_call_id=first, principal_id="mallory"))
+    await rc.approve_signal(
+        h.client, handle.id, ApproveSignal(tool_call_id=first, principal_id="mallory")
+    )
     await _until(handle, lambda s: len(s.ignored_signals) == 1)
     await rc.approve_signal(
-        h.client, handle.id, ApproveSignal(tool_call_id=first, principal_id="olga", arguments={"target": "staging"}, comment="staging first")
+        h.client,
+        handle.id,
+        ApproveSignal(
+            tool_call_id=first,
+            principal_id="olga",
+            arguments={"target": "staging"},
+            comment="staging first",
+        ),
     )
     await rc.decide(h.client, handle.id, second, "reject", "alice", reason="freeze week")
-    await rc.reject_signal(h.client, handle.id, RejectSignal(tool_call_id=first, principal_id="alice", reason="too late"))
+    await rc.reject_signal(
+        h.client,
+        handle.id,
+        RejectSignal(tool_call_id=first, principal_id="alice", reason="too late"),
+    )
     await handle.result()
     return handle
 
 
 async def interrupt_run(h: Harness) -> WorkflowHandle[Any, RunResult]:
     """(c) An interrupt during a slow second model step."""
-    h.model.extend([tool_call("record", {"label": "one"}), text("too late", delay=30)])  # type: ignore[attr-defined]
+    h.model.extend([tool_call("record", {"label": "one"}), text("too late", delay=30)])
+    before = h.model.count
     handle = await _start(h, "hist-interrupt", "[interrupt] slow")
     await _until(handle, lambda s: s.turn == 2)
     for _ in range(200):
-        if h.model.count == h.model_requests_before + 2:  # type: ignore[attr-defined]
+        if h.model.count == before + 2:
             break
         await asyncio.sleep(0.05)
     await rc.interrupt(h.client, handle.id, "alice", "stop now")
@@ -116,8 +145,9 @@ async def interrupt_run(h: Harness) -> WorkflowHandle[Any, RunResult]:
 
 async def continue_as_new_run(h: Harness) -> WorkflowHandle[Any, RunResult]:
     """(d) Five turns with ``continue_as_new_every_turns: 2``: three executions in one chain."""
-    h.model.extend(  # type: ignore[attr-defined]
-        [tool_call("record", {"label": f"step {i}"}) for i in range(1, 5)] + [text("five turns done")]
+    h.model.extend(
+        [tool_call("record", {"label": f"step {i}"}) for i in range(1, 5)]
+        + [text("five turns done")]
     )
     handle = await _start(h, "hist-continue-as-new", "[can] five turns", agent="short")
     await handle.result()
@@ -131,18 +161,6 @@ SCENARIOS: dict[str, Scenario] = {
     "interrupt": interrupt_run,
     "continue_as_new": continue_as_new_run,
 }
-
-
-class _QueueModel(ScriptedModel):
-    """A scripted model whose shared script is filled scenario by scenario."""
-
-    model_requests_before = 0
-
-    def extend(self, replies: list[Any]) -> None:
-        from workers.testing.scripted_model import _as_reply  # the module's own reply check
-
-        with self._lock:
-            self._script.extend(_as_reply(r, "script item") for r in replies)
 
 
 def _save(path: Path, history_json: str) -> int:
@@ -160,7 +178,7 @@ async def record(out: Path, client: Client) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
     with tempfile.TemporaryDirectory(prefix="histories-") as tmp:
-        model = _QueueModel([])
+        model = ScriptedModel([])
         agents = {
             "default": {"tools": TOOLS},
             "gated": {"tools": TOOLS, "policy": GATED_POLICY},
@@ -170,21 +188,27 @@ async def record(out: Path, client: Client) -> list[Path]:
         h.task_queue = TASK_QUEUE
         async with h:
             for name, scenario in SCENARIOS.items():
-                model.model_requests_before = model.count
                 handle = await scenario(h)
                 history = await handle.fetch_history()
                 path = out / f"{name}.json"
                 size = _save(path, history.to_json())
                 written.append(path)
-                print(f"{path}: {len(history.events)} events, {size / 1024:.1f} KiB", file=sys.stderr)
+                print(
+                    f"{path}: {len(history.events)} events, {size / 1024:.1f} KiB", file=sys.stderr
+                )
                 if name == "continue_as_new":
                     desc = await handle.describe()
                     first_id = await _first_run_id(client, handle.id, desc.run_id)
-                    first = await client.get_workflow_handle(handle.id, run_id=first_id).fetch_history()
+                    first = await client.get_workflow_handle(
+                        handle.id, run_id=first_id
+                    ).fetch_history()
                     path = out / f"{name}_first.json"
                     size = _save(path, first.to_json())
                     written.append(path)
-                    print(f"{path}: {len(first.events)} events, {size / 1024:.1f} KiB", file=sys.stderr)
+                    print(
+                        f"{path}: {len(first.events)} events, {size / 1024:.1f} KiB",
+                        file=sys.stderr,
+                    )
     return written
 
 
@@ -206,7 +230,9 @@ async def _main(out: Path) -> None:
 def main(argv: list[str] | None = None) -> None:
     """Entry point: ``python -m tests.record_histories [--out DIR]``."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=HISTORIES, help=f"output folder (default {HISTORIES})")
+    parser.add_argument(
+        "--out", type=Path, default=HISTORIES, help=f"output folder (default {HISTORIES})"
+    )
     args = parser.parse_args(argv)
     asyncio.run(_main(args.out))
 

@@ -1,7 +1,8 @@
 """Client helpers shared by ``agentctl`` and Python users: connect, start, decide, follow.
 
 Every helper takes a connected :class:`temporalio.client.Client` (see :func:`connect`), which uses
-the pydantic data converter so requests and results are the models of :mod:`workflows.models`.
+the pydantic data converter (with external payload storage, :mod:`workers.converter`) so requests
+and results are the models of :mod:`workflows.models`.
 """
 
 from __future__ import annotations
@@ -12,10 +13,10 @@ from typing import Any
 
 from temporalio.client import Client, WorkflowHandle
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
 
 from workers.config import Settings, load_settings, temporal_connect_config
+from workers.converter import build_data_converter
 from workflows.agent_run import (
     SA_AGENT,
     SA_PRINCIPAL,
@@ -45,7 +46,10 @@ class ServerUnreachable(RuntimeError):
 
 
 async def connect(settings: Settings | None = None, **kwargs: Any) -> Client:
-    """Connect to Temporal with the pydantic data converter.
+    """Connect to Temporal with the runtime's data converter.
+
+    The converter is :func:`workers.converter.build_data_converter` (pydantic JSON plus external
+    payload storage per ``AGENT_PAYLOAD_STORE``); a ``data_converter`` keyword overrides it.
 
     Raises:
         ServerUnreachable: nothing answers at ``TEMPORAL_ADDRESS`` (message names the address).
@@ -53,7 +57,8 @@ async def connect(settings: Settings | None = None, **kwargs: Any) -> Client:
     settings = settings or load_settings()
     cfg = temporal_connect_config(settings)
     cfg.update(kwargs)
-    cfg.setdefault("data_converter", pydantic_data_converter)
+    if "data_converter" not in cfg:
+        cfg["data_converter"] = build_data_converter(settings)
     target = cfg.pop("target_host")
     try:
         return await Client.connect(target, **cfg)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -45,6 +45,40 @@ class Settings(BaseModel):
         5.0, description="AGENT_HEARTBEAT_TIMEOUT: seconds without heartbeat before retrying elsewhere"
     )
     log_level: str = Field("info", description="AGENT_LOG_LEVEL")
+    payload_store: Literal["local", "s3", "none"] = Field(
+        "local",
+        description="AGENT_PAYLOAD_STORE: where payloads over the threshold are kept outside the "
+        "history: local (files in payload_dir), s3 (AGENT_S3_BUCKET) or none (all inline)",
+    )
+    payload_dir: str | None = Field(
+        None,
+        description="AGENT_PAYLOAD_DIR: folder of the local payload store; "
+        "default <state_dir>/payloads",
+    )
+    payload_threshold_bytes: int = Field(
+        64 * 1024,
+        ge=0,
+        description="AGENT_PAYLOAD_THRESHOLD_BYTES: serialized payloads of at least this many "
+        "bytes are stored externally (64 KiB: tool outputs capped at 16,000 chars stay inline, "
+        "transcripts past 64 KiB become ~250-byte references; see workers/converter.py)",
+    )
+    s3_bucket: str | None = Field(
+        None, description="AGENT_S3_BUCKET: bucket of the s3 payload store"
+    )
+    s3_prefix: str = Field(
+        "", description="AGENT_S3_PREFIX: key prefix in the bucket (e.g. agent-runtime/)"
+    )
+    codec_port: int = Field(
+        8234,
+        ge=1,
+        le=65535,
+        description="AGENT_CODEC_PORT: port of the Web UI codec server (workers/codec_server.py)",
+    )
+
+    @property
+    def payload_path(self) -> Path:
+        """Folder of the local payload store (``payload_dir`` or ``<state_dir>/payloads``)."""
+        return Path(self.payload_dir or Path(self.state_dir) / "payloads").expanduser().resolve()
 
 
 def _env(name: str) -> str | None:
@@ -67,6 +101,12 @@ def load_settings() -> Settings:
         "AGENT_MODEL_TIMEOUT": "model_timeout_seconds",
         "AGENT_HEARTBEAT_TIMEOUT": "heartbeat_timeout_seconds",
         "AGENT_LOG_LEVEL": "log_level",
+        "AGENT_PAYLOAD_STORE": "payload_store",
+        "AGENT_PAYLOAD_DIR": "payload_dir",
+        "AGENT_PAYLOAD_THRESHOLD_BYTES": "payload_threshold_bytes",
+        "AGENT_S3_BUCKET": "s3_bucket",
+        "AGENT_S3_PREFIX": "s3_prefix",
+        "AGENT_CODEC_PORT": "codec_port",
     }
     for env_name, field in mapping.items():
         v = _env(env_name)

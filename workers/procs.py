@@ -116,9 +116,15 @@ def start_worker(wait_seconds: float = 30.0) -> int:
 
 
 def stop_all() -> None:
-    """Stop worker, model server and dev server, in that order."""
-    for name in ("worker", "model-server", "dev-server"):
+    """Stop worker, codec server, model server and dev server, in that order."""
+    from workers.dev_server import stop_dev_server
+    from workers.model_server import stop_pid_file
+
+    for name in ("worker", "codec-server"):
         print(f"{name}: {'stopped' if stop(name) else 'not running'}")
+    print(f"model-server: {'stopped' if stop_pid_file(pid_file('model-server')) else 'not running'}")
+    dev_pid = Path(load_settings().state_dir) / "temporal-dev.pid"
+    print(f"dev-server: {'stopped' if stop_dev_server(dev_pid) else 'not running'}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -41,7 +41,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from activities.spec import PinnedSpec
     from workflows import render
-    from workflows.compaction import plan_compaction
+    from workflows.compaction import plan_compaction, summary_request, truncate_tool_results
     from workflows.loop_detection import Signature, detect_loop, turn_signature
     from workflows.models import (
         WORKFLOW_NAME,
@@ -527,16 +527,57 @@ class AgentRun:
             start_to_close_timeout=timedelta(seconds=60),
             summary=f"tokens: count {len(self._messages)} messages",
         )
-        plan = plan_compaction(
-            self._messages, counts.per_message, counts.tools, comp.context_window, comp.output_reserve, comp.threshold
-        )
+        try:
+            plan = plan_compaction(
+                self._messages, counts.per_message, counts.tools, comp.context_window, comp.output_reserve, comp.threshold
+            )
+        except ValueError as e:  # a plain exception here would retry the workflow task forever
+            workflow.logger.warning("compaction skipped", extra={"error": str(e)})
+            return
         if plan is None:
             return
-        self._messages = plan.apply(self._messages)
+        summary: str | None = None
+        if comp.summarize and plan.dropped:
+            summary = await self._summarize([self._messages[i] for i in plan.dropped])
+        compacted = plan.apply(self._messages, summary=summary)
+        if not plan.fits:
+            # even the messages that must stay are too long: shorten tool results to fit
+            budget_chars = int(plan.target * 3)
+            compacted = truncate_tool_results(compacted, max(500, budget_chars // max(1, len(compacted))))
+        self._messages = compacted
         self._compactions += 1
         workflow.logger.info(
-            "context compacted", extra={"dropped": len(plan.dropped), "before": plan.tokens_before, "after": plan.tokens_after}
+            "context compacted",
+            extra={"dropped": len(plan.dropped), "before": plan.tokens_before, "after": plan.tokens_after, "fits": plan.fits},
         )
+
+    async def _summarize(self, dropped: list[dict[str, Any]]) -> str | None:
+        """A model step of its own that summarises the dropped messages (None if it fails)."""
+        assert self._pinned is not None and self._req is not None
+        spec = self._pinned.spec
+        try:
+            reply = await workflow.execute_activity(
+                MODEL_COMPLETE,
+                CallModelInput(
+                    run_id=workflow.info().workflow_id,
+                    turn=self._turn,
+                    model=spec.model,
+                    messages=summary_request(dropped),
+                    settings=ModelSettings(temperature=0.0, max_tokens=400),
+                    prompt_price_per_mtok=spec.pricing.prompt_per_mtok,
+                    completion_price_per_mtok=spec.pricing.completion_per_mtok,
+                    tenant_id=self._req.tenant_id,
+                ),
+                result_type=ModelReply,
+                start_to_close_timeout=timedelta(seconds=spec.model_timeout_seconds),
+                heartbeat_timeout=MODEL_HEARTBEAT,
+                retry_policy=RetryPolicy(maximum_attempts=3),
+                summary=render.model_summary(spec.model, self._turn, "(summary of dropped context)"),
+            )
+        except ActivityError:
+            return None
+        self._usage = self._usage.add(reply.usage)
+        return reply.content
 
     # ------------------------------------------------------------ continue-as-new
 

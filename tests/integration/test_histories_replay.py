@@ -1,0 +1,110 @@
+"""Stored histories replay with the current workflow code; an incompatible change is caught.
+
+The files under ``tests/histories/`` were recorded by ``python -m tests.record_histories``
+(see ``tests/histories/README.md``). No Temporal server is needed: replay runs in-process.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from temporalio import workflow
+from typer.testing import CliRunner
+
+from activities.contracts import TOKENS_COUNT, CountTokensInput, ModelReply, TokenCounts
+from workers.cli import app
+from workers.inspect_history import load_history_file, replay_file, replay_histories
+from workflows.agent_run import AgentRun
+from workflows.models import RunRequest, RunResult
+
+HISTORIES = Path(__file__).resolve().parents[1] / "histories"
+FILES = sorted(HISTORIES.glob("*.json"))
+EXPECTED = {"tools", "approvals", "interrupt", "continue_as_new", "continue_as_new_first"}
+
+
+@workflow.defn(name="AgentRun", sandboxed=False)  # no re-import of this test module
+class TimerBeforeEachModelStep(AgentRun):
+    """The real workflow with one innocent-looking change: a short timer before every model
+    step. It adds a command the recorded histories do not have, so replay must fail."""
+
+    @workflow.run
+    async def run(self, req: RunRequest) -> RunResult:
+        return await super().run(req)
+
+    async def _model_step(self) -> ModelReply | None:
+        await workflow.sleep(timedelta(milliseconds=1))
+        return await super()._model_step()
+
+
+@workflow.defn(name="AgentRun", sandboxed=False)  # no re-import of this test module
+class CountsTokensFirst(AgentRun):
+    """A rewrite registered under the same name that schedules a different activity first."""
+
+    @workflow.run
+    async def run(self, req: RunRequest) -> RunResult:
+        await workflow.execute_activity(
+            TOKENS_COUNT,
+            CountTokensInput(model="x", messages=[]),
+            result_type=TokenCounts,
+            start_to_close_timeout=timedelta(seconds=5),
+        )
+        return await super().run(req)
+
+
+def test_every_scenario_is_stored_and_small():
+    names = {p.stem for p in FILES}
+    assert EXPECTED <= names, f"missing histories: {EXPECTED - names}"
+    for p in FILES:
+        assert p.stat().st_size < 100_000, f"{p.name} is {p.stat().st_size} bytes"
+
+
+@pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
+async def test_stored_history_replays_with_the_current_code(path: Path):
+    report = await replay_file(path)
+    assert report.compatible, f"{path.name}: {report.failure}"
+    assert report.failure is None
+    assert report.events == len(load_history_file(path).events) > 10
+    assert report.workflow_id.startswith("hist-")
+
+
+async def test_the_continue_as_new_chain_is_stored_as_two_executions():
+    first = load_history_file(HISTORIES / "continue_as_new_first.json")
+    last = load_history_file(HISTORIES / "continue_as_new.json")
+    assert first.workflow_id == last.workflow_id == "hist-continue-as-new"
+    assert first.run_id != last.run_id
+    last_started = last.events[0].workflow_execution_started_event_attributes
+    assert last_started.continued_execution_run_id  # it continued from an earlier execution
+    assert last_started.first_execution_run_id == first.run_id
+    assert first.events[-1].HasField("workflow_execution_continued_as_new_event_attributes")
+    report = await replay_histories([first, last])
+    assert report.compatible and report.run_ids == [first.run_id, last.run_id]
+
+
+@pytest.mark.parametrize("variant", [TimerBeforeEachModelStep, CountsTokensFirst])
+@pytest.mark.parametrize("name", ["tools", "approvals"])
+async def test_an_incompatible_change_is_reported_as_nondeterminism(variant: type, name: str):
+    report = await replay_file(HISTORIES / f"{name}.json", workflows=[variant])
+    assert not report.compatible
+    assert report.failure_type == "NondeterminismError"
+    assert "Nondeterminism" in (report.failure or "")
+    assert report.failed_run_id == load_history_file(HISTORIES / f"{name}.json").run_id
+
+
+def test_cli_replay_file_says_compatible_and_exits_0():
+    path = HISTORIES / "tools.json"
+    res = CliRunner().invoke(app, ["replay", "--file", str(path)])
+    assert res.exit_code == 0, res.output
+    events = len(load_history_file(path).events)
+    assert f"compatible: the current code replays hist-tools from {path} ({events} events)" in res.stdout
+
+
+def test_cli_replay_needs_a_run_or_a_file(tmp_path: Path):
+    res = CliRunner().invoke(app, ["replay"])
+    assert res.exit_code == 2
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"events": "no"}')
+    res = CliRunner().invoke(app, ["replay", "--file", str(bad)])
+    assert res.exit_code == 2
+    assert "not a workflow history" in res.output
