@@ -7,7 +7,7 @@ STATE := .agent-runtime
 AGENTCTL := $(BIN)/agentctl
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: help install test test-unit test-integration demo dev-server model-server worker stop bench lint clean
+.PHONY: help install test test-unit demo dev-server codec-server model-server worker stop bench lint clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -32,6 +32,9 @@ dev-server: install ## start the local Temporal server + Web UI (temporal-dev.ym
 
 model-server: install ## install, verify and serve the local model on 127.0.0.1:8110, in the background
 	$(AGENTCTL) model-server --background
+
+codec-server: install ## start the codec server the Web UI uses to show payloads stored outside the history
+	$(BIN)/python -m workers.procs start-codec-server
 
 worker: install ## start a worker in the background (logs: .agent-runtime/logs/worker.log)
 	$(BIN)/python -m workers.procs start-worker

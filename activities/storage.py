@@ -3,7 +3,7 @@
 Large payloads (the transcript sent to every model step, long tool outputs, the state carried over
 by continue-as-new) are kept out of the workflow history by the SDK's external payload storage
 (``DataConverter(external_storage=ExternalStorage(drivers=[...]))``, see :mod:`workers.converter`):
-the history holds a small reference (about 250 bytes) and the payload itself is written here.
+the history holds a small reference (about 230 bytes) and the payload itself is written here.
 
 Layout and keys::
 
@@ -94,7 +94,7 @@ class LocalStorageDriver(StorageDriver):
 
     Claims (``StorageDriverClaim.claim_data``) have the shape ``{"key": "sha256/ab/ab12..."}``:
     the key alone names the file and the expected hash, which keeps each reference in the history
-    at about 270 bytes (the SDK adds the payload's size in ``external_payloads[0].size_bytes``).
+    at about 230 bytes (the SDK adds the payload's size in ``external_payloads[0].size_bytes``).
     Claims that also carry ``hash_algorithm``/``hash_value`` (S3-driver style) are accepted and
     checked against the key.
 

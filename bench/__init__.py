@@ -1,1 +1,1 @@
-"""Benchmarks of the agent runtime (``make bench`` / ``python -m bench.run``); see bench/README.md."""
+"""Benchmarks of the agent runtime: ``make bench`` / ``python -m bench.run`` (bench/README.md)."""

@@ -32,8 +32,13 @@ class BareTurns:
 
     @workflow.run
     async def run(self, turns: int) -> int:
+        """Run ``turns`` turns; returns the last activity's result."""
         n = 0
         for _ in range(turns):
-            n = await workflow.execute_activity(bare_model, n, start_to_close_timeout=timedelta(seconds=30))
-            n = await workflow.execute_activity(bare_tool, n, start_to_close_timeout=timedelta(seconds=30))
+            n = await workflow.execute_activity(
+                bare_model, n, start_to_close_timeout=timedelta(seconds=30)
+            )
+            n = await workflow.execute_activity(
+                bare_tool, n, start_to_close_timeout=timedelta(seconds=30)
+            )
         return n

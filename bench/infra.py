@@ -95,10 +95,12 @@ def machine_info() -> dict[str, Any]:
     with contextlib.suppress(Exception):
         from workers.dev_server import temporal_binary
 
-        out = subprocess.run([str(temporal_binary()), "--version"], capture_output=True, text=True, timeout=10)
+        out = subprocess.run(
+            [str(temporal_binary()), "--version"], capture_output=True, text=True, timeout=10
+        )
         temporal_cli = out.stdout.strip()
     return {
-        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "host": platform.node(),
         "nproc": os.cpu_count(),
         "cpu": cpu,
@@ -145,8 +147,24 @@ def child_pids_matching(word: str) -> list[int]:
     return out
 
 
+def machine_cpu_seconds() -> tuple[float, float] | None:
+    """(busy, total) CPU seconds of the whole machine since boot, from /proc/stat."""
+    try:
+        first = Path("/proc/stat").read_text().splitlines()[0].split()
+    except (OSError, IndexError):
+        return None
+    vals = [int(x) for x in first[1:9]]
+    total = sum(vals)
+    idle = vals[3] + vals[4]
+    return (total - idle) / CLK_TCK, total / CLK_TCK
+
+
 class CpuMeter:
-    """CPU seconds used by a set of processes between :meth:`start` and :meth:`stop`."""
+    """CPU seconds used by a set of processes between :meth:`start` and :meth:`stop`.
+
+    Also the whole machine's busy share and what other processes (other engineers' tests, a
+    model server...) used meanwhile: the benchmark shares 2 cores with them.
+    """
 
     def __init__(self, pids: dict[str, int | None]) -> None:
         self.pids = {k: v for k, v in pids.items() if v}
@@ -154,11 +172,14 @@ class CpuMeter:
         self._c0: dict[str, float | None] = {}
 
     def start(self) -> None:
+        """Take the starting readings."""
         self._t0 = time.monotonic()
         self._c0 = {k: proc_cpu_seconds(p) for k, p in self.pids.items()}
         self._self0 = time.process_time()
+        self._m0 = machine_cpu_seconds()
 
     def stop(self) -> dict[str, Any]:
+        """CPU seconds and percentages of one core per process since :meth:`start`."""
         wall = time.monotonic() - self._t0
         out: dict[str, Any] = {"wall_s": round(wall, 2)}
         for k, p in self.pids.items():
@@ -170,6 +191,14 @@ class CpuMeter:
         bench = time.process_time() - self._self0
         out["bench_process_cpu_s"] = round(bench, 2)
         out["bench_process_cpu_pct"] = round(100 * bench / wall, 1) if wall > 0 else None
+        m1 = machine_cpu_seconds()
+        if self._m0 and m1 and wall > 0:
+            busy = m1[0] - self._m0[0]
+            total = m1[1] - self._m0[1]
+            ours = bench + sum(out.get(f"{k}_cpu_s", 0) for k in self.pids)
+            out["machine_busy_pct"] = round(100 * busy / total, 1) if total > 0 else None
+            out["other_processes_cpu_pct"] = round(100 * max(0.0, busy - ours) / wall, 1)
+        out["loadavg_1m_end"] = round(os.getloadavg()[0], 2)
         return out
 
 
@@ -189,9 +218,14 @@ def converter_choice(settings: Any) -> tuple[Any, str]:
     except ImportError:
         return pydantic_data_converter, "pydantic_data_converter (workers/converter.py absent)"
     try:
-        return conv.build_data_converter(settings), "workers.converter.build_data_converter(settings)"
+        return conv.build_data_converter(
+            settings
+        ), "workers.converter.build_data_converter(settings)"
     except Exception as e:  # noqa: BLE001 - report, fall back
-        return pydantic_data_converter, f"pydantic_data_converter (build_data_converter failed: {e})"
+        return (
+            pydantic_data_converter,
+            f"pydantic_data_converter (build_data_converter failed: {e})",
+        )
 
 
 # ------------------------------------------------------------------------------------ dev server
@@ -228,7 +262,12 @@ async def dev_server(
     """
     from temporalio.contrib.pydantic import pydantic_data_converter
 
-    from workers.dev_server import find_dev_config, load_dev_config, start_dev_server, stop_dev_server
+    from workers.dev_server import (
+        find_dev_config,
+        load_dev_config,
+        start_dev_server,
+        stop_dev_server,
+    )
 
     src = find_dev_config()
     base = load_dev_config(src) if src else None
@@ -289,7 +328,9 @@ def counting_responder(default_turns: int = 5) -> Any:
 
     def respond(request: dict[str, Any]) -> Reply:
         msgs = request.get("messages") or []
-        first_user = next((m for m in msgs if isinstance(m, dict) and m.get("role") == "user"), None)
+        first_user = next(
+            (m for m in msgs if isinstance(m, dict) and m.get("role") == "user"), None
+        )
         m = _TURNS.search(_text_of(first_user.get("content"))) if first_user else None
         n = int(m.group(1)) if m else default_turns
         k = 0
@@ -354,9 +395,11 @@ class WorkerProc:
 
     @property
     def pid(self) -> int:
+        """The worker's pid (also its process group)."""
         return self.proc.pid
 
     def log_tail(self, n: int = 30) -> str:
+        """The last ``n`` lines of the worker's log."""
         try:
             return "\n".join(self.log.read_text(errors="replace").splitlines()[-n:])
         except OSError:
@@ -406,6 +449,8 @@ def spawn_worker(
     tuning: str = "ours",
     log_level: str = "info",
     name: str = "worker",
+    payload_dir: Path | None = None,
+    payload_store: str | None = None,
 ) -> WorkerProc:
     """Start ``python -m bench.worker_proc`` (kind ``ours``, ``plugin`` or ``bare``)."""
     ready = workdir / f"{name}-{uuid.uuid4().hex[:6]}.ready"
@@ -418,8 +463,14 @@ def spawn_worker(
     ]  # fmt: skip
     if spec_file is not None:
         args += ["--spec-file", str(spec_file)]
+    if payload_dir is not None:
+        args += ["--payload-dir", str(payload_dir)]
+    if payload_store is not None:
+        args += ["--payload-store", payload_store]
     env = dict(os.environ)
-    env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env["PYTHONPATH"] = str(ROOT) + (
+        os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else ""
+    )
     env["OPENAI_AGENTS_DISABLE_TRACING"] = "1"
     wall, mono = time.time(), time.monotonic()
     proc = subprocess.Popen(
@@ -468,7 +519,9 @@ def _payload_sizes(event: Any) -> list[int]:
     return sizes
 
 
-async def fetch_chain(client: Client, workflow_id: str, first_run_id: str | None) -> list[dict[str, Any]]:
+async def fetch_chain(
+    client: Client, workflow_id: str, first_run_id: str | None
+) -> list[dict[str, Any]]:
     """Every run of a continue-as-new chain, first first: run id, events, size, biggest payload."""
     out = []
     run_id = first_run_id
@@ -483,14 +536,17 @@ async def fetch_chain(client: Client, workflow_id: str, first_run_id: str | None
         payloads = [s for e in events for s in _payload_sizes(e)]
         nxt = None
         last = events[-1] if events else None
-        if last is not None and last.HasField("workflow_execution_continued_as_new_event_attributes"):
+        if last is not None and last.HasField(
+            "workflow_execution_continued_as_new_event_attributes"
+        ):
             nxt = last.workflow_execution_continued_as_new_event_attributes.new_execution_run_id
         out.append(
             {
                 "run_id": run_id,
                 "events": events,
                 "event_count": len(events),
-                "history_size_bytes": int(info.history_size_bytes) or sum(e.ByteSize() for e in events),
+                "history_size_bytes": int(info.history_size_bytes)
+                or sum(e.ByteSize() for e in events),
                 "max_payload_bytes": max(payloads) if payloads else 0,
                 "payload_bytes_total": sum(payloads),
                 "status": desc.status.name if desc.status else None,
@@ -502,7 +558,7 @@ async def fetch_chain(client: Client, workflow_id: str, first_run_id: str | None
 
 
 def activity_types(events: Iterable[Any]) -> dict[int, str]:
-    """scheduled event id -> activity type name."""
+    """Scheduled event id -> activity type name."""
     return {
         e.event_id: e.activity_task_scheduled_event_attributes.activity_type.name
         for e in events
@@ -585,7 +641,9 @@ def count_activities(events: Iterable[Any]) -> dict[str, int]:
 # ------------------------------------------------------------------------------------ runs
 
 
-async def wait_all_closed(client: Client, task_queue: str, expected: int, timeout: float) -> tuple[bool, float]:
+async def wait_all_closed(
+    client: Client, task_queue: str, expected: int, timeout: float
+) -> tuple[bool, float]:
     """Poll visibility until no run on ``task_queue`` is running; returns (done, seconds)."""
     t0 = time.monotonic()
     q_running = f"TaskQueue = '{task_queue}' AND ExecutionStatus = 'Running'"

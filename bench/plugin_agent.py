@@ -18,8 +18,9 @@ from pydantic import BaseModel
 from temporalio import activity, workflow
 
 with workflow.unsafe.imports_passed_through():
-    from agents import Agent, Runner
     from temporalio.openai_agents.workflow import activity_as_tool
+
+    from agents import Agent, Runner
 
 
 class PluginRequest(BaseModel):
@@ -47,6 +48,7 @@ class PluginAgentRun:
 
     @workflow.run
     async def run(self, req: PluginRequest) -> str:
+        """Run the agent to its final output."""
         agent: Agent[Any] = Agent(
             name="bench",
             instructions="You are a benchmark agent. Use the calculator.",
@@ -59,9 +61,10 @@ class PluginAgentRun:
 
 def make_plugin(model_url: str) -> Any:
     """``OpenAIAgentsPlugin`` with default parameters and a chat-completions provider."""
-    from agents import OpenAIProvider
     from openai import AsyncOpenAI
     from temporalio.openai_agents import OpenAIAgentsPlugin
+
+    from agents import OpenAIProvider
 
     provider = OpenAIProvider(
         openai_client=AsyncOpenAI(base_url=model_url, api_key="bench", max_retries=0),

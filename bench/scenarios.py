@@ -55,6 +55,7 @@ class Options:
     """Command-line options every scenario sees."""
 
     quick: bool = False
+    extended: bool = False
     log: Any = print
 
 
@@ -62,18 +63,41 @@ def _err(e: BaseException) -> dict[str, Any]:
     return {"error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc(limit=6)}
 
 
-def _settings(model_url: str, spec: Path | None, task_queue: str = "bench") -> Settings:
+def _settings(
+    model_url: str, spec: Path | None, d: Path, payload_store: str | None = None
+) -> Settings:
+    """Settings of the bench client; the external payload store (if any) lives in ``d``."""
+    extra: dict[str, Any] = {}
+    if "payload_dir" in Settings.model_fields:
+        extra["payload_dir"] = str(d / "payloads")
+    if payload_store and "payload_store" in Settings.model_fields:
+        extra["payload_store"] = payload_store
     return Settings(
         openai_base_url=model_url,
         openai_api_key="bench",
         spec_file=str(spec) if spec else "",
-        task_queue=task_queue,
+        task_queue="bench",
         default_model="scripted",
+        **extra,
     )
 
 
 def _tq(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def plugin_missing() -> str | None:
+    """Why the plugin rows cannot run (package not installed), or None when they can."""
+    try:
+        import temporalio.openai_agents  # noqa: F401
+
+        import agents  # noqa: F401
+    except ImportError as e:
+        return (
+            f"temporalio-openai-agents is not installed ({e}); "
+            "pip install 'temporalio-openai-agents==1.1.0' (bench/README.md)"
+        )
+    return None
 
 
 async def _plugin_client(srv: DevServer, model_url: str) -> Client:
@@ -124,12 +148,17 @@ def _turn_increments(chain: list[dict[str, Any]], model_type: str) -> list[int]:
     return incs
 
 
-def _summarise_chain(chain: list[dict[str, Any]], impl: str, turns_requested: int) -> dict[str, Any]:
+def _summarise_chain(
+    chain: list[dict[str, Any]], impl: str, turns_requested: int
+) -> dict[str, Any]:
     model_type = MODEL_TYPE[impl]
     segs = []
     for seg in chain:
         acts = count_activities(seg["events"])
         turns = acts.get(model_type, 0)
+        times = model_scheduled_times(seg["events"], model_type)
+        per_turn = [b - a for a, b in zip(times, times[1:], strict=False)]
+        phases = phase_breakdown(seg["events"])
         segs.append(
             {
                 "run_id": seg["run_id"],
@@ -140,6 +169,8 @@ def _summarise_chain(chain: list[dict[str, Any]], impl: str, turns_requested: in
                 "max_payload_bytes": seg["max_payload_bytes"],
                 "activities": acts,
                 "closed_as": seg["last_event"],
+                "per_turn_ms_p50": round((percentile(per_turn, 50) or 0) * 1000, 1),
+                "phases_ms_mean": {k: dist(v, 1000)["mean"] for k, v in sorted(phases.items())},
             }
         )
     total = sum(s["history_bytes"] for s in segs)
@@ -160,86 +191,157 @@ def _summarise_chain(chain: list[dict[str, Any]], impl: str, turns_requested: in
     }
 
 
-async def scenario_history(opts: Options) -> dict[str, Any]:
-    """Runs of 10, 100, 1,000 turns; segments, history bytes, bytes per turn."""
+async def _history_ours(
+    opts: Options, d: Path, spec: Path, model: ScriptedModel, sizes: list[int], store: str | None
+) -> dict[str, Any]:
+    ours: dict[str, Any] = {}
+    conv, conv_desc = converter_choice(_settings(model.base_url, spec, d, store))
+    ours["converter"] = conv_desc
+    try:
+        async with dev_server(d, data_converter=conv) as srv:
+            tq = _tq("hist")
+            w = spawn_worker(
+                "ours",
+                srv.address,
+                tq,
+                d,
+                model_url=model.base_url,
+                spec_file=spec,
+                payload_dir=d / "payloads",
+                payload_store=store,
+                name=f"hist-{store}",
+            )
+            try:
+                await w.wait_ready()
+                for n in sizes:
+                    opts.log(f"  history ours (payload store {store or 'default'}): {n} turns")
+                    meter = CpuMeter({"worker": w.pid, "server": srv.pid})
+                    meter.start()
+                    t0 = time.monotonic()
+                    h = await _start_ours(srv.client, tq, n)
+                    try:
+                        res = await asyncio.wait_for(h.result(), timeout=n * 1.0 + 180)
+                        status, why = res.status, res.stopped_reason
+                    except Exception as e:  # noqa: BLE001 - report it
+                        status, why = "error", f"{type(e).__name__}: {e}"[:300]
+                    wall = time.monotonic() - t0
+                    cpu = meter.stop()
+                    chain = await fetch_chain(
+                        srv.client, h.id, h.first_execution_run_id or h.result_run_id
+                    )
+                    r = _summarise_chain(chain, "ours", n)
+                    r.update(status=status, stopped_reason=why, wall_s=round(wall, 1), cpu=cpu)
+                    ours[str(n)] = r
+                    opts.log(
+                        f"    -> {status}, {r['segments']} segment(s), {r['total_history_bytes']} B, "
+                        f"{r['bytes_per_turn']} B/turn, max segment {r['max_segment_bytes']} B"
+                    )
+            finally:
+                w.stop()
+    except Exception as e:  # noqa: BLE001
+        ours["error"] = _err(e)
+    return ours
+
+
+async def _history_plugin(
+    opts: Options, d: Path, model: ScriptedModel, sizes: list[int]
+) -> dict[str, Any]:
+    plugin: dict[str, Any] = {}
+    try:
+        async with dev_server(d) as srv:
+            tq = _tq("hist-plugin")
+            w = spawn_worker(
+                "plugin", srv.address, tq, d, model_url=model.base_url, name="hist-plugin"
+            )
+            pc: Client | None = await _plugin_client(srv, model.base_url)
+            try:
+                await w.wait_ready()
+                for n in sizes:
+                    opts.log(f"  history plugin: {n} turns")
+                    meter = CpuMeter({"worker": w.pid, "server": srv.pid})
+                    meter.start()
+                    t0 = time.monotonic()
+                    assert pc is not None
+                    h = await _start_plugin(pc, tq, n)
+                    try:
+                        await asyncio.wait_for(h.result(), timeout=n * 1.0 + 300)
+                        status, why = "completed", ""
+                    except WorkflowFailureError as e:
+                        status, why = "failed", f"{e.cause!r}"[:300]
+                    except Exception as e:  # noqa: BLE001
+                        status, why = "error", f"{type(e).__name__}: {e}"[:300]
+                    wall = time.monotonic() - t0
+                    cpu = meter.stop()
+                    desc = await h.describe()
+                    chain = await fetch_chain(pc, h.id, h.first_execution_run_id or h.result_run_id)
+                    r = _summarise_chain(chain, "plugin", n)
+                    r.update(
+                        status=status,
+                        workflow_status=desc.status.name if desc.status else None,
+                        stopped_reason=why,
+                        wall_s=round(wall, 1),
+                        cpu=cpu,
+                    )
+                    plugin[str(n)] = r
+                    opts.log(
+                        f"    -> plugin {status} ({r['workflow_status']}), {r['turns_done']} turns, "
+                        f"{r['total_history_bytes']} B, {r['bytes_per_turn']} B/turn"
+                    )
+                    if desc.status == WorkflowExecutionStatus.RUNNING:
+                        await h.terminate("bench timeout")
+            finally:
+                pc = None
+                w.stop()
+    except Exception as e:  # noqa: BLE001
+        plugin["error"] = _err(e)
+    return plugin
+
+
+async def scenario_history(opts: Options, inline_only: bool = False) -> dict[str, Any]:
+    """Runs of 10, 100, 1,000 turns; segments, history bytes, bytes per turn.
+
+    Ours and the plugin run at the same time (separate servers and workers): this scenario
+    measures bytes, which do not depend on timing; its wall times are only indicative.
+    """
     sizes = [10, 100] if opts.quick else [10, 100, 1000]
     out: dict[str, Any] = {"turn_counts": sizes, "model_latency_s": 0.0}
     with workdir("history") as d:
         spec = write_bench_spec(
-            d, {"bench": {"limits": {"max_turns": max(sizes) + 5, "max_seconds": 7200, "loop_window": 6}}}
+            d,
+            {
+                "bench": {
+                    "limits": {"max_turns": max(sizes) + 5, "max_seconds": 7200, "loop_window": 6}
+                }
+            },
         )
         with ScriptedModel(responder=counting_responder()) as model:
-            settings = _settings(model.base_url, spec)
-            conv, conv_desc = converter_choice(settings)
-            out["converter"] = conv_desc
-            # ours
-            ours: dict[str, Any] = {}
-            try:
-                async with dev_server(d, data_converter=conv) as srv:
-                    tq = _tq("hist")
-                    w = spawn_worker("ours", srv.address, tq, d, model_url=model.base_url, spec_file=spec)
-                    try:
-                        await w.wait_ready()
-                        for n in sizes:
-                            opts.log(f"  history ours: {n} turns")
-                            t0 = time.monotonic()
-                            h = await _start_ours(srv.client, tq, n)
-                            try:
-                                res = await asyncio.wait_for(h.result(), timeout=n * 1.0 + 180)
-                                status = res.status
-                                why = res.stopped_reason
-                            except Exception as e:  # noqa: BLE001 - report it
-                                status, why = "error", f"{type(e).__name__}: {e}"
-                            wall = time.monotonic() - t0
-                            chain = await fetch_chain(srv.client, h.id, h.first_execution_run_id or h.result_run_id)
-                            r = _summarise_chain(chain, "ours", n)
-                            r.update(status=status, stopped_reason=why, wall_s=round(wall, 1))
-                            ours[str(n)] = r
-                    finally:
-                        w.stop()
-            except Exception as e:  # noqa: BLE001
-                ours["error"] = _err(e)
+            (d / "ours").mkdir()
+            (d / "plugin").mkdir()
+            if inline_only:
+                out["ours_inline"] = await _history_ours(
+                    opts, d / "ours", spec, model, sizes, "none"
+                )
+                out["ours_inline"]["payload_store"] = "none"
+                return out
+            missing = plugin_missing()
+            if missing:
+                ours = await _history_ours(opts, d / "ours", spec, model, sizes, None)
+                plugin: dict[str, Any] = {"skipped": missing}
+            else:
+                ours, plugin = await asyncio.gather(
+                    _history_ours(opts, d / "ours", spec, model, sizes, None),
+                    _history_plugin(opts, d / "plugin", model, sizes),
+                )
+            ours["payload_store"] = "default (AGENT_PAYLOAD_STORE unset)"
+            out["converter"] = ours.get("converter")
             out["ours"] = ours
-            # plugin
-            plugin: dict[str, Any] = {}
-            try:
-                async with dev_server(d) as srv:
-                    tq = _tq("hist-plugin")
-                    w = spawn_worker("plugin", srv.address, tq, d, model_url=model.base_url, name="plugin")
-                    pc = await _plugin_client(srv, model.base_url)
-                    try:
-                        await w.wait_ready()
-                        for n in sizes:
-                            opts.log(f"  history plugin: {n} turns")
-                            t0 = time.monotonic()
-                            h = await _start_plugin(pc, tq, n)
-                            try:
-                                await asyncio.wait_for(h.result(), timeout=n * 1.0 + 300)
-                                status, why = "completed", ""
-                            except WorkflowFailureError as e:
-                                status, why = "failed", f"{e.cause!r}"[:300]
-                            except Exception as e:  # noqa: BLE001
-                                status, why = "error", f"{type(e).__name__}: {e}"[:300]
-                            wall = time.monotonic() - t0
-                            desc = await h.describe()
-                            chain = await fetch_chain(pc, h.id, h.first_execution_run_id or h.result_run_id)
-                            r = _summarise_chain(chain, "plugin", n)
-                            r.update(
-                                status=status,
-                                workflow_status=desc.status.name if desc.status else None,
-                                stopped_reason=why,
-                                wall_s=round(wall, 1),
-                            )
-                            plugin[str(n)] = r
-                            if desc.status == WorkflowExecutionStatus.RUNNING:
-                                await h.terminate("bench timeout")
-                    finally:
-                        pc = None  # type: ignore[assignment]
-                        w.stop()
-            except Exception as e:  # noqa: BLE001
-                plugin["error"] = _err(e)
             out["plugin"] = plugin
     return out
+
+
+async def scenario_history_inline(opts: Options) -> dict[str, Any]:
+    """Scenario 1 for ours with every payload inline (AGENT_PAYLOAD_STORE=none)."""
+    return await scenario_history(opts, inline_only=True)
 
 
 # =============================================================================================
@@ -247,7 +349,9 @@ async def scenario_history(opts: Options) -> dict[str, Any]:
 # =============================================================================================
 
 
-async def _one_overhead(srv: DevServer, impl: str, tq: str, turns: int, worker_pid: int, model_url: str) -> dict[str, Any]:
+async def _one_overhead(
+    srv: DevServer, impl: str, tq: str, turns: int, worker_pid: int, model_url: str
+) -> dict[str, Any]:
     client = srv.client
     pc = await _plugin_client(srv, model_url) if impl == "plugin" else None
 
@@ -260,7 +364,9 @@ async def _one_overhead(srv: DevServer, impl: str, tq: str, turns: int, worker_p
         else:
             from bench.bare import BareTurns
 
-            h = await client.start_workflow(BareTurns.run, n, id=f"bare-{uuid.uuid4().hex}", task_queue=tq)
+            h = await client.start_workflow(
+                BareTurns.run, n, id=f"bare-{uuid.uuid4().hex}", task_queue=tq
+            )
         await asyncio.wait_for(h.result(), timeout=n * 2 + 60)
         return h
 
@@ -294,24 +400,37 @@ async def scenario_overhead(opts: Options) -> dict[str, Any]:
     out: dict[str, Any] = {"turns_per_run": turns, "model_latency_s": 0.0, "configs": {}}
     configs = [("dev_config", None), ("fast_transfer", FAST_TRANSFER)]
     with workdir("overhead") as d:
-        spec = write_bench_spec(d, {"bench": {"limits": {"max_turns": turns + 20, "max_seconds": 3600}}})
+        spec = write_bench_spec(
+            d, {"bench": {"limits": {"max_turns": turns + 20, "max_seconds": 3600}}}
+        )
         with ScriptedModel(responder=counting_responder()) as model:
-            conv, conv_desc = converter_choice(_settings(model.base_url, spec))
+            conv, conv_desc = converter_choice(_settings(model.base_url, spec, d))
             out["converter"] = conv_desc
             for cname, dyn in configs:
                 res: dict[str, Any] = {"dynamic_config_added": dyn or {}}
                 try:
                     async with dev_server(d, data_converter=conv, dynamic_config=dyn) as srv:
                         for impl in ("bare", "ours", "plugin"):
+                            if impl == "plugin" and plugin_missing():
+                                res[impl] = {"skipped": plugin_missing()}
+                                continue
                             opts.log(f"  overhead {cname}: {impl}")
                             tq = _tq(f"ovh-{impl}")
                             w = spawn_worker(
-                                impl, srv.address, tq, d, model_url=model.base_url,
-                                spec_file=spec if impl == "ours" else None, name=f"{impl}-{cname}",
-                            )  # fmt: skip
+                                impl,
+                                srv.address,
+                                tq,
+                                d,
+                                model_url=model.base_url,
+                                spec_file=spec if impl == "ours" else None,
+                                name=f"{impl}-{cname}",
+                                payload_dir=d / "payloads",
+                            )
                             try:
                                 await w.wait_ready()
-                                res[impl] = await _one_overhead(srv, impl, tq, turns, w.pid, model.base_url)
+                                res[impl] = await _one_overhead(
+                                    srv, impl, tq, turns, w.pid, model.base_url
+                                )
                             except Exception as e:  # noqa: BLE001
                                 res[impl] = _err(e)
                             finally:
@@ -332,13 +451,20 @@ async def _throughput_once(
 ) -> dict[str, Any]:
     spec = write_bench_spec(d, {"bench": {"limits": {"max_turns": turns + 5, "max_seconds": 3600}}})
     with ScriptedModel(responder=counting_responder(turns), latency=latency) as model:
-        conv, _ = converter_choice(_settings(model.base_url, spec))
+        conv, _ = converter_choice(_settings(model.base_url, spec, d))
         async with dev_server(d, data_converter=conv if impl == "ours" else None) as srv:
             tq = _tq(f"tp-{impl}")
             w = spawn_worker(
-                impl, srv.address, tq, d, model_url=model.base_url,
-                spec_file=spec if impl == "ours" else None, tuning=tuning, name=f"tp-{impl}-{tuning}-{n_runs}",
-            )  # fmt: skip
+                impl,
+                srv.address,
+                tq,
+                d,
+                model_url=model.base_url,
+                spec_file=spec if impl == "ours" else None,
+                tuning=tuning,
+                name=f"tp-{impl}-{tuning}-{n_runs}",
+                payload_dir=d / "payloads",
+            )
             pc = await _plugin_client(srv, model.base_url) if impl == "plugin" else None
             try:
                 await w.wait_ready()
@@ -358,7 +484,9 @@ async def _throughput_once(
 
                 await asyncio.gather(*(start(i) for i in ids))
                 start_s = time.monotonic() - t0
-                done, waited = await wait_all_closed(srv.client, tq, n_runs, timeout=max(180.0, n_runs * 0.6))
+                done, waited = await wait_all_closed(
+                    srv.client, tq, n_runs, timeout=max(180.0, n_runs * 0.6)
+                )
                 cpu = meter.stop()
                 wfs = await list_closed(srv.client, tq)
                 closed = [x for x in wfs if x.close_time is not None]
@@ -374,12 +502,20 @@ async def _throughput_once(
                 if impl == "ours":
                     from workflows.agent_run import SA_STATUS
 
-                    agent_ok = sum(1 for x in completed if x.typed_search_attributes.get(SA_STATUS) == "completed")
+                    agent_ok = sum(
+                        1
+                        for x in completed
+                        if x.typed_search_attributes.get(SA_STATUS) == "completed"
+                    )
                 # Sample histories: where the time goes under load.
                 sample = random.Random(1).sample(completed, min(40, len(completed)))
                 phases: dict[str, list[float]] = {}
                 for x in sample:
-                    hist = await (pc or srv.client).get_workflow_handle(x.id, run_id=x.run_id).fetch_history()
+                    hist = (
+                        await (pc or srv.client)
+                        .get_workflow_handle(x.id, run_id=x.run_id)
+                        .fetch_history()
+                    )
                     for k, v in phase_breakdown(list(hist.events)).items():
                         phases.setdefault(k, []).extend(v)
                 result = {
@@ -391,7 +527,9 @@ async def _throughput_once(
                     "not_completed": n_runs - len(completed),
                     "start_phase_s": round(start_s, 2),
                     "span_s": round(span, 2),
-                    "runs_per_s": round(len(completed) / span, 2) if completed and span > 0 else None,
+                    "runs_per_s": round(len(completed) / span, 2)
+                    if completed and span > 0
+                    else None,
                     "run_latency_s": dist(lat, 1, 2),
                     "model_server_max_in_flight": max_in_flight(model),
                     "model_requests": model.count,
@@ -412,9 +550,17 @@ async def _throughput_once(
 async def scenario_throughput(opts: Options) -> dict[str, Any]:
     """Concurrent 5-turn runs, 1 s model latency, one worker: runs/s and run latency."""
     levels = [100] if opts.quick else [100, 500, 1000]
-    out: dict[str, Any] = {"levels": levels, "turns_per_run": 5, "model_latency_s": 1.0, "tuning": "ours"}
+    out: dict[str, Any] = {
+        "levels": levels,
+        "turns_per_run": 5,
+        "model_latency_s": 1.0,
+        "tuning": "ours",
+    }
     for impl in ("ours", "plugin"):
         res: dict[str, Any] = {}
+        if impl == "plugin" and plugin_missing():
+            out[impl] = {str(n): {"skipped": plugin_missing()} for n in levels}
+            continue
         for n in levels:
             opts.log(f"  throughput {impl}: {n} runs")
             with workdir(f"tp-{impl}-{n}") as d:
@@ -429,14 +575,23 @@ async def scenario_throughput(opts: Options) -> dict[str, Any]:
 async def scenario_tuning(opts: Options, reuse: dict[str, Any] | None = None) -> dict[str, Any]:
     """Scenario 3 at 500 runs with WorkerTuning vs SDK defaults (and autoscaling pollers)."""
     n = 100 if opts.quick else 500
-    out: dict[str, Any] = {"runs": n, "turns_per_run": 5, "model_latency_s": 1.0, "ours": {}, "plugin": {}}
-    plan = [("ours", "ours"), ("ours", "sdk"), ("ours", "autoscale"), ("plugin", "sdk")]
-    if opts.quick:
-        plan = [("ours", "ours"), ("ours", "sdk")]
+    out: dict[str, Any] = {
+        "runs": n,
+        "turns_per_run": 5,
+        "model_latency_s": 1.0,
+        "ours": {},
+        "plugin": {},
+    }
+    plan = [("ours", "ours"), ("ours", "sdk")]
+    if opts.extended:
+        plan += [("ours", "autoscale"), ("plugin", "sdk")]
     for impl, tuning in plan:
         prev = (reuse or {}).get(impl, {}).get(str(n)) if tuning == "ours" else None
         if prev and "error" not in prev:
             out[impl][tuning] = {**prev, "reused_from": "throughput"}
+            continue
+        if impl == "plugin" and plugin_missing():
+            out[impl][tuning] = {"skipped": plugin_missing()}
             continue
         opts.log(f"  tuning {impl}/{tuning}: {n} runs")
         with workdir(f"tune-{impl}-{tuning}") as d:
@@ -452,20 +607,31 @@ async def scenario_tuning(opts: Options, reuse: dict[str, Any] | None = None) ->
 # =============================================================================================
 
 
-async def _crash_once(impl: str, tuning: str, latency: float, kill_after: float, opts: Options) -> dict[str, Any]:
+async def _crash_once(
+    impl: str, tuning: str, latency: float, kill_after: float, opts: Options
+) -> dict[str, Any]:
     with workdir(f"crash-{impl}") as d:
         spec = write_bench_spec(d, {"bench": {"limits": {"max_turns": 10, "max_seconds": 3600}}})
         with ScriptedModel(responder=counting_responder(2), latency=latency) as model:
-            conv, _ = converter_choice(_settings(model.base_url, spec))
+            conv, _ = converter_choice(_settings(model.base_url, spec, d))
             async with dev_server(d, data_converter=conv if impl == "ours" else None) as srv:
                 tq = _tq(f"crash-{impl}")
-                kw = dict(model_url=model.base_url, spec_file=spec if impl == "ours" else None, tuning=tuning)
+                kw = dict(
+                    model_url=model.base_url,
+                    spec_file=spec if impl == "ours" else None,
+                    tuning=tuning,
+                    payload_dir=d / "payloads",
+                )
                 w1 = spawn_worker(impl, srv.address, tq, d, name="w1", **kw)  # type: ignore[arg-type]
                 w2 = None
                 pc = await _plugin_client(srv, model.base_url) if impl == "plugin" else None
                 try:
                     await w1.wait_ready()
-                    h = await (_start_ours(srv.client, tq, 2) if impl == "ours" else _start_plugin(pc, tq, 2))  # type: ignore[arg-type]
+                    h = await (
+                        _start_ours(srv.client, tq, 2)
+                        if impl == "ours"
+                        else _start_plugin(pc, tq, 2)
+                    )  # type: ignore[arg-type]
                     while model.count < 1:
                         await asyncio.sleep(0.01)
                     first = model.requests[0]
@@ -478,11 +644,17 @@ async def _crash_once(impl: str, tuning: str, latency: float, kill_after: float,
                     while model.count < 2 and time.monotonic() < deadline:
                         await asyncio.sleep(0.01)
                     if model.count < 2:
-                        raise RuntimeError("the interrupted model call was not retried within 240 s")
+                        raise RuntimeError(
+                            "the interrupted model call was not retried within 240 s"
+                        )
                     retry = model.requests[1]
                     await asyncio.wait_for(h.result(), timeout=240)
                     t_done = time.monotonic()
-                    hist = await (pc or srv.client).get_workflow_handle(h.id, run_id=h.result_run_id).fetch_history()
+                    hist = (
+                        await (pc or srv.client)
+                        .get_workflow_handle(h.id, run_id=h.result_run_id)
+                        .fetch_history()
+                    )
                     events = list(hist.events)
                     # After the retried model call completed: how long until a workflow task ran.
                     model_type = MODEL_TYPE[impl]
@@ -492,22 +664,34 @@ async def _crash_once(impl: str, tuning: str, latency: float, kill_after: float,
                     wft_timeouts = 0
                     for e in events:
                         if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
-                            types[e.event_id] = e.activity_task_scheduled_event_attributes.activity_type.name
+                            types[e.event_id] = (
+                                e.activity_task_scheduled_event_attributes.activity_type.name
+                            )
                         if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT:
                             wft_timeouts += 1
                     done_t = None
                     for e in events:
                         if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
                             a = e.activity_task_started_event_attributes
-                            if types.get(a.scheduled_event_id) == model_type and a.attempt > 1 and retried_attempt is None:
+                            if (
+                                types.get(a.scheduled_event_id) == model_type
+                                and a.attempt > 1
+                                and retried_attempt is None
+                            ):
                                 retried_attempt = a.attempt
                         if (
                             e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED
-                            and types.get(e.activity_task_completed_event_attributes.scheduled_event_id) == model_type
+                            and types.get(
+                                e.activity_task_completed_event_attributes.scheduled_event_id
+                            )
+                            == model_type
                             and done_t is None
                         ):
                             done_t = ts(e)
-                        elif e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED and done_t is not None:
+                        elif (
+                            e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED
+                            and done_t is not None
+                        ):
                             sticky_wait = ts(e) - done_t
                             break
                     return {
@@ -517,7 +701,9 @@ async def _crash_once(impl: str, tuning: str, latency: float, kill_after: float,
                         "recovery_s": round(retry.received_at - w2.started_mono, 2),
                         "kill_to_retry_s": round(retry.received_at - t_kill, 2),
                         "retry_attempt": retried_attempt,
-                        "result_to_next_workflow_task_s": round(sticky_wait, 2) if sticky_wait is not None else None,
+                        "result_to_next_workflow_task_s": round(sticky_wait, 2)
+                        if sticky_wait is not None
+                        else None,
                         "workflow_task_timeouts": wft_timeouts,
                         "kill_to_run_completed_s": round(t_done - t_kill, 2),
                         "tuning": tuning,
@@ -537,8 +723,12 @@ async def scenario_crash(opts: Options) -> dict[str, Any]:
         out["ours"] = await _crash_once("ours", "ours", 6.0, 3.0, opts)
     except Exception as e:  # noqa: BLE001
         out["ours"] = _err(e)
-    if opts.quick:
-        out["plugin"] = {"skipped": "--quick (about 70 s: the plugin's 60 s start-to-close timeout)"}
+    if plugin_missing():
+        out["plugin"] = {"skipped": plugin_missing()}
+    elif opts.quick:
+        out["plugin"] = {
+            "skipped": "--quick (about 70 s: the plugin's 60 s start-to-close timeout)"
+        }
     else:
         opts.log("  crash plugin (plugin defaults, SDK worker defaults)")
         try:
@@ -550,6 +740,7 @@ async def scenario_crash(opts: Options) -> dict[str, Any]:
 
 SCENARIOS = {
     "history": scenario_history,
+    "history_inline": scenario_history_inline,
     "overhead": scenario_overhead,
     "throughput": scenario_throughput,
     "crash": scenario_crash,

@@ -75,6 +75,8 @@ async def _build(args: argparse.Namespace) -> tuple[Any, Worker]:
             spec_file=args.spec_file,
             default_model="scripted",
             log_level=args.log_level,
+            **({"payload_dir": args.payload_dir} if args.payload_dir else {}),
+            **({"payload_store": args.payload_store} if args.payload_store else {}),
         )
         conv, _ = converter_choice(settings)
         client = await connect(settings, data_converter=conv)
@@ -82,18 +84,30 @@ async def _build(args: argparse.Namespace) -> tuple[Any, Worker]:
     if args.kind == "plugin":
         from bench.plugin_agent import PluginAgentRun, calculator, make_plugin
 
-        client = await Client.connect(args.address, namespace="default", plugins=[make_plugin(args.model_url)])
+        client = await Client.connect(
+            args.address, namespace="default", plugins=[make_plugin(args.model_url)]
+        )
         return client, Worker(
-            client, task_queue=args.task_queue, workflows=[PluginAgentRun], activities=[calculator], **opts
+            client,
+            task_queue=args.task_queue,
+            workflows=[PluginAgentRun],
+            activities=[calculator],
+            **opts,
         )
     if args.kind == "bare":
         from temporalio.contrib.pydantic import pydantic_data_converter
 
         from bench.bare import BareTurns, bare_model, bare_tool
 
-        client = await Client.connect(args.address, namespace="default", data_converter=pydantic_data_converter)
+        client = await Client.connect(
+            args.address, namespace="default", data_converter=pydantic_data_converter
+        )
         return client, Worker(
-            client, task_queue=args.task_queue, workflows=[BareTurns], activities=[bare_model, bare_tool], **opts
+            client,
+            task_queue=args.task_queue,
+            workflows=[BareTurns],
+            activities=[bare_model, bare_tool],
+            **opts,
         )
     raise SystemExit(f"unknown kind {args.kind!r}")
 
@@ -106,10 +120,13 @@ async def _main(args: argparse.Namespace) -> None:
         loop.add_signal_handler(sig, stop.set)
     async with worker:
         Path(args.ready_file).write_text("ready\n")
-        print(f"bench worker {args.kind}/{args.tuning} polling {args.task_queue}", file=sys.stderr, flush=True)
+        print(
+            f"bench worker {args.kind}/{args.tuning} polling {args.task_queue}",
+            file=sys.stderr,
+            flush=True,
+        )
         await stop.wait()
-    worker = None  # type: ignore[assignment]
-    client = None
+    del worker, client  # no Client alive when the loop closes (crash at exit, notes)
     gc.collect()
 
 
@@ -124,6 +141,10 @@ def main() -> None:
     p.add_argument("--tuning", default="ours", choices=["ours", "sdk", "autoscale"])
     p.add_argument("--ready-file", required=True)
     p.add_argument("--log-level", default="info")
+    p.add_argument(
+        "--payload-dir", default=None, help="AGENT_PAYLOAD_DIR of the external payload store"
+    )
+    p.add_argument("--payload-store", default=None, help="AGENT_PAYLOAD_STORE: local, s3 or none")
     args = p.parse_args()
     if args.kind == "ours":
         from workers.logging_setup import configure_logging
@@ -132,7 +153,9 @@ def main() -> None:
     else:
         import logging
 
-        logging.basicConfig(level=getattr(logging, args.log_level.upper(), logging.INFO), stream=sys.stderr)
+        logging.basicConfig(
+            level=getattr(logging, args.log_level.upper(), logging.INFO), stream=sys.stderr
+        )
     if args.kind == "plugin":
         from agents import set_tracing_disabled
 

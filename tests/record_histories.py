@@ -197,10 +197,9 @@ async def record(out: Path, client: Client) -> list[Path]:
                     f"{path}: {len(history.events)} events, {size / 1024:.1f} KiB", file=sys.stderr
                 )
                 if name == "continue_as_new":
-                    desc = await handle.describe()
-                    first_id = await _first_run_id(client, handle.id, desc.run_id)
+                    started = history.events[0].workflow_execution_started_event_attributes
                     first = await client.get_workflow_handle(
-                        handle.id, run_id=first_id
+                        handle.id, run_id=started.first_execution_run_id
                     ).fetch_history()
                     path = out / f"{name}_first.json"
                     size = _save(path, first.to_json())
@@ -210,13 +209,6 @@ async def record(out: Path, client: Client) -> list[Path]:
                         file=sys.stderr,
                     )
     return written
-
-
-async def _first_run_id(client: Client, workflow_id: str, run_id: str | None) -> str | None:
-    from workers.inspect_history import fetch_chain
-
-    chain = await fetch_chain(client, workflow_id)
-    return chain[0].run_id if chain else run_id
 
 
 async def _main(out: Path) -> None:

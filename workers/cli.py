@@ -20,6 +20,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from workers import client as rc
 from workers.config import load_settings
+from workers.converter import PayloadStoreConfigError
 from workflows.models import ApproveSignal, RejectSignal, RunRequest, RunResult, RunState
 
 T = TypeVar("T")
@@ -52,6 +53,9 @@ def _with_client(fn: Callable[[Client], Awaitable[T]]) -> T:
     except rc.ServerUnreachable as e:
         err.print(f"[red]error:[/red] {e}", highlight=False)
         raise typer.Exit(EXIT_UNREACHABLE) from None
+    except PayloadStoreConfigError as e:
+        err.print(f"[red]error:[/red] payload store: {e}", highlight=False)
+        raise typer.Exit(EXIT_USAGE) from None
     except RPCError as e:
         if e.status == RPCStatusCode.NOT_FOUND:
             err.print(f"[red]error:[/red] no such run: {e.message}", highlight=False)
@@ -395,6 +399,9 @@ def worker() -> None:
     except rc.ServerUnreachable as e:
         err.print(f"[red]error:[/red] {e}", highlight=False)
         raise typer.Exit(EXIT_UNREACHABLE) from None
+    except PayloadStoreConfigError as e:
+        err.print(f"[red]error:[/red] payload store: {e}", highlight=False)
+        raise typer.Exit(EXIT_USAGE) from None
 
 
 @app.command("dev-server")
@@ -428,6 +435,13 @@ def _print_line(text: str) -> None:
     out.print(text, markup=False, highlight=False, soft_wrap=True)
 
 
+def _runtime_converter() -> Any:
+    """The workers' data converter (resolves external payload references in stored histories)."""
+    from workers.converter import build_data_converter
+
+    return build_data_converter()
+
+
 @app.command("replay")
 def replay_cmd(
     run_id: str | None = typer.Argument(None, help="the run to replay (its whole chain)"),
@@ -442,7 +456,7 @@ def replay_cmd(
         raise typer.Exit(EXIT_USAGE)
     if file is not None:
         try:
-            report = asyncio.run(ih.replay_file(file))
+            report = asyncio.run(ih.replay_file(file, data_converter=_runtime_converter()))
         except (OSError, ValueError) as e:
             err.print(f"error: {e}", markup=False, highlight=False)
             raise typer.Exit(EXIT_USAGE) from None
@@ -523,7 +537,8 @@ def audit_cmd(
         raise typer.Exit(EXIT_USAGE)
     if file is not None:
         try:
-            report = ih.audit(ih.load_history_file(file))
+            history = ih.load_history_file(file)
+            report = ih.audit(asyncio.run(ih.inline_payloads(history, _runtime_converter())))
         except (OSError, ValueError) as e:
             err.print(f"error: {e}", markup=False, highlight=False)
             raise typer.Exit(EXIT_USAGE) from None
@@ -531,10 +546,7 @@ def audit_cmd(
         rid = run_id
         assert rid is not None
 
-        async def go(client: Client) -> ih.Audit:
-            return ih.audit(await ih.fetch_chain(client, rid), data_converter=client.data_converter)
-
-        report = _with_client(go)
+        report = _with_client(lambda c: ih.audit_run(c, rid))
     if as_json:
         sys.stdout.write(report.model_dump_json() + "\n")
     else:

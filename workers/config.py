@@ -60,7 +60,7 @@ class Settings(BaseModel):
         ge=0,
         description="AGENT_PAYLOAD_THRESHOLD_BYTES: serialized payloads of at least this many "
         "bytes are stored externally (64 KiB: tool outputs capped at 16,000 chars stay inline, "
-        "transcripts past 64 KiB become ~250-byte references; see workers/converter.py)",
+        "transcripts past 64 KiB become ~230-byte references; see workers/converter.py)",
     )
     s3_bucket: str | None = Field(
         None, description="AGENT_S3_BUCKET: bucket of the s3 payload store"

@@ -10,7 +10,7 @@ the SDK's (experimental) external payload storage attached, chosen by
 ``local`` (default)        payloads >= ``AGENT_PAYLOAD_THRESHOLD_BYTES`` are written to
                            ``AGENT_PAYLOAD_DIR`` (default ``<AGENT_STATE_DIR>/payloads``) by
                            :class:`activities.storage.LocalStorageDriver`; the history keeps a
-                           reference of about 250 bytes.
+                           reference of about 230 bytes.
 ``s3``                     the SDK's ``S3StorageDriver`` writes them to ``AGENT_S3_BUCKET`` under
                            ``AGENT_S3_PREFIX`` (needs ``pip install "temporalio[aioboto3]"``;
                            credentials and region from the usual AWS environment, e.g.
@@ -31,6 +31,9 @@ warning) -- after that each model step adds only a reference. Below 64 KiB, on t
 tool outputs (capped at 16,000 characters by default) and most short runs stay inline, so the Web
 UI and ``temporal workflow show`` display them without the codec server and no file I/O is paid
 on small payloads. Any payload >= 2 MiB (Temporal's hard per-payload limit) is always far above it.
+Measured here (60 turns, 1,500-character tool outputs, transcript +1.7 KB a turn): all inline
+3.6 MB of history and ~101 KB added by turn 60; 256 KiB the same (never reached); 64 KiB 1.45 MB,
+then ~4 KB a turn from turn ~36; 16 KiB 0.32 MB, ~4 KB a turn from turn ~9.
 
 Codec helpers used by :mod:`workers.codec_server`: :func:`is_reference`,
 :func:`resolve_references` (reference -> stored payload) and :func:`store_large_payloads`

@@ -15,21 +15,25 @@ This module reads it without running any workflow code:
 * :func:`fork`: start a new run seeded with the transcript a run's model saw at step K, optionally
   with an edited user message or another model (``agentctl fork RUN_ID --turn K``).
 
-Payloads are decoded with the pydantic data converter (plain JSON, as CONTRACT.md says); a payload
-codec (encryption, compression) is not applied here, so histories of a namespace that uses one
-must be decoded before they are audited.
+Payloads are JSON (pydantic data converter, CONTRACT.md). Large ones may sit in external payload
+storage, the history holding only a reference: :func:`inline_payloads` resolves references (and
+applies a payload codec) with the client's data converter before :func:`audit` reads them;
+:func:`audit_run`, :func:`fork` and :func:`replay` do that themselves.
 """
 
 from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+from google.protobuf.descriptor import FieldDescriptor
+from google.protobuf.message import Message
 from pydantic import BaseModel, Field, ValidationError
+from temporalio.api.common.v1 import Payload, Payloads
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowHandle, WorkflowHistory
@@ -62,6 +66,9 @@ __all__ = [
     "ToolCallEntry",
     "ApprovalRequestedEntry",
     "audit",
+    "audit_run",
+    "inline_payloads",
+    "load_history_file",
     "fetch_chain",
     "fetch_history",
     "fork",
@@ -192,7 +199,9 @@ class ModelStepEntry(_Entry):
     kind: Literal["model_step"] = "model_step"
     turn: int
     model: str
-    status: Literal["scheduled", "completed", "failed", "timed_out", "cancelled"] = "scheduled"
+    status: Literal[
+        "scheduled", "cancel_requested", "completed", "failed", "timed_out", "cancelled"
+    ] = "scheduled"
     attempts: int = 0
     messages: int = Field(0, description="messages sent to the model")
     prompt_tokens: int = 0
@@ -427,6 +436,85 @@ def _first(converter: DataConverter, payloads: Any) -> Any:
     return values[0] if values else None
 
 
+_REFERENCE_TYPES = {b"temporal.api.sdk.v1.ExternalStorageReference"}
+_LEGACY_REFERENCE_ENCODING = b"json/external-storage-reference"
+
+
+def _is_reference(p: Payload) -> bool:
+    meta = p.metadata
+    return meta.get("messageType", b"") in _REFERENCE_TYPES or (
+        meta.get("encoding", b"") == _LEGACY_REFERENCE_ENCODING
+    )
+
+
+def _repeated(fd: FieldDescriptor) -> bool:
+    flag = getattr(fd, "is_repeated", None)  # protobuf >= 5.28; ``label`` is gone in 7
+    if flag is not None:
+        return bool(flag)
+    return fd.label == FieldDescriptor.LABEL_REPEATED  # type: ignore[attr-defined]
+
+
+def _payloads_in(msg: Message) -> Iterator[Payloads]:
+    """Every ``Payloads`` message inside ``msg`` (recursively; map fields are skipped)."""
+    for fd, value in msg.ListFields():
+        mt = fd.message_type
+        if mt is None or mt.GetOptions().map_entry:
+            continue
+        items = list(value) if _repeated(fd) else [value]
+        for item in items:
+            if mt.full_name == Payloads.DESCRIPTOR.full_name:
+                yield item
+            else:
+                yield from _payloads_in(item)
+
+
+async def inline_payloads(
+    histories: WorkflowHistory | Sequence[WorkflowHistory], data_converter: DataConverter
+) -> list[WorkflowHistory]:
+    """Copies of the histories whose payloads are plain JSON, ready for :func:`audit`.
+
+    External-storage references are resolved and a payload codec is applied with
+    ``data_converter`` (the client's: ``client.data_converter``); each payload is decoded and
+    re-encoded as plain JSON. Returns the histories unchanged when the converter has neither
+    external storage nor a codec. A payload that cannot be resolved (e.g. its stored file was
+    removed) is left as it is, and the audit shows it as undecodable.
+    """
+    chain = [histories] if isinstance(histories, WorkflowHistory) else list(histories)
+    codec = data_converter.payload_codec is not None
+    if data_converter.external_storage is None and not codec:
+        return chain
+    plain = pydantic_data_converter.payload_converter
+    out: list[WorkflowHistory] = []
+    for h in chain:
+        events: list[HistoryEvent] = []
+        for ev in h.events:
+            copy_ev = HistoryEvent()
+            copy_ev.CopyFrom(ev)
+            for p in _payloads_in(copy_ev):
+                if not codec and not any(_is_reference(x) for x in p.payloads):
+                    continue
+                try:
+                    values = await data_converter.decode(list(p.payloads))
+                    new = plain.to_payloads(values)
+                except Exception:  # noqa: BLE001 - keep the payload as recorded
+                    continue
+                del p.payloads[:]
+                p.payloads.extend(new)
+            events.append(copy_ev)
+        out.append(WorkflowHistory(h.workflow_id, events))
+    return out
+
+
+async def audit_run(client: Client, run_id: str) -> Audit:
+    """Fetch every execution of run ``run_id``, resolve its payloads and :func:`audit` it.
+
+    Raises:
+        temporalio.service.RPCError: ``NOT_FOUND`` when there is no such run.
+    """
+    chain = await inline_payloads(await fetch_chain(client, run_id), client.data_converter)
+    return audit(chain)
+
+
 def _failure_text(failure: Any) -> str:
     parts: list[str] = []
     f = failure
@@ -523,13 +611,19 @@ class _Auditor:
             self.events += 1
             self._event(ev, run_id, history.workflow_id)
 
-    def _event(self, ev: HistoryEvent, run_id: str, workflow_id: str) -> None:  # noqa: C901 - one branch per event type
+    def _event(self, ev: HistoryEvent, run_id: str, workflow_id: str) -> None:
         t = ev.event_type
         base = {"time": _iso(ev), "run_id": run_id, "event_id": ev.event_id}
         if t == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
             self._started(ev, base, workflow_id)
         elif t == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
             self._scheduled(ev, base)
+        elif t == EventType.EVENT_TYPE_ACTIVITY_TASK_CANCEL_REQUESTED:
+            sid = ev.activity_task_cancel_requested_event_attributes.scheduled_event_id
+            found = self.scheduled.get(sid)
+            if found is not None and isinstance(found[1], ModelStepEntry | ActivityEntry):
+                if found[1].status == "scheduled":
+                    found[1].status = "cancel_requested"
         elif t == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
             a = ev.activity_task_started_event_attributes
             self.started_attempts[a.scheduled_event_id] = a.attempt
@@ -627,11 +721,8 @@ class _Auditor:
                 )
                 self.tools[call_id] = entry
                 self.timeline.append(entry)
-            entry.time, entry.event_id, entry.run_id = (
-                base["time"],
-                base["event_id"],
-                base["run_id"],
-            )
+            entry.time, entry.event_id = base["time"], base["event_id"]
+            entry.run_id = base["run_id"]
             entry.arguments = parsed if parsed is not None else args
             entry.status, entry.ran = "running", True
         elif kind == SPEC_RESOLVE:
@@ -665,12 +756,8 @@ class _Auditor:
             error = _failure_text(attrs.failure)
         result = _as_dict(_first(self.conv, attrs.result)) if status == "completed" else {}
         if isinstance(entry, ModelStepEntry):
-            entry.status, entry.attempts, entry.latency_ms, entry.error = (
-                status,
-                attempts,
-                latency,
-                error,
-            )  # type: ignore[assignment]
+            entry.status = status  # type: ignore[assignment]
+            entry.attempts, entry.latency_ms, entry.error = attempts, latency, error
             entry.completed_at = _iso(ev)
             if result:
                 self._model_reply(entry, result, ev, run_id)
@@ -807,7 +894,9 @@ class _Auditor:
             return
         accepted: bool | None = True
         why: str | None = None
-        if name == "interrupt":
+        if name not in ("interrupt", "pause", "resume", "send_message", "raise_budget"):
+            accepted = None  # no handler of that name in AgentRun
+        elif name == "interrupt":
             if self.interrupted:
                 accepted, why = False, "already interrupted"
             self.interrupted = True
@@ -874,7 +963,7 @@ class _Auditor:
             DecisionEntry(
                 **base,
                 via="update",
-                decision=str(p.get("decision", "approve")),  # type: ignore[arg-type]
+                decision="reject" if p.get("decision") == "reject" else "approve",
                 tool_call_id=str(p.get("tool_call_id", "")),
                 who=str(p.get("principal_id", "anonymous")),
                 identity=req.meta.identity,
@@ -900,7 +989,17 @@ class _Auditor:
             )
             self._settle(cid, "timeout", "system", None, ev, run_id)
 
+    def _close_in_flight(self) -> None:
+        """The execution closed: activities still open were abandoned (cancelled)."""
+        for _, entry in self.scheduled.values():
+            if isinstance(entry, ModelStepEntry | ActivityEntry | SpecResolvedEntry):
+                if entry.status in ("scheduled", "cancel_requested"):
+                    entry.status = "cancelled"
+            elif isinstance(entry, ToolCallEntry) and entry.status == "running":
+                entry.status = "cancelled"
+
     def _continued(self, ev: HistoryEvent, base: dict[str, Any]) -> None:
+        self._close_in_flight()
         a = ev.workflow_execution_continued_as_new_event_attributes
         carry = _as_dict(_as_dict(_first(self.conv, a.input)).get("carry"))
         self._reconcile_carry(carry)
@@ -912,6 +1011,7 @@ class _Auditor:
         )
 
     def _completed(self, ev: HistoryEvent, base: dict[str, Any]) -> None:
+        self._close_in_flight()
         raw = _first(self.conv, ev.workflow_execution_completed_event_attributes.result)
         try:
             res = RunResult.model_validate(raw)
@@ -922,9 +1022,8 @@ class _Auditor:
         self.status = res.status
         for rec in res.tool_calls:
             self._apply_record(rec.model_dump(), base)
-        extra = res.model_extra or {}
-        if isinstance(extra.get("ignored_signals"), list):
-            self._reconcile_ignored(extra["ignored_signals"])
+        if isinstance(raw, dict) and isinstance(raw.get("ignored_signals"), list):
+            self._reconcile_ignored(raw["ignored_signals"])  # when the workflow reports them
         self.timeline.append(
             RunFinishedEntry(
                 **base,
@@ -939,6 +1038,7 @@ class _Auditor:
         )
 
     def _ended(self, base: dict[str, Any], status: str, reason: str, who: str = "") -> None:
+        self._close_in_flight()
         self.status = status
         self.timeline.append(
             RunFinishedEntry(
@@ -1097,7 +1197,7 @@ def _clip(text: str | None, limit: int = 120) -> str:
     return t if len(t) <= limit else t[: limit - 1] + "…"
 
 
-def _line(e: Any) -> str:  # noqa: C901 - one format per entry kind
+def _line(e: Any) -> str:
     if isinstance(e, RunStartedEntry):
         if e.continued_from:
             return f"continued    execution {e.run_id} (from {e.continued_from}) at turn {e.turn}"
@@ -1126,7 +1226,10 @@ def _line(e: Any) -> str:  # noqa: C901 - one format per entry kind
             if asks
             else (f"-> answers {_clip(e.content, 80)!r}" if e.content is not None else "")
         )
-        timing = f"{e.latency_ms:.0f} ms" if e.latency_ms is not None else "in flight"
+        if e.latency_ms is not None:
+            timing = f"{e.latency_ms:.0f} ms"
+        else:
+            timing = "in flight" if e.status in ("scheduled", "cancel_requested") else "no result"
         err = f" error: {e.error}" if e.error else ""
         return (
             f"model step   turn {e.turn} {e.model} [{e.status}, {e.attempts} attempt(s), {timing}] "
@@ -1164,9 +1267,10 @@ def _line(e: Any) -> str:  # noqa: C901 - one format per entry kind
         what = f"{e.decision} {e.tool_call_id} by {e.who} via {e.via}"
         return f"decision     {what}{args}{note} -> {verdict}"
     if isinstance(e, SignalEntry):
-        verdict = {True: "accepted", None: "effect unknown"}.get(
-            e.accepted, f"IGNORED: {e.ignored_reason}"
-        )  # type: ignore[arg-type]
+        if e.accepted is None:
+            verdict = "effect unknown"
+        else:
+            verdict = "accepted" if e.accepted else f"IGNORED: {e.ignored_reason}"
         p = _as_dict(e.payload)
         detail = {k: v for k, v in p.items() if k != "principal_id"}
         return f"signal       {e.name} by {e.who} {_args_text(detail)} -> {verdict}"
@@ -1347,7 +1451,9 @@ def fork_points(
 ) -> dict[int, list[dict[str, Any]]]:
     """The messages the model saw at each model step: ``{turn: messages}`` (turns are 1-based).
 
-    Read from the ``CallModelInput`` of each ``model.complete`` ActivityTaskScheduled event.
+    Read from the ``CallModelInput`` of each ``model.complete`` ActivityTaskScheduled event;
+    payloads must be inline (see :func:`inline_payloads`). Turns whose input cannot be read are
+    left out.
     """
     chain = [histories] if isinstance(histories, WorkflowHistory) else list(histories)
     points: dict[int, list[dict[str, Any]]] = {}
@@ -1404,7 +1510,7 @@ async def fork(
 
     The new ``RunRequest`` copies the original's agent, input, tenant, principal, mode, limits
     and spec file, and sets ``seed_messages``, ``parent_run_id=run_id`` and ``fork_turn=turn``
-    (the run upserts search attribute ``ParentRunId`` when the namespace has it). The agent
+    (the run upserts its parent search attribute when the namespace has it). The agent
     spec is resolved again when the fork starts (today's tools and policy).
 
     Returns:
@@ -1417,8 +1523,8 @@ async def fork(
     """
     from workers.client import start_run
 
-    chain = await fetch_chain(client, run_id)
-    points = fork_points(chain, client.data_converter)
+    chain = await inline_payloads(await fetch_chain(client, run_id), client.data_converter)
+    points = fork_points(chain)
     if not points:
         raise ForkError(f"run {run_id} has no model step yet: nothing to fork from")
     last = max(points)
@@ -1428,7 +1534,7 @@ async def fork(
             f"turn {turn} is out of range: run {run_id} has model steps {lo}..{last};"
             f" choose a turn between {lo} and {last}"
         )
-    first_req = _as_dict(_first(client.data_converter, _started(chain[0]).input))
+    first_req = _as_dict(_first(pydantic_data_converter, _started(chain[0]).input))
     try:
         orig = RunRequest.model_validate({k: v for k, v in first_req.items() if k != "carry"})
     except ValidationError as e:
@@ -1463,11 +1569,9 @@ async def lineage(
         req: dict[str, Any] = {}
         try:
             async for ev in client.get_workflow_handle(current).fetch_history_events(page_size=1):
-                req = _as_dict(
-                    _first(
-                        client.data_converter, ev.workflow_execution_started_event_attributes.input
-                    )
-                )
+                attrs = ev.workflow_execution_started_event_attributes
+                values = await client.data_converter.decode_wrapper(attrs.input)
+                req = _as_dict(values[0] if values else None)
                 break
         except Exception:  # noqa: BLE001 - a deleted ancestor ends the walk
             out.append((current, None))

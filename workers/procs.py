@@ -80,39 +80,52 @@ def stop(name: str, timeout: float = 15.0) -> bool:
     return True
 
 
-def start_worker(wait_seconds: float = 30.0) -> int:
-    """Start ``agentctl worker`` detached (unless one runs); returns its pid.
+def start_background(name: str, module: str, ready_marker: str, wait_seconds: float = 30.0) -> int:
+    """Start ``python -m MODULE`` detached (unless ``name`` runs already); returns its pid.
+
+    Its output goes to ``logs/NAME.log``; it counts as started once ``ready_marker`` appears there.
 
     Raises:
-        RuntimeError: the worker exited or did not report ``worker_started`` in time (log tail).
+        RuntimeError: the process exited or did not print the marker in time (with the log tail).
     """
-    pid = running("worker")
+    pid = running(name)
     if pid:
-        print(f"worker already running (pid {pid})")
+        print(f"{name} already running (pid {pid})")
         return pid
-    log = log_file("worker")
+    log = log_file(name)
     with log.open("ab") as fh:
         start = log.stat().st_size
         proc = subprocess.Popen(
-            [sys.executable, "-m", "workers.cli", "worker"],
+            [sys.executable, "-m", *module.split()],
             stdout=fh,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
         )
-    record("worker", proc.pid, "workers.cli")
+    record(name, proc.pid, module.split()[0])
     deadline = time.monotonic() + wait_seconds
     while time.monotonic() < deadline:
         with log.open("rb") as fh:
             fh.seek(start)
             text = fh.read().decode(errors="replace")
-        if "worker_started" in text:
-            print(f"worker started (pid {proc.pid}), log: {log}")
+        if ready_marker in text:
+            print(f"{name} started (pid {proc.pid}), log: {log}")
             return proc.pid
         if proc.poll() is not None:
-            raise RuntimeError(f"the worker exited with {proc.returncode}:\n{text[-2000:]}")
+            raise RuntimeError(f"{name} exited with {proc.returncode}:\n{text[-2000:]}")
         time.sleep(0.2)
-    raise RuntimeError(f"the worker did not start in {wait_seconds:.0f} s; see {log}")
+    raise RuntimeError(f"{name} did not start in {wait_seconds:.0f} s; see {log}")
+
+
+def start_worker(wait_seconds: float = 30.0) -> int:
+    """Start ``agentctl worker`` detached; returns its pid (see :func:`start_background`)."""
+    return start_background("worker", "workers.cli worker", "worker_started", wait_seconds)
+
+
+def start_codec_server(wait_seconds: float = 15.0) -> str:
+    """Start the codec server for the Web UI detached; returns a status line."""
+    pid = start_background("codec-server", "workers.codec_server", "codec_server_started", wait_seconds)
+    return f"codec server running (pid {pid}): the Web UI shows payloads stored outside the history"
 
 
 def stop_all() -> None:
@@ -130,9 +143,9 @@ def stop_all() -> None:
 def main(argv: list[str] | None = None) -> int:
     """``python -m workers.procs start-worker | stop``."""
     args = argv if argv is not None else sys.argv[1:]
-    if args == ["start-worker"]:
+    if args in (["start-worker"], ["start-codec-server"]):
         try:
-            start_worker()
+            start_worker() if args == ["start-worker"] else print(start_codec_server())
         except RuntimeError as e:
             print(f"error: {e}", file=sys.stderr)
             return 1
@@ -140,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     if args == ["stop"]:
         stop_all()
         return 0
-    print("usage: python -m workers.procs start-worker|stop", file=sys.stderr)
+    print("usage: python -m workers.procs start-worker|start-codec-server|stop", file=sys.stderr)
     return 2
 
 

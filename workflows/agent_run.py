@@ -74,7 +74,7 @@ SA_STATUS = SearchAttributeKey.for_keyword("AgentStatus")
 SA_TOKENS = SearchAttributeKey.for_int("TotalTokens")
 SA_COST = SearchAttributeKey.for_float("CostUsd")
 SA_SPEC = SearchAttributeKey.for_keyword("SpecHash")
-SA_PARENT = SearchAttributeKey.for_keyword("ParentRunId")
+SA_PARENT = SearchAttributeKey.for_keyword("ForkParentRunId")
 
 MODEL_HEARTBEAT = timedelta(seconds=5)
 TOOL_HEARTBEAT = timedelta(seconds=5)
@@ -633,6 +633,10 @@ class AgentRun:
             agent=self._req.agent if self._req else "",
             spec_hash=self._pinned.spec_hash if self._pinned else "",
             error=error,
+            decisions=self._decisions,
+            ignored_signals=self._ignored,
+            parent_run_id=self._req.parent_run_id if self._req else None,
+            fork_turn=self._req.fork_turn if self._req else None,
         )
 
     def _publish(self) -> None:
@@ -807,6 +811,7 @@ class AgentRun:
             compactions=self._compactions,
             continued_runs=self._continued,
             parent_run_id=self._req.parent_run_id if self._req else None,
+            fork_turn=self._req.fork_turn if self._req else None,
             output=self._output,
         )
 

@@ -87,6 +87,10 @@ class RunResult(BaseModel):
     agent: str = ""
     spec_hash: str = ""
     error: str | None = None
+    decisions: list[Decision] = Field(default_factory=list)
+    ignored_signals: list[IgnoredSignal] = Field(default_factory=list)
+    parent_run_id: str | None = None
+    fork_turn: int | None = None
 
 
 class ApproveSignal(BaseModel):
@@ -205,6 +209,7 @@ class RunState(BaseModel):
     compactions: int = 0
     continued_runs: int = 0
     parent_run_id: str | None = None
+    fork_turn: int | None = None
     output: str | None = None
 
 
@@ -231,3 +236,4 @@ class CarriedState(BaseModel):
 
 
 RunRequest.model_rebuild()
+RunResult.model_rebuild()

@@ -47,7 +47,7 @@ EXPECTED_TYPES = {
     "TotalTokens": IndexedValueType.INDEXED_VALUE_TYPE_INT,
     "CostUsd": IndexedValueType.INDEXED_VALUE_TYPE_DOUBLE,
     "SpecHash": IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD,
-    "ParentRunId": IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD,
+    "ForkParentRunId": IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD,
 }
 
 

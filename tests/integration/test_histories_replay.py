@@ -97,7 +97,10 @@ def test_cli_replay_file_says_compatible_and_exits_0():
     res = CliRunner().invoke(app, ["replay", "--file", str(path)])
     assert res.exit_code == 0, res.output
     events = len(load_history_file(path).events)
-    assert f"compatible: the current code replays hist-tools from {path} ({events} events)" in res.stdout
+    assert (
+        f"compatible: the current code replays hist-tools from {path} ({events} events)"
+        in res.stdout
+    )
 
 
 def test_cli_replay_needs_a_run_or_a_file(tmp_path: Path):

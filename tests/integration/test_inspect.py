@@ -1,24 +1,33 @@
-"""See, audit, replay and fork runs (workers/inspect_history.py and `agentctl audit/replay/fork`)."""
+"""See, audit, replay and fork runs: workers/inspect_history.py and `agentctl audit|replay|fork`."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import secrets
 import subprocess
 import sys
+from collections.abc import AsyncIterator, Sequence
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
+import pytest_asyncio
+from temporalio.api.common.v1 import Payload
 from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.converter import ExternalStorage, StorageDriver, StorageDriverClaim
+from temporalio.testing import WorkflowEnvironment
 from typer.testing import CliRunner
 
 from tests.harness import Harness
 from workers import client as rc
 from workers import inspect_history as ih
 from workers.cli import app
+from workers.testing.env import start_local_env
 from workers.testing.scripted_model import ScriptedModel, text, tool_call, tool_calls
 from workflows.agent_run import SA_PARENT
 from workflows.models import ApproveSignal, RunState
@@ -47,6 +56,16 @@ async def until_state(handle, pred, timeout: float = 20.0) -> RunState:
             pass
         await asyncio.sleep(0.05)
     raise AssertionError(f"state not reached; last: {st}")
+
+
+@pytest_asyncio.fixture(scope="module")
+async def plain_env() -> AsyncIterator[WorkflowEnvironment]:
+    """A dev server without custom search attributes: runs must work there too (no listing)."""
+    e = await start_local_env(search_attributes=[])
+    try:
+        yield e
+    finally:
+        await e.shutdown()
 
 
 async def agentctl(address: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -93,10 +112,14 @@ async def test_audit_lists_tool_calls_decisions_and_the_ignored_signal(
         st = await until_state(handle, lambda s: len(s.pending_approvals) == 2)
         first, second = (p.tool_call_id for p in st.pending_approvals)
         # unauthorised: ignored by the workflow, and recorded with why
-        await rc.approve_signal(client, handle.id, ApproveSignal(tool_call_id=first, principal_id="mallory"))
+        await rc.approve_signal(
+            client, handle.id, ApproveSignal(tool_call_id=first, principal_id="mallory")
+        )
         await until_state(handle, lambda s: len(s.ignored_signals) == 1)
         await rc.approve_signal(
-            client, handle.id, ApproveSignal(tool_call_id=first, principal_id="olga", arguments={"target": "staging"})
+            client,
+            handle.id,
+            ApproveSignal(tool_call_id=first, principal_id="olga", arguments={"target": "staging"}),
         )
         await rc.decide(client, handle.id, second, "reject", "alice", reason="freeze week")
         res = await handle.result()
@@ -148,7 +171,9 @@ async def test_audit_lists_tool_calls_decisions_and_the_ignored_signal(
     assert calls[first].requested_arguments == {"target": "prod"}
     assert calls[second].status == "rejected" and calls[second].decided_by == "alice"
     assert not calls[second].ran
-    assert all(c.duration_ms is not None and c.latency_ms is not None for c in a.tool_calls if c.ran)
+    assert all(
+        c.duration_ms is not None and c.latency_ms is not None for c in a.tool_calls if c.ran
+    )
     approvals = [e for e in a.timeline if e.kind == "approval_requested"]
     assert {e.tool_call_id for e in approvals} == {first, second}
     assert approvals[0].approvers == ["alice", "role:ops"]
@@ -157,7 +182,9 @@ async def test_audit_lists_tool_calls_decisions_and_the_ignored_signal(
     steps = a.model_steps
     assert [s.turn for s in steps] == [1, 2]
     assert all(s.model == "scripted" and s.attempts == 1 and s.status == "completed" for s in steps)
-    assert all(s.prompt_tokens > 0 and s.completion_tokens > 0 and s.latency_ms is not None for s in steps)
+    assert all(
+        s.prompt_tokens > 0 and s.completion_tokens > 0 and s.latency_ms is not None for s in steps
+    )
     assert [c.name for c in steps[0].tool_calls] == ["record", "calculator", "deploy", "deploy"]
     assert steps[1].content == "done" and steps[1].tool_calls == []
     assert sum(s.prompt_tokens for s in steps) == res.usage.prompt_tokens
@@ -175,19 +202,30 @@ async def test_audit_lists_tool_calls_decisions_and_the_ignored_signal(
     assert cli_audit.returncode == 0, cli_audit.stderr
     parsed = json.loads(cli_audit.stdout)
     assert parsed["workflow_id"] == handle.id
-    assert [d["accepted"] for d in parsed["timeline"] if d["kind"] == "decision"] == [False, True, True]
-    assert cli_text.returncode == 0 and "mallory" in cli_text.stdout and "IGNORED" in cli_text.stdout
+    assert [d["accepted"] for d in parsed["timeline"] if d["kind"] == "decision"] == [
+        False,
+        True,
+        True,
+    ]
+    assert (
+        cli_text.returncode == 0 and "mallory" in cli_text.stdout and "IGNORED" in cli_text.stdout
+    )
 
     # replay of this fresh run: compatible, from the API and the CLI
     assert replayed.compatible and replayed.failure is None
     assert replayed.events == sum(len(x.events) for x in chain)
     assert cli_replay.returncode == 0, cli_replay.stderr
-    assert f"compatible: the current code replays {handle.id} ({replayed.events} events)" in cli_replay.stdout
+    assert (
+        f"compatible: the current code replays {handle.id} ({replayed.events} events)"
+        in cli_replay.stdout
+    )
 
 
 async def test_fork_reproduces_the_transcript_up_to_turn_k_and_records_lineage(
-    client: Client, tmp_path: Path, dev_server_address: str
+    plain_env: WorkflowEnvironment, tmp_path: Path
 ):
+    client = plain_env.client
+    dev_server_address = client.service_client.config.target_host
     model = ScriptedModel(
         [
             tool_call("record", {"label": "a"}),
@@ -206,7 +244,6 @@ async def test_fork_reproduces_the_transcript_up_to_turn_k_and_records_lineage(
         forked = await ih.fork(client, original.id, 2)
         fres = await forked.result()
         fstate: RunState = await forked.query("state", result_type=RunState)
-        desc = await forked.describe()
 
         edited = await ih.fork(client, original.id, 1, message="just say hi", model="other-model")
         eres = await edited.result()
@@ -219,6 +256,7 @@ async def test_fork_reproduces_the_transcript_up_to_turn_k_and_records_lineage(
         bad_cli = await agentctl(dev_server_address, "fork", original.id, "--turn", "9")
         assert model.count == count_before_cli  # nothing started
         cli = await agentctl(dev_server_address, "fork", original.id, "--turn", "3", "--json")
+        missing = await agentctl(dev_server_address, "replay", "run-does-not-exist")
         fork_chain = await ih.fetch_chain(client, forked.id)
         original_points = ih.fork_points(await ih.fetch_chain(client, original.id))
 
@@ -232,7 +270,6 @@ async def test_fork_reproduces_the_transcript_up_to_turn_k_and_records_lineage(
     fa = ih.audit(fork_chain)
     assert (fa.parent_run_id, fa.fork_turn) == (original.id, 2)
     assert fa.timeline[0].seeded_messages == 4
-    assert desc.typed_search_attributes.get(SA_PARENT) == original.id
     assert f"forked from {original.id} at turn 2" in ih.render_audit_text(fa)
 
     # edited last user message and another model
@@ -251,12 +288,17 @@ async def test_fork_reproduces_the_transcript_up_to_turn_k_and_records_lineage(
     assert out["status"] == "completed" and out["output"] == "cli fork answer"
     assert f"lineage: {original.id} -(turn 3)-> run-" in cli.stderr
     assert reqs[5].messages == original_points[3]
+    assert missing.returncode == 1 and "no such run" in missing.stderr
 
 
 async def test_continue_as_new_chain_is_audited_replayed_and_forked_across_executions(
-    client: Client, tmp_path: Path
+    plain_env: WorkflowEnvironment, tmp_path: Path
 ):
-    model = ScriptedModel([tool_call("record", {"label": f"s{i}"}) for i in range(1, 5)] + [text("done"), text("fork")])
+    client = plain_env.client
+    model = ScriptedModel(
+        [tool_call("record", {"label": f"s{i}"}) for i in range(1, 5)]
+        + [text("done"), text("fork")]
+    )
     agents = {"default": {"limits": {"continue_as_new_every_turns": 2}}}
     async with Harness(client, tmp_path, model, agents=agents) as h:
         handle = await h.start("five turns")
@@ -282,7 +324,11 @@ async def test_continue_as_new_chain_is_audited_replayed_and_forked_across_execu
 
 
 async def test_a_secret_given_to_a_tool_never_reaches_the_history_or_logs(
-    client: Client, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, capfd
+    client: Client,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    capfd,
 ):
     token = "tok-" + secrets.token_hex(16)
     monkeypatch.setenv("TEST_SECRET_TOKEN", token)
@@ -311,7 +357,95 @@ async def test_a_secret_given_to_a_tool_never_reaches_the_history_or_logs(
     assert token not in logs  # ... without the secret
     a = ih.audit(history)
     assert token not in a.model_dump_json()
-    assert a.tool_calls[0].name == "echo_secret" and a.tool_calls[0].result_chars == len("token is ") + len(token)
+    assert a.tool_calls[0].name == "echo_secret" and a.tool_calls[0].result_chars == len(
+        "token is "
+    ) + len(token)
+
+
+class MemoryDriver(StorageDriver):
+    """External payload storage in a dict (as the local/S3 stores, without files)."""
+
+    def __init__(self) -> None:
+        self.blobs: dict[str, bytes] = {}
+
+    def name(self) -> str:
+        return "test-memory"
+
+    async def store(self, context: Any, payloads: Sequence[Payload]) -> list[StorageDriverClaim]:
+        claims = []
+        for p in payloads:
+            key = f"k{len(self.blobs)}"
+            self.blobs[key] = p.SerializeToString()
+            claims.append(StorageDriverClaim(claim_data={"key": key}))
+        return claims
+
+    async def retrieve(self, context: Any, claims: Sequence[StorageDriverClaim]) -> list[Payload]:
+        out = []
+        for c in claims:
+            p = Payload()
+            p.ParseFromString(self.blobs[c.claim_data["key"]])
+            out.append(p)
+        return out
+
+
+async def test_audit_fork_and_replay_resolve_externally_stored_payloads(
+    plain_env: WorkflowEnvironment, tmp_path: Path
+):
+    driver = MemoryDriver()
+    conv = dataclasses.replace(
+        pydantic_data_converter,
+        external_storage=ExternalStorage(drivers=[driver], payload_size_threshold=400),
+    )
+    base = plain_env.client
+    client = Client(base.service_client, namespace=base.namespace, data_converter=conv)
+    model = ScriptedModel([tool_call("record", {"label": "big"}), text("done"), text("forked")])
+    async with Harness(client, tmp_path, model) as h:
+        handle = await h.start("stored elsewhere")
+        res = await handle.result()
+        raw = await ih.fetch_chain(client, handle.id)
+        a = await ih.audit_run(client, handle.id)
+        report = await ih.replay(client, handle.id)
+        forked = await ih.fork(client, handle.id, 2)
+        await forked.result()
+
+    assert res.status == "completed"
+    scheduled = [
+        e.activity_task_scheduled_event_attributes.input.payloads[0]
+        for e in raw[0].events
+        if e.HasField("activity_task_scheduled_event_attributes")
+    ]
+    refs = [p for p in scheduled if b"StorageReference" in p.metadata.get("messageType", b"")]
+    assert refs and driver.blobs  # the model inputs are references in the history
+    assert [s.messages for s in ih.audit(raw).model_steps] == [0, 0]  # unreadable as they are
+    assert [s.turn for s in a.model_steps] == [1, 2]
+    assert a.model_steps[0].messages == 2 and a.model_steps[1].messages == 4
+    assert [(c.name, c.status) for c in a.tool_calls] == [("record", "ok")]
+    assert a.input == "stored elsewhere" and a.status == "completed"
+    assert report.compatible, report.failure
+    assert model.requests[2].messages == model.requests[1].messages
+
+
+async def test_fork_sets_the_parent_search_attribute(client: Client, tmp_path: Path):
+    model = ScriptedModel([text("original"), text("fork")])
+    async with Harness(client, tmp_path, model) as h:
+        original = await h.start("parent")
+        await original.result()
+        forked = await ih.fork(client, original.id, 1)
+        value = None
+        try:
+            for _ in range(50):
+                desc = await forked.describe()
+                value = desc.typed_search_attributes.get(SA_PARENT)
+                if value:
+                    break
+                await asyncio.sleep(0.1)
+            res = await asyncio.wait_for(forked.result(), timeout=5)
+        finally:
+            desc = await forked.describe()
+            if desc.status is not None and desc.status.name == "RUNNING":
+                await forked.terminate("test cleanup")
+    assert value == original.id
+    assert res.status == "completed"
 
 
 # --------------------------------------------------------------------------- stored histories
@@ -338,7 +472,8 @@ def test_audit_of_stored_interrupt_and_partial_chain():
     assert a.status == "interrupted"
     sig = a.signals
     assert [(s.name, s.who, s.accepted) for s in sig] == [("interrupt", "alice", True)]
-    assert a.model_steps[-1].status in ("scheduled", "cancelled")  # stopped mid-step
+    assert a.model_steps[-1].status == "cancelled"  # stopped mid-step
+    assert a.model_steps[-1].completed_at is None and a.model_steps[0].status == "completed"
     last = ih.audit(ih.load_history_file(HISTORIES / "continue_as_new.json"))
     assert not last.chain_complete and last.status == "completed"
     assert last.timeline[0].continued_from and last.timeline[0].turn == 4
@@ -348,5 +483,10 @@ def test_cli_audit_file_json():
     res = CliRunner().invoke(app, ["audit", "--file", str(HISTORIES / "tools.json"), "--json"])
     assert res.exit_code == 0, res.output
     parsed = ih.Audit.model_validate_json(res.stdout)
-    assert [c.name for c in parsed.tool_calls] == ["read_file", "calculator", "record", "list_files"]
+    assert [c.name for c in parsed.tool_calls] == [
+        "read_file",
+        "calculator",
+        "record",
+        "list_files",
+    ]
     assert all(c.status == "ok" for c in parsed.tool_calls)

@@ -37,7 +37,7 @@ EXPECTED_ATTRS = {
     "TotalTokens": "Int",
     "CostUsd": "Double",
     "SpecHash": "Keyword",
-    "ParentRunId": "Keyword",
+    "ForkParentRunId": "Keyword",
 }
 
 
@@ -53,7 +53,7 @@ def test_shipped_config_values() -> None:
     assert cfg.db_filename == ".agent-runtime/temporal.db"
     assert cfg.log_level == "warn"
     assert cfg.headless is False
-    assert cfg.ui_codec_endpoint is None
+    assert cfg.ui_codec_endpoint == "http://127.0.0.1:8234"
     assert cfg.search_attributes == EXPECTED_ATTRS
     assert cfg.dynamic_config["frontend.enableUpdateWorkflowExecution"] is True
     assert cfg.dynamic_config["frontend.enableUpdateWorkflowExecutionAsyncAccepted"] is True
@@ -77,6 +77,7 @@ def test_args_from_shipped_config(tmp_path: Path) -> None:
         "--namespace", "default",
         "--db-filename", db,
         "--log-level", "warn",
+        "--ui-codec-endpoint", "http://127.0.0.1:8234",
     ]  # fmt: skip
     for name, kind in EXPECTED_ATTRS.items():
         expected += ["--search-attribute", f"{name}={kind}"]

@@ -1,0 +1,315 @@
+"""``python -m bench.run [--quick] [--only NAME[,NAME]] [--out bench-results/bench.json]``.
+
+Runs the benchmark scenarios (bench/README.md), prints one table per scenario -- this runtime
+("ours") beside the OpenAI Agents SDK's Temporal plugin -- with the machine and the date, and
+writes every figure to a JSON file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from bench.infra import jsonable, machine_info
+from bench.scenarios import SCENARIOS, Options
+
+DEFAULT_ORDER = ["history", "overhead", "throughput", "crash", "tuning"]
+console = Console()
+
+
+# ------------------------------------------------------------------------------------ format
+
+
+def _b(n: Any) -> str:
+    if not isinstance(n, (int, float)):
+        return "-"
+    if n >= 1024 * 1024:
+        return f"{n / 1024 / 1024:.2f} MiB"
+    if n >= 1024:
+        return f"{n / 1024:.1f} KiB"
+    return f"{int(n)} B"
+
+
+def _v(x: Any, unit: str = "", digits: int = 1) -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, float):
+        return f"{x:.{digits}f}{unit}"
+    return f"{x}{unit}"
+
+
+def _err(d: Any) -> str | None:
+    if isinstance(d, dict) and "error" in d:
+        return f"[red]error[/red]: {d['error'][:120]}"
+    if isinstance(d, dict) and "skipped" in d:
+        return f"skipped: {d['skipped']}"
+    return None
+
+
+# ------------------------------------------------------------------------------------ tables
+
+
+def table_history(r: dict[str, Any]) -> Table:
+    t = Table(
+        title="1. History per run (zero model latency; calculator tool every turn)", show_lines=True
+    )
+    t.add_column("turns")
+    cols = [k for k in ("ours", "ours_inline", "plugin") if k in r]
+    for k in cols:
+        t.add_column(k)
+    for n in r.get("turn_counts", []):
+        row = [str(n)]
+        for k in cols:
+            d = r[k].get(str(n)) if isinstance(r[k], dict) else None
+            e = _err(r[k]) or _err(d)
+            if e or d is None:
+                row.append(e or "-")
+                continue
+            segs = d["segments"]
+            seg_sizes = ", ".join(_b(s["history_bytes"]) for s in d["segments_detail"][:8])
+            if segs > 8:
+                seg_sizes += ", ..."
+            under = "yes" if d["all_segments_under_4mib"] else "[yellow]no[/yellow]"
+            status = d.get("workflow_status") or d.get("status")
+            row.append(
+                f"{status}: {d['turns_done']}/{n} turns, {segs} segment(s)\n"
+                f"total {_b(d['total_history_bytes'])}, {_b(d['bytes_per_turn'])}/turn\n"
+                f"turn bytes first/last 10: {_b(d['turn_bytes_first10'])} / {_b(d['turn_bytes_last10'])}\n"
+                f"segments: {seg_sizes}\nall < 4 MiB: {under}; biggest payload {_b(d['max_payload_bytes'])}\n"
+                f"wall {d.get('wall_s')} s"
+            )
+        t.add_row(*row)
+    return t
+
+
+def table_overhead(r: dict[str, Any]) -> Table:
+    t = Table(
+        title=f"2. Time per turn, model latency 0 ({r.get('turns_per_run')}-turn run after a warm-up run)",
+        show_lines=True,
+    )
+    t.add_column("server config")
+    impls = ["bare", "ours", "plugin"]
+    for k in impls:
+        t.add_column("bare Temporal (2 trivial activities)" if k == "bare" else k)
+    for cname, c in (r.get("configs") or {}).items():
+        label = (
+            "temporal-dev.yml as shipped"
+            if cname == "dev_config"
+            else "+ transferProcessorMaxPollRPS=1000"
+        )
+        row = [label]
+        for k in impls:
+            d = c.get(k)
+            e = _err(c) or _err(d)
+            if e or d is None:
+                row.append(e or "-")
+                continue
+            p = d["per_turn_ms"]
+            row.append(
+                f"p50 {_v(p['p50'])} ms, p95 {_v(p['p95'])} ms\n"
+                f"worker CPU {_v(d['worker_cpu_ms_per_turn'])} ms/turn, server {_v(d['server_cpu_ms_per_turn'])}"
+            )
+        t.add_row(*row)
+    return t
+
+
+def _tp_cell(d: Any) -> str:
+    e = _err(d)
+    if e or d is None:
+        return e or "-"
+    lat = d["run_latency_s"]
+    cpu = d.get("cpu", {})
+    return (
+        f"{_v(d['runs_per_s'], digits=2)} runs/s; latency p50 {_v(lat['p50'])} s, p95 {_v(lat['p95'])} s\n"
+        f"completed {d['completed']}/{d['runs']}; model calls in flight max {d['model_server_max_in_flight']}\n"
+        f"CPU worker {_v(cpu.get('worker_cpu_pct'))}%, server {_v(cpu.get('server_cpu_pct'))}%, "
+        f"others {_v(cpu.get('other_processes_cpu_pct'))}%"
+    )
+
+
+def table_throughput(r: dict[str, Any]) -> Table:
+    t = Table(
+        title="3. Throughput: concurrent 5-turn runs, model latency 1 s, one worker (WorkerTuning)",
+        show_lines=True,
+    )
+    t.add_column("concurrent runs")
+    t.add_column("ours")
+    t.add_column("plugin")
+    for n in r.get("levels", []):
+        t.add_row(
+            str(n),
+            _tp_cell(r.get("ours", {}).get(str(n))),
+            _tp_cell(r.get("plugin", {}).get(str(n))),
+        )
+    return t
+
+
+def _crash_cell(d: Any) -> str:
+    e = _err(d)
+    if e or d is None:
+        return e or "-"
+    return (
+        f"[bold]{d['recovery_s']} s[/bold] from new worker start to the retried model call\n"
+        f"(kill -> retry {d['kill_to_retry_s']} s; new worker ready in {d['worker_startup_s']} s; "
+        f"attempt {d['retry_attempt']})\n"
+        f"result -> next workflow task {d['result_to_next_workflow_task_s']} s; "
+        f"kill -> run completed {d['kill_to_run_completed_s']} s"
+    )
+
+
+def table_crash(r: dict[str, Any]) -> Table:
+    t = Table(
+        title=f"4. Crash recovery: worker SIGKILLed {r.get('kill_after_s')} s into a {r.get('model_latency_s')} s model call",
+        show_lines=True,
+    )
+    t.add_column("ours (shipped defaults)")
+    t.add_column("plugin (defaults)")
+    t.add_row(_crash_cell(r.get("ours")), _crash_cell(r.get("plugin")))
+    return t
+
+
+def table_tuning(r: dict[str, Any]) -> Table:
+    t = Table(
+        title=f"5. Worker settings, {r.get('runs')} concurrent 5-turn runs, model latency 1 s",
+        show_lines=True,
+    )
+    t.add_column("runtime / worker settings")
+    t.add_column("result")
+    names = {
+        "ours": "WorkerTuning (shipped)",
+        "sdk": "Temporal SDK defaults",
+        "autoscale": "WorkerTuning + autoscaling pollers",
+    }
+    for impl in ("ours", "plugin"):
+        for tuning, d in (r.get(impl) or {}).items():
+            t.add_row(f"{impl}: {names.get(tuning, tuning)}", _tp_cell(d))
+    return t
+
+
+TABLES = {
+    "history": table_history,
+    "history_inline": table_history,
+    "overhead": table_overhead,
+    "throughput": table_throughput,
+    "crash": table_crash,
+    "tuning": table_tuning,
+}
+
+
+def machine_table(m: dict[str, Any]) -> Table:
+    t = Table(title="Machine", show_header=False)
+    t.add_column("k")
+    t.add_column("v")
+    for k in (
+        "date",
+        "nproc",
+        "cpu",
+        "memory_gib",
+        "loadavg_at_start",
+        "python",
+        "temporalio",
+        "temporal_cli",
+        "openai",
+        "temporalio_openai_agents",
+        "openai_agents",
+    ):
+        t.add_row(k, str(m.get(k)))
+    return t
+
+
+# ------------------------------------------------------------------------------------ main
+
+
+async def _run(names: list[str], opts: Options) -> dict[str, Any]:
+    results: dict[str, Any] = {}
+    timings: dict[str, float] = {}
+    for name in names:
+        console.rule(f"[bold]{name}")
+        t0 = time.monotonic()
+        try:
+            if name == "tuning":
+                results[name] = await SCENARIOS[name](opts, reuse=results.get("throughput"))  # type: ignore[call-arg]
+            else:
+                results[name] = await SCENARIOS[name](opts)
+        except Exception as e:  # noqa: BLE001 - one scenario failing must not lose the others
+            import traceback
+
+            results[name] = {
+                "error": f"{type(e).__name__}: {e}",
+                "traceback": traceback.format_exc(),
+            }
+        timings[name] = round(time.monotonic() - t0, 1)
+        console.print(f"{name}: {timings[name]} s")
+        gc.collect()
+    return {"scenarios": results, "scenario_seconds": timings}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point; returns the exit status (1 if a scenario failed)."""
+    p = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="smaller sizes (about 3 minutes)")
+    p.add_argument(
+        "--only",
+        default=None,
+        help=f"comma-separated scenarios: {', '.join(SCENARIOS)} (default: {', '.join(DEFAULT_ORDER)})",
+    )
+    p.add_argument(
+        "--extended", action="store_true", help="tuning: also autoscaling pollers and the plugin"
+    )
+    p.add_argument("--out", default="bench-results/bench.json", help="JSON output file")
+    args = p.parse_args(argv)
+    names = (
+        DEFAULT_ORDER if not args.only else [n.strip() for n in args.only.split(",") if n.strip()]
+    )
+    unknown = [n for n in names if n not in SCENARIOS]
+    if unknown:
+        p.error(f"unknown scenario(s): {', '.join(unknown)}; choose from {', '.join(SCENARIOS)}")
+    machine = machine_info()
+    console.print(machine_table(machine))
+    opts = Options(
+        quick=args.quick, extended=args.extended, log=lambda m: console.print(m, highlight=False)
+    )
+    t0 = time.monotonic()
+    out = asyncio.run(_run(names, opts))
+    gc.collect()
+    report = {
+        "machine": machine,
+        "options": {"quick": args.quick, "only": names, "extended": args.extended},
+        "total_seconds": round(time.monotonic() - t0, 1),
+        **out,
+    }
+    console.rule("[bold]results")
+    console.print(machine_table(machine))
+    for name in names:
+        r = out["scenarios"].get(name, {})
+        if "error" in r:
+            console.print(f"[red]{name} failed[/red]: {r['error']}")
+            continue
+        console.print(TABLES[name](r))
+    console.print(f"total {report['total_seconds']} s; scenario seconds: {out['scenario_seconds']}")
+    path = Path(args.out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(jsonable(report), indent=2) + "\n")
+    console.print(f"wrote {path}")
+    return 1 if _has_error(out["scenarios"]) else 0
+
+
+def _has_error(tree: Any) -> bool:
+    if isinstance(tree, dict):
+        return "error" in tree or any(_has_error(v) for v in tree.values())
+    if isinstance(tree, list):
+        return any(_has_error(v) for v in tree)
+    return False
+
+
+if __name__ == "__main__":
+    sys.exit(main())
