@@ -36,7 +36,12 @@ log = structlog.get_logger("activities.model")
 RETRYABLE_STATUS = frozenset({408, 409, 429})
 """HTTP statuses retried besides 5xx (as OpenAI's own client does, ``_should_retry``)."""
 
-OUTPUT_INVALID_MARKERS = ("does not match the expected", "failed to parse", "parse tool call", "parse error")
+OUTPUT_INVALID_MARKERS = (
+    "does not match the expected",
+    "failed to parse",
+    "parse tool call",
+    "parse error",
+)
 """Substrings of llama.cpp's 500 body when the model's output is not a valid tool call
 (measured: shared/notes/local-model.md)."""
 
@@ -74,7 +79,9 @@ def _server_message(err: openai.APIStatusError) -> str:
     return err.message
 
 
-def classify_error(exc: BaseException, attempt: int = 1, max_invalid_attempts: int = 3) -> ApplicationError:
+def classify_error(
+    exc: BaseException, attempt: int = 1, max_invalid_attempts: int = 3
+) -> ApplicationError:
     """Map a failure of the model call to an ``ApplicationError`` that Temporal retries or not.
 
     * 408, 409, 429, 5xx, connection errors and timeouts: retryable (``ModelUnavailable``),
@@ -110,13 +117,17 @@ def classify_error(exc: BaseException, attempt: int = 1, max_invalid_attempts: i
         )
     if isinstance(exc, (openai.APIConnectionError, openai.APITimeoutError)):
         return ApplicationError(f"model server unreachable: {exc}", type=ERR_MODEL_UNAVAILABLE)
-    if isinstance(exc, (openai.APIResponseValidationError, ValueError, KeyError, AttributeError, TypeError)):
+    if isinstance(
+        exc, (openai.APIResponseValidationError, ValueError, KeyError, AttributeError, TypeError)
+    ):
         return ApplicationError(
             f"model server sent a reply that could not be read: {type(exc).__name__}: {exc}",
             type=ERR_MODEL_OUTPUT_INVALID,
             non_retryable=attempt >= max_invalid_attempts,
         )
-    return ApplicationError(f"model call failed: {type(exc).__name__}: {exc}", type=ERR_MODEL_UNAVAILABLE)
+    return ApplicationError(
+        f"model call failed: {type(exc).__name__}: {exc}", type=ERR_MODEL_UNAVAILABLE
+    )
 
 
 def _normalise(completion: Any, requested_model: str) -> ModelReply:
@@ -128,7 +139,9 @@ def _normalise(completion: Any, requested_model: str) -> ModelReply:
     calls = []
     for i, tc in enumerate(msg.tool_calls or []):
         fn = tc.function
-        calls.append(ToolCallRequest(id=tc.id or f"call_{i}", name=fn.name, arguments=fn.arguments or "{}"))
+        calls.append(
+            ToolCallRequest(id=tc.id or f"call_{i}", name=fn.name, arguments=fn.arguments or "{}")
+        )
     u = completion.usage
     usage = Usage(
         prompt_tokens=getattr(u, "prompt_tokens", 0) or 0,
@@ -154,7 +167,9 @@ class ModelActivities:
     """
 
     def __init__(self, base_url: str, api_key: str, max_invalid_attempts: int = 3) -> None:
-        self._client = openai.AsyncOpenAI(base_url=base_url, api_key=api_key, max_retries=0, timeout=600)
+        self._client = openai.AsyncOpenAI(
+            base_url=base_url, api_key=api_key, max_retries=0, timeout=600
+        )
         self._max_invalid = max_invalid_attempts
 
     @activity.defn(name=MODEL_COMPLETE)
@@ -182,7 +197,13 @@ class ModelActivities:
             kwargs["top_p"] = req.settings.top_p
         if req.tools:
             kwargs["tools"] = req.tools
-        bound = log.bind(run_id=req.run_id, turn=req.turn, tenant_id=req.tenant_id, attempt=attempt, model=req.model)
+        bound = log.bind(
+            run_id=req.run_id,
+            turn=req.turn,
+            tenant_id=req.tenant_id,
+            attempt=attempt,
+            model=req.model,
+        )
         started = time.perf_counter()
         task = asyncio.ensure_future(self._client.chat.completions.create(**kwargs))
         try:
@@ -199,7 +220,12 @@ class ModelActivities:
             raise
         except Exception as exc:  # noqa: BLE001 - every failure is classified for Temporal
             err = classify_error(exc, attempt, self._max_invalid)
-            bound.warning("model_step_failed", error=str(err), error_type=err.type, retryable=not err.non_retryable)
+            bound.warning(
+                "model_step_failed",
+                error=str(err),
+                error_type=err.type,
+                retryable=not err.non_retryable,
+            )
             raise err from None
         reply.latency_ms = round((time.perf_counter() - started) * 1000, 2)
         reply.usage.cost_usd = round(

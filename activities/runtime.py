@@ -87,7 +87,9 @@ class RuntimeActivities:
                 type=ERR_SPEC_INVALID,
                 non_retryable=True,
             )
-        return PinnedSpec(spec=spec, tools=tools, spec_hash=spec_hash(spec, tools), source=str(path))
+        return PinnedSpec(
+            spec=spec, tools=tools, spec_hash=spec_hash(spec, tools), source=str(path)
+        )
 
     @activity.defn(name=TOOL_INVOKE)
     async def invoke_tool(self, req: InvokeToolInput) -> ToolOutcome:
@@ -97,7 +99,11 @@ class RuntimeActivities:
         ``status="error"`` for the model; any other exception propagates so Temporal retries it.
         """
         bound = log.bind(
-            run_id=req.run_id, turn=req.turn, tool=req.name, call_id=req.call_id, tenant_id=req.tenant_id
+            run_id=req.run_id,
+            turn=req.turn,
+            tool=req.name,
+            call_id=req.call_id,
+            tenant_id=req.tenant_id,
         )
         ctx = ToolContext(
             workspace=Path(req.workspace),
@@ -109,7 +115,9 @@ class RuntimeActivities:
         )  # the activity itself heartbeats every second while the tool runs
         started = time.perf_counter()
         task = asyncio.ensure_future(
-            self._registry.invoke(req.name, req.arguments, ctx, max_output_chars=req.max_output_chars)
+            self._registry.invoke(
+                req.name, req.arguments, ctx, max_output_chars=req.max_output_chars
+            )
         )
         try:
             while True:
@@ -123,7 +131,11 @@ class RuntimeActivities:
             bound.info("tool_cancelled")
             raise
         except Exception as exc:
-            bound.warning("tool_infrastructure_error", error_type=type(exc).__name__, error=redact(str(exc), self._secret_names(req)))
+            bound.warning(
+                "tool_infrastructure_error",
+                error_type=type(exc).__name__,
+                error=redact(str(exc), self._secret_names(req)),
+            )
             raise
         outcome.content = redact(outcome.content, self._secret_names(req))
         bound.info(

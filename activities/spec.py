@@ -52,7 +52,9 @@ class Limits(BaseModel):
     max_turns: int = Field(20, ge=1, description="model steps at most")
     max_seconds: float = Field(300, gt=0, description="wall seconds of workflow time at most")
     loop_window: int = Field(6, ge=2, description="recent turns examined for repeated tool calls")
-    loop_repeats: int = Field(3, ge=2, description="identical turns within the window that make a loop")
+    loop_repeats: int = Field(
+        3, ge=2, description="identical turns within the window that make a loop"
+    )
     max_total_tokens: int | None = Field(None, ge=1, description="token budget of the run")
     max_cost_usd: float | None = Field(None, gt=0, description="cost budget of the run, US dollars")
     on_budget: Literal["stop", "pause"] = "stop"
@@ -66,9 +68,12 @@ class ArgCondition(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    path_prefix: str | None = Field(None, description="argument `path` starts with this (workspace-relative)")
+    path_prefix: str | None = Field(
+        None, description="argument `path` starts with this (workspace-relative)"
+    )
     arg_matches: dict[str, str] | None = Field(
-        None, description="argument name -> regular expression the argument's text must match (re.search)"
+        None,
+        description="argument name -> regular expression the argument's text must match (re.search)",
     )
     arg_not_matches: dict[str, str] | None = Field(
         None, description="argument name -> regular expression the argument's text must not match"
@@ -158,14 +163,24 @@ class AgentSpec(BaseModel):
     compaction: Compaction = Field(default_factory=Compaction)
     temperature: float = Field(0.2, ge=0, le=2)
     max_output_tokens: int = Field(1024, ge=1)
-    model_timeout_seconds: float = Field(120, gt=0, description="start-to-close of one model attempt")
-    model_max_attempts: int = Field(8, ge=1, description="attempts of one model step (Temporal retries)")
+    model_timeout_seconds: float = Field(
+        120, gt=0, description="start-to-close of one model attempt"
+    )
+    model_max_attempts: int = Field(
+        8, ge=1, description="attempts of one model step (Temporal retries)"
+    )
     max_parse_failures: int = Field(
-        2, ge=0, description="unparsable model outputs reported back to the model before the run fails"
+        2,
+        ge=0,
+        description="unparsable model outputs reported back to the model before the run fails",
     )
     max_tool_output_chars: int = Field(16_000, ge=100)
-    idle_timeout_seconds: float = Field(3600, gt=0, description="chat mode: wait this long for a message")
-    secrets: list[str] = Field(default_factory=list, description="environment variables whose values are secret")
+    idle_timeout_seconds: float = Field(
+        3600, gt=0, description="chat mode: wait this long for a message"
+    )
+    secrets: list[str] = Field(
+        default_factory=list, description="environment variables whose values are secret"
+    )
 
     @field_validator("tools")
     @classmethod

@@ -31,11 +31,21 @@ TEST_TOOLS = [
 ]
 
 
-def write_spec(directory: Path, workspace: Path, agents: dict[str, dict[str, Any]] | None = None) -> Path:
+def write_spec(
+    directory: Path, workspace: Path, agents: dict[str, dict[str, Any]] | None = None
+) -> Path:
     """Write an agents YAML file; every agent defaults to the scripted model and the test tools."""
-    base = {"model": "scripted", "system_prompt": "You are a test agent.", "tools": TEST_TOOLS, "workspace": str(workspace)}
+    base = {
+        "model": "scripted",
+        "system_prompt": "You are a test agent.",
+        "tools": TEST_TOOLS,
+        "workspace": str(workspace),
+    }
     agents = agents or {"default": {}}
-    body = {"tool_modules": ["tests.support_tools"], "agents": {k: {**base, **v} for k, v in agents.items()}}
+    body = {
+        "tool_modules": ["tests.support_tools"],
+        "agents": {k: {**base, **v} for k, v in agents.items()},
+    }
     path = directory / "agents.yml"
     path.write_text(yaml.safe_dump(body, sort_keys=False))
     return path
@@ -44,7 +54,14 @@ def write_spec(directory: Path, workspace: Path, agents: dict[str, dict[str, Any
 class Harness:
     """Starts a scripted model and a worker; ``run``/``start`` runs ``AgentRun`` against them."""
 
-    def __init__(self, client: Client, tmp_path: Path, model: ScriptedModel, agents: dict[str, dict[str, Any]] | None = None, worker: bool = True) -> None:
+    def __init__(
+        self,
+        client: Client,
+        tmp_path: Path,
+        model: ScriptedModel,
+        agents: dict[str, dict[str, Any]] | None = None,
+        worker: bool = True,
+    ) -> None:
         self.client = client
         self.model = model
         self.workspace = tmp_path / "ws"
@@ -92,7 +109,9 @@ class Harness:
         self.model.stop()
 
     async def start(self, input: str, **kw: Any) -> WorkflowHandle[Any, RunResult]:
-        return await start_run(self.client, RunRequest(input=input, **kw), task_queue=self.task_queue)
+        return await start_run(
+            self.client, RunRequest(input=input, **kw), task_queue=self.task_queue
+        )
 
     async def run(self, input: str, **kw: Any) -> RunResult:
         h = await self.start(input, **kw)

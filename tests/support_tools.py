@@ -27,10 +27,15 @@ async def slow_echo(text: str, seconds: float, ctx: ToolContext) -> str:
         seconds: how long to wait first.
     """
     start = time.time()
-    _journal(ctx, {"tool": "slow_echo", "text": text, "call_id": ctx.call_id, "phase": "start", "t": start})
+    _journal(
+        ctx,
+        {"tool": "slow_echo", "text": text, "call_id": ctx.call_id, "phase": "start", "t": start},
+    )
     await asyncio.sleep(seconds)
     end = time.time()
-    _journal(ctx, {"tool": "slow_echo", "text": text, "call_id": ctx.call_id, "phase": "end", "t": end})
+    _journal(
+        ctx, {"tool": "slow_echo", "text": text, "call_id": ctx.call_id, "phase": "end", "t": end}
+    )
     return f"echo: {text}"
 
 

@@ -30,7 +30,9 @@ out = Console()
 err = Console(stderr=True)
 
 EXIT_OK, EXIT_RUN_NOT_COMPLETED, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
-PrincipalOpt = typer.Option("anonymous", "--principal", "-p", envvar="AGENT_PRINCIPAL", help="who you are")
+PrincipalOpt = typer.Option(
+    "anonymous", "--principal", "-p", envvar="AGENT_PRINCIPAL", help="who you are"
+)
 
 
 class CommandFailed(Exception):
@@ -60,7 +62,10 @@ def _with_client(fn: Callable[[Client], Awaitable[T]]) -> T:
         if e.status == RPCStatusCode.NOT_FOUND:
             err.print(f"[red]error:[/red] no such run: {e.message}", highlight=False)
         elif e.status == RPCStatusCode.UNAVAILABLE:
-            err.print(f"[red]error:[/red] the Temporal server is unavailable: {e.message}", highlight=False)
+            err.print(
+                f"[red]error:[/red] the Temporal server is unavailable: {e.message}",
+                highlight=False,
+            )
             raise typer.Exit(EXIT_UNREACHABLE) from None
         else:
             err.print(f"[red]error:[/red] {e.message}", highlight=False)
@@ -82,12 +87,19 @@ def _print_result(res: RunResult, as_json: bool, run_id: str | None = None) -> N
         sys.stdout.write(res.model_dump_json() + "\n")
         return
     colour = "green" if res.status == "completed" else "yellow"
-    out.print(f"[bold {colour}]{res.status}[/] after {res.turns} turn(s): {res.stopped_reason}", highlight=False)
+    out.print(
+        f"[bold {colour}]{res.status}[/] after {res.turns} turn(s): {res.stopped_reason}",
+        highlight=False,
+    )
     if res.error:
         out.print(f"[red]error:[/red] {res.error}", highlight=False)
     for c in res.tool_calls:
         args = json.dumps(c.arguments) if isinstance(c.arguments, dict) else c.arguments
-        out.print(f"  tool {c.name}({args}) -> {c.status} [{c.duration_ms:.0f} ms]", highlight=False, markup=False)
+        out.print(
+            f"  tool {c.name}({args}) -> {c.status} [{c.duration_ms:.0f} ms]",
+            highlight=False,
+            markup=False,
+        )
     u = res.usage
     out.print(
         f"tokens: {u.prompt_tokens} prompt + {u.completion_tokens} completion = {u.total_tokens}; "
@@ -127,12 +139,19 @@ async def _follow(client: Client, run_id: str, principal: str, interactive: bool
             st = None  # type: ignore[assignment]
         if st is not None:
             if st.status != last_status or st.turn != last_turn:
-                out.print(f"[dim]turn {st.turn}[/dim] status [bold]{st.status}[/bold] tokens {st.usage.total_tokens}", highlight=False)
+                out.print(
+                    f"[dim]turn {st.turn}[/dim] status [bold]{st.status}[/bold] tokens {st.usage.total_tokens}",
+                    highlight=False,
+                )
                 last_status, last_turn = st.status, st.turn
             for c in st.tool_calls:
                 if seen_calls.get(c.id) != c.status:
                     seen_calls[c.id] = c.status
-                    out.print(f"  tool {c.name} {json.dumps(c.arguments)[:100]} -> {c.status}", highlight=False, markup=False)
+                    out.print(
+                        f"  tool {c.name} {json.dumps(c.arguments)[:100]} -> {c.status}",
+                        highlight=False,
+                        markup=False,
+                    )
             for p in st.pending_approvals:
                 if p.tool_call_id in asked:
                     continue
@@ -143,14 +162,31 @@ async def _follow(client: Client, run_id: str, principal: str, interactive: bool
                     highlight=False,
                 )
                 if interactive:
-                    answer = await asyncio.to_thread(typer.prompt, "approve? [y/n/skip]", default="skip")
+                    answer = await asyncio.to_thread(
+                        typer.prompt, "approve? [y/n/skip]", default="skip"
+                    )
                     if answer.lower().startswith("y"):
-                        await rc.approve_signal(client, run_id, ApproveSignal(tool_call_id=p.tool_call_id, principal_id=principal))
+                        await rc.approve_signal(
+                            client,
+                            run_id,
+                            ApproveSignal(tool_call_id=p.tool_call_id, principal_id=principal),
+                        )
                     elif answer.lower().startswith("n"):
-                        reason = await asyncio.to_thread(typer.prompt, "reason", default="rejected from the CLI")
-                        await rc.reject_signal(client, run_id, RejectSignal(tool_call_id=p.tool_call_id, principal_id=principal, reason=reason))
+                        reason = await asyncio.to_thread(
+                            typer.prompt, "reason", default="rejected from the CLI"
+                        )
+                        await rc.reject_signal(
+                            client,
+                            run_id,
+                            RejectSignal(
+                                tool_call_id=p.tool_call_id, principal_id=principal, reason=reason
+                            ),
+                        )
                 else:
-                    out.print(f"  approve with: agentctl approve {run_id} {p.tool_call_id}", highlight=False)
+                    out.print(
+                        f"  approve with: agentctl approve {run_id} {p.tool_call_id}",
+                        highlight=False,
+                    )
         await asyncio.wait({result_task}, timeout=0.5)
     return result_task.result()
 
@@ -190,7 +226,9 @@ def run(
             sys.stdout.write(h.id + "\n")
             return EXIT_OK
         if not as_json:
-            out.print(f"run [bold]{h.id}[/bold] started; Web UI: {web_ui_url(h.id)}", highlight=False)
+            out.print(
+                f"run [bold]{h.id}[/bold] started; Web UI: {web_ui_url(h.id)}", highlight=False
+            )
         if follow and not as_json:
             res = await _follow(client, h.id, principal, sys.stdin.isatty())
         else:
@@ -210,11 +248,22 @@ def status(run_id: str, as_json: bool = typer.Option(False, "--json")) -> None:
         if as_json:
             sys.stdout.write(st.model_dump_json() + "\n")
             return
-        out.print(f"{run_id}: [bold]{st.status}[/bold] turn {st.turn}, tokens {st.usage.total_tokens}", highlight=False)
+        out.print(
+            f"{run_id}: [bold]{st.status}[/bold] turn {st.turn}, tokens {st.usage.total_tokens}",
+            highlight=False,
+        )
         for p in st.pending_approvals:
-            out.print(f"  waiting: {p.tool_call_id} {p.name} {json.dumps(p.arguments)} (approvers: {', '.join(p.approvers) or 'anyone'})", highlight=False, markup=False)
+            out.print(
+                f"  waiting: {p.tool_call_id} {p.name} {json.dumps(p.arguments)} (approvers: {', '.join(p.approvers) or 'anyone'})",
+                highlight=False,
+                markup=False,
+            )
         for s in st.ignored_signals:
-            out.print(f"  ignored {s.signal} from {s.principal_id}: {s.reason}", highlight=False, markup=False)
+            out.print(
+                f"  ignored {s.signal} from {s.principal_id}: {s.reason}",
+                highlight=False,
+                markup=False,
+            )
 
     _with_client(go)
 
@@ -267,7 +316,9 @@ def approve(
 
     async def go(client: Client) -> None:
         cid = await _only_pending(client, run_id, call_id)
-        await rc.decide(client, run_id, cid, "approve", principal, arguments=edited, comment=comment)
+        await rc.decide(
+            client, run_id, cid, "approve", principal, arguments=edited, comment=comment
+        )
         out.print(f"approved {cid}", highlight=False)
 
     _with_client(go)
@@ -291,7 +342,11 @@ def reject(
 
 
 @app.command()
-def interrupt(run_id: str, reason: str = typer.Option("interrupted from the CLI", "--reason"), principal: str = PrincipalOpt) -> None:
+def interrupt(
+    run_id: str,
+    reason: str = typer.Option("interrupted from the CLI", "--reason"),
+    principal: str = PrincipalOpt,
+) -> None:
     """Stop the run at the next safe point (signal ``interrupt``)."""
     _with_client(lambda c: rc.interrupt(c, run_id, principal, reason))
     out.print(f"interrupt sent to {run_id}", highlight=False)
@@ -321,7 +376,9 @@ def send(run_id: str, message: str, principal: str = PrincipalOpt) -> None:
 @app.command("list")
 def list_cmd(
     agent: str | None = typer.Option(None, "--agent"),
-    status_: str | None = typer.Option(None, "--status", help="AgentStatus, e.g. awaiting_approval"),
+    status_: str | None = typer.Option(
+        None, "--status", help="AgentStatus, e.g. awaiting_approval"
+    ),
     tenant: str | None = typer.Option(None, "--tenant"),
     limit: int = typer.Option(20, "--limit"),
 ) -> None:
@@ -347,14 +404,18 @@ def list_cmd(
 
 
 @app.command()
-def chat(agent: str = typer.Option("default", "--agent", "-a"), principal: str = PrincipalOpt) -> None:
+def chat(
+    agent: str = typer.Option("default", "--agent", "-a"), principal: str = PrincipalOpt
+) -> None:
     """A conversation: one durable run in chat mode; type messages, empty line or Ctrl-D ends."""
 
     async def go(client: Client) -> int:
         first = await asyncio.to_thread(_read_line, "you> ")
         if not first:
             return EXIT_OK
-        h = await rc.start_run(client, RunRequest(agent=agent, input=first, principal_id=principal, mode="chat"))
+        h = await rc.start_run(
+            client, RunRequest(agent=agent, input=first, principal_id=principal, mode="chat")
+        )
         out.print(f"[dim]conversation {h.id}[/dim]", highlight=False)
         answered = 0
         while True:
@@ -362,7 +423,15 @@ def chat(agent: str = typer.Option("default", "--agent", "-a"), principal: str =
                 st: RunState = await h.query("state", result_type=RunState)
                 if st.status in ("waiting_for_message",) and st.turn > answered:
                     break
-                if st.status in ("completed", "failed", "interrupted", "timeout", "max_turns", "loop_detected", "budget_exceeded"):
+                if st.status in (
+                    "completed",
+                    "failed",
+                    "interrupted",
+                    "timeout",
+                    "max_turns",
+                    "loop_detected",
+                    "budget_exceeded",
+                ):
                     res = await h.result()
                     _print_result(res, False)
                     return _exit_for(res)
@@ -373,7 +442,11 @@ def chat(agent: str = typer.Option("default", "--agent", "-a"), principal: str =
             if not line:
                 await rc.interrupt(client, h.id, principal, "conversation ended by the user")
                 res = await h.result()
-                return EXIT_OK if res.status in ("completed", "interrupted") else EXIT_RUN_NOT_COMPLETED
+                return (
+                    EXIT_OK
+                    if res.status in ("completed", "interrupted")
+                    else EXIT_RUN_NOT_COMPLETED
+                )
             await rc.send_message(client, h.id, line, principal)
 
     raise typer.Exit(_with_client(go))
@@ -424,7 +497,11 @@ def model_server(
     from workers import procs
     from workers.model_server import run_model_server
 
-    kwargs = {"pid_file": procs.pid_file("model-server"), "log_path": procs.log_file("model-server")} if background else {}
+    kwargs = (
+        {"pid_file": procs.pid_file("model-server"), "log_path": procs.log_file("model-server")}
+        if background
+        else {}
+    )
     raise typer.Exit(run_model_server(port=port, foreground=not background, **kwargs) or 0)
 
 

@@ -38,7 +38,15 @@ from workflows.models import (
 )
 from workflows.render import static_details, static_summary
 
-REQUIRED_SEARCH_ATTRIBUTES = ("AgentName", "TenantId", "PrincipalId", "AgentStatus", "TotalTokens", "CostUsd", "SpecHash")
+REQUIRED_SEARCH_ATTRIBUTES = (
+    "AgentName",
+    "TenantId",
+    "PrincipalId",
+    "AgentStatus",
+    "TotalTokens",
+    "CostUsd",
+    "SpecHash",
+)
 
 
 class ServerUnreachable(RuntimeError):
@@ -182,9 +190,13 @@ async def reject_signal(client: Client, run_id: str, sig: RejectSignal) -> None:
     await handle(client, run_id).signal(AgentRun.reject, sig)
 
 
-async def interrupt(client: Client, run_id: str, principal_id: str, reason: str = "interrupted") -> None:
+async def interrupt(
+    client: Client, run_id: str, principal_id: str, reason: str = "interrupted"
+) -> None:
     """Send signal ``interrupt``."""
-    await handle(client, run_id).signal(AgentRun.interrupt, InterruptSignal(reason=reason, principal_id=principal_id))
+    await handle(client, run_id).signal(
+        AgentRun.interrupt, InterruptSignal(reason=reason, principal_id=principal_id)
+    )
 
 
 async def pause(client: Client, run_id: str, principal_id: str) -> None:
@@ -199,10 +211,14 @@ async def resume(client: Client, run_id: str, principal_id: str) -> None:
 
 async def send_message(client: Client, run_id: str, content: str, principal_id: str) -> None:
     """Send signal ``send_message``."""
-    await handle(client, run_id).signal(AgentRun.send_message, MessageSignal(content=content, principal_id=principal_id))
+    await handle(client, run_id).signal(
+        AgentRun.send_message, MessageSignal(content=content, principal_id=principal_id)
+    )
 
 
-def list_query(agent: str | None = None, status: str | None = None, tenant: str | None = None) -> str:
+def list_query(
+    agent: str | None = None, status: str | None = None, tenant: str | None = None
+) -> str:
     """Visibility query over the run's search attributes (the same one ``agentctl list`` uses)."""
     parts = [f"WorkflowType = '{AgentRun.__name__}'"]
     for key, value in (("AgentName", agent), ("AgentStatus", status), ("TenantId", tenant)):

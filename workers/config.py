@@ -42,7 +42,8 @@ class Settings(BaseModel):
         120.0, description="AGENT_MODEL_TIMEOUT: start-to-close seconds of one model attempt"
     )
     heartbeat_timeout_seconds: float = Field(
-        5.0, description="AGENT_HEARTBEAT_TIMEOUT: seconds without heartbeat before retrying elsewhere"
+        5.0,
+        description="AGENT_HEARTBEAT_TIMEOUT: seconds without heartbeat before retrying elsewhere",
     )
     log_level: str = Field("info", description="AGENT_LOG_LEVEL")
     payload_store: Literal["local", "s3", "none"] = Field(

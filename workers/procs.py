@@ -42,7 +42,9 @@ def record(name: str, pid: int, marker: str) -> None:
 
 def _cmdline(pid: int) -> str:
     try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        return (
+            Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        )
     except OSError:
         return ""
 
@@ -124,7 +126,9 @@ def start_worker(wait_seconds: float = 30.0) -> int:
 
 def start_codec_server(wait_seconds: float = 15.0) -> str:
     """Start the codec server for the Web UI detached; returns a status line."""
-    pid = start_background("codec-server", "workers.codec_server", "codec_server_started", wait_seconds)
+    pid = start_background(
+        "codec-server", "workers.codec_server", "codec_server_started", wait_seconds
+    )
     return f"codec server running (pid {pid}): the Web UI shows payloads stored outside the history"
 
 
@@ -135,7 +139,9 @@ def stop_all() -> None:
 
     for name in ("worker", "codec-server"):
         print(f"{name}: {'stopped' if stop(name) else 'not running'}")
-    print(f"model-server: {'stopped' if stop_pid_file(pid_file('model-server')) else 'not running'}")
+    print(
+        f"model-server: {'stopped' if stop_pid_file(pid_file('model-server')) else 'not running'}"
+    )
     dev_pid = Path(load_settings().state_dir) / "temporal-dev.pid"
     print(f"dev-server: {'stopped' if stop_dev_server(dev_pid) else 'not running'}")
 

@@ -132,7 +132,9 @@ class AgentRun:
     async def run(self, req: RunRequest) -> RunResult:
         """Run the agent loop; returns :class:`RunResult` (never raises for business outcomes)."""
         self._req = req
-        self._use_search_attributes = workflow.info().typed_search_attributes.get(SA_AGENT) is not None
+        self._use_search_attributes = (
+            workflow.info().typed_search_attributes.get(SA_AGENT) is not None
+        )
         try:
             if req.carry is not None:
                 self._restore(req.carry)
@@ -169,7 +171,10 @@ class AgentRun:
         if req.seed_messages:
             self._messages = [dict(m) for m in req.seed_messages]
         else:
-            self._messages = [{"role": "system", "content": spec.system_prompt}, {"role": "user", "content": req.input}]
+            self._messages = [
+                {"role": "system", "content": spec.system_prompt},
+                {"role": "user", "content": req.input},
+            ]
         self._status = "running"
         self._upsert_search_attributes(initial=True)
         self._publish()
@@ -271,9 +276,13 @@ class AgentRun:
                 if self._parse_failures <= spec.max_parse_failures:
                     # Tell the model what went wrong and let it try again; the turn counts.
                     self._messages.append({"role": "user", "content": PARSE_FAILURE_NOTE})
-                    workflow.logger.warning("model output unparsable; told the model", extra={"turn": self._turn})
+                    workflow.logger.warning(
+                        "model output unparsable; told the model", extra={"turn": self._turn}
+                    )
                     return None
-                raise _Stop("failed", "the model's output could not be parsed", error=_cause_message(e)) from None
+                raise _Stop(
+                    "failed", "the model's output could not be parsed", error=_cause_message(e)
+                ) from None
             raise _Stop("failed", "model step failed", error=_cause_message(e)) from None
         self._usage = self._usage.add(reply.usage)
         return reply
@@ -288,7 +297,12 @@ class AgentRun:
         outcomes: dict[str, str] = {}
         for call in calls:
             decision = evaluate(
-                spec.policy, tools.get(call.name), call.name, call.arguments, self._req.tenant_id, self._req.principal_id
+                spec.policy,
+                tools.get(call.name),
+                call.name,
+                call.arguments,
+                self._req.tenant_id,
+                self._req.principal_id,
             )
             args = parse_arguments(call.arguments)
             rec = ToolCallRecord(
@@ -304,7 +318,9 @@ class AgentRun:
             self._tool_calls.append(rec)
             if decision.action == "deny":
                 rec.status = "denied"
-                outcomes[call.id] = f"Tool call denied by policy: {decision.reason}. Do not retry it."
+                outcomes[call.id] = (
+                    f"Tool call denied by policy: {decision.reason}. Do not retry it."
+                )
             elif decision.action == "approve":
                 self._pending[call.id] = PendingApproval(
                     tool_call_id=call.id,
@@ -318,7 +334,9 @@ class AgentRun:
         running: dict[str, asyncio.Task[ToolOutcome | str]] = {}
         for call, rec in zip(calls, records, strict=True):
             if rec.policy == "allow":
-                running[call.id] = asyncio.ensure_future(self._invoke(call, rec, tools.get(call.name)))
+                running[call.id] = asyncio.ensure_future(
+                    self._invoke(call, rec, tools.get(call.name))
+                )
         if self._pending:
             await self._await_approvals(records)
             for call, rec in zip(calls, records, strict=True):
@@ -328,14 +346,18 @@ class AgentRun:
                 if verdict and verdict.decision == "approve":
                     if verdict.arguments is not None:
                         rec.arguments = verdict.arguments
-                    running[call.id] = asyncio.ensure_future(self._invoke(call, rec, tools.get(call.name)))
+                    running[call.id] = asyncio.ensure_future(
+                        self._invoke(call, rec, tools.get(call.name))
+                    )
                 elif verdict and verdict.decision == "timeout":
                     rec.status = "timed_out"
                     outcomes[call.id] = "No person approved this tool call in time; it was not run."
                 else:
                     rec.status = "rejected"
                     why = verdict.comment if verdict and verdict.comment else "no reason given"
-                    outcomes[call.id] = f"A person rejected this tool call; it was not run. Reason: {why}"
+                    outcomes[call.id] = (
+                        f"A person rejected this tool call; it was not run. Reason: {why}"
+                    )
         if running:
             self._publish()
             try:
@@ -349,14 +371,20 @@ class AgentRun:
             for call_id, res in zip(running, results, strict=True):
                 outcomes[call_id] = res if isinstance(res, str) else res.content
         for call in calls:
-            self._messages.append({"role": "tool", "tool_call_id": call.id, "content": outcomes.get(call.id, "")})
+            self._messages.append(
+                {"role": "tool", "tool_call_id": call.id, "content": outcomes.get(call.id, "")}
+            )
         self._publish()
 
-    async def _invoke(self, call: ToolCallRequest, rec: ToolCallRecord, info: ToolInfo | None) -> ToolOutcome | str:
+    async def _invoke(
+        self, call: ToolCallRequest, rec: ToolCallRecord, info: ToolInfo | None
+    ) -> ToolOutcome | str:
         assert self._pinned is not None and self._req is not None
         spec = self._pinned.spec
         rec.status = "running"
-        arguments: str | dict[str, Any] = rec.arguments if isinstance(rec.arguments, dict) else call.arguments
+        arguments: str | dict[str, Any] = (
+            rec.arguments if isinstance(rec.arguments, dict) else call.arguments
+        )
         timeout = info.timeout_seconds if info else 30.0
         attempts = info.max_attempts if info else 1
         try:
@@ -377,12 +405,21 @@ class AgentRun:
                 result_type=ToolOutcome,
                 start_to_close_timeout=timedelta(seconds=timeout),
                 heartbeat_timeout=TOOL_HEARTBEAT,
-                retry_policy=RetryPolicy(maximum_attempts=attempts, initial_interval=timedelta(seconds=1)),
-                summary=render.tool_summary(call.name, arguments if isinstance(arguments, dict) else parse_arguments(arguments) or arguments),
+                retry_policy=RetryPolicy(
+                    maximum_attempts=attempts, initial_interval=timedelta(seconds=1)
+                ),
+                summary=render.tool_summary(
+                    call.name,
+                    arguments
+                    if isinstance(arguments, dict)
+                    else parse_arguments(arguments) or arguments,
+                ),
             )
         except ActivityError as e:
             msg = _cause_message(e)
-            rec.status = "timed_out" if "timeout" in msg.lower() or "timed out" in msg.lower() else "error"
+            rec.status = (
+                "timed_out" if "timeout" in msg.lower() or "timed out" in msg.lower() else "error"
+            )
             rec.reason = msg
             return f"The tool failed and was given up after {attempts} attempt(s): {msg}"
         rec.status = out.status
@@ -402,15 +439,22 @@ class AgentRun:
         started = workflow.now()
         try:
             await self._wait_for_person(
-                lambda: all(cid in self._verdicts for cid in waiting), policy.approval_timeout_seconds
+                lambda: all(cid in self._verdicts for cid in waiting),
+                policy.approval_timeout_seconds,
             )
-        except asyncio.TimeoutError:
+        except TimeoutError:
             if policy.on_approval_timeout == "fail":
                 self._pending.clear()
                 raise _Stop("failed", "approval timed out") from None
             for cid in waiting:
                 if cid not in self._verdicts:
-                    d = Decision(tool_call_id=cid, decision="timeout", principal_id="system", at=workflow.now().isoformat(), via="timer")
+                    d = Decision(
+                        tool_call_id=cid,
+                        decision="timeout",
+                        principal_id="system",
+                        at=workflow.now().isoformat(),
+                        via="timer",
+                    )
                     self._verdicts[cid] = d
                     self._decisions.append(d)
         finally:
@@ -424,7 +468,9 @@ class AgentRun:
 
     async def _wait_for_person(self, done: Callable[[], bool], timeout: float | None) -> None:
         """Wait (durably) until ``done()`` or an interrupt; raises asyncio.TimeoutError on timeout."""
-        await workflow.wait_condition(lambda: done() or self._interrupt is not None, timeout=timeout)
+        await workflow.wait_condition(
+            lambda: done() or self._interrupt is not None, timeout=timeout
+        )
         if self._interrupt is not None:
             raise _Stop("interrupted", self._interrupt.reason)
 
@@ -433,7 +479,10 @@ class AgentRun:
         if self._interrupt is not None:
             raise _Stop("interrupted", self._interrupt.reason)
         if self._paused:
-            before, self._status = self._status, ("budget_paused" if self._budget_paused else "paused")
+            before, self._status = (
+                self._status,
+                ("budget_paused" if self._budget_paused else "paused"),
+            )
             self._upsert_search_attributes()
             self._publish()
             started = workflow.now()
@@ -451,8 +500,10 @@ class AgentRun:
         self._publish()
         started = workflow.now()
         try:
-            await self._wait_for_person(lambda: bool(self._inbox), self._pinned.spec.idle_timeout_seconds)
-        except asyncio.TimeoutError:
+            await self._wait_for_person(
+                lambda: bool(self._inbox), self._pinned.spec.idle_timeout_seconds
+            )
+        except TimeoutError:
             raise _Stop("completed", "conversation idle timeout") from None
         finally:
             self._waited_seconds += (workflow.now() - started).total_seconds()
@@ -476,7 +527,7 @@ class AgentRun:
             await workflow.wait_condition(
                 lambda: task.done() or self._interrupt is not None, timeout=max(remaining, 0.001)
             )
-        except asyncio.TimeoutError:
+        except TimeoutError:
             await _cancel(task)
             raise _Stop("timeout", "reached max_seconds") from None
         if not task.done():
@@ -500,8 +551,13 @@ class AgentRun:
         raise _Stop("budget_exceeded", over)
 
     def _budget_exceeded(self) -> str | None:
-        if self._max_tokens_budget is not None and self._usage.total_tokens >= self._max_tokens_budget:
-            return f"used {self._usage.total_tokens} tokens of a budget of {self._max_tokens_budget}"
+        if (
+            self._max_tokens_budget is not None
+            and self._usage.total_tokens >= self._max_tokens_budget
+        ):
+            return (
+                f"used {self._usage.total_tokens} tokens of a budget of {self._max_tokens_budget}"
+            )
         if self._max_cost_budget is not None and self._usage.cost_usd >= self._max_cost_budget:
             return f"cost {self._usage.cost_usd:.6f} USD of a budget of {self._max_cost_budget} USD"
         return None
@@ -512,7 +568,13 @@ class AgentRun:
         assert self._pinned is not None
         comp = self._pinned.spec.compaction
         usable = comp.context_window - comp.output_reserve
-        estimate = sum(len(str(m.get("content") or "")) + len(str(m.get("tool_calls") or "")) for m in self._messages) / 3
+        estimate = (
+            sum(
+                len(str(m.get("content") or "")) + len(str(m.get("tool_calls") or ""))
+                for m in self._messages
+            )
+            / 3
+        )
         if estimate < comp.threshold * usable * 0.9:
             return
         counts = await workflow.execute_activity(
@@ -529,7 +591,12 @@ class AgentRun:
         )
         try:
             plan = plan_compaction(
-                self._messages, counts.per_message, counts.tools, comp.context_window, comp.output_reserve, comp.threshold
+                self._messages,
+                counts.per_message,
+                counts.tools,
+                comp.context_window,
+                comp.output_reserve,
+                comp.threshold,
             )
         except ValueError as e:  # a plain exception here would retry the workflow task forever
             workflow.logger.warning("compaction skipped", extra={"error": str(e)})
@@ -543,12 +610,19 @@ class AgentRun:
         if not plan.fits:
             # even the messages that must stay are too long: shorten tool results to fit
             budget_chars = int(plan.target * 3)
-            compacted = truncate_tool_results(compacted, max(500, budget_chars // max(1, len(compacted))))
+            compacted = truncate_tool_results(
+                compacted, max(500, budget_chars // max(1, len(compacted)))
+            )
         self._messages = compacted
         self._compactions += 1
         workflow.logger.info(
             "context compacted",
-            extra={"dropped": len(plan.dropped), "before": plan.tokens_before, "after": plan.tokens_after, "fits": plan.fits},
+            extra={
+                "dropped": len(plan.dropped),
+                "before": plan.tokens_before,
+                "after": plan.tokens_after,
+                "fits": plan.fits,
+            },
         )
 
     async def _summarize(self, dropped: list[dict[str, Any]]) -> str | None:
@@ -572,7 +646,9 @@ class AgentRun:
                 start_to_close_timeout=timedelta(seconds=spec.model_timeout_seconds),
                 heartbeat_timeout=MODEL_HEARTBEAT,
                 retry_policy=RetryPolicy(maximum_attempts=3),
-                summary=render.model_summary(spec.model, self._turn, "(summary of dropped context)"),
+                summary=render.model_summary(
+                    spec.model, self._turn, "(summary of dropped context)"
+                ),
             )
         except ActivityError:
             return None
@@ -679,9 +755,17 @@ class AgentRun:
 
     # ------------------------------------------------------------ handlers
 
-    def _ignore(self, signal: str, principal_id: str, reason: str, tool_call_id: str | None = None) -> None:
+    def _ignore(
+        self, signal: str, principal_id: str, reason: str, tool_call_id: str | None = None
+    ) -> None:
         self._ignored.append(
-            IgnoredSignal(signal=signal, principal_id=principal_id, at=workflow.now().isoformat(), reason=reason, tool_call_id=tool_call_id)
+            IgnoredSignal(
+                signal=signal,
+                principal_id=principal_id,
+                at=workflow.now().isoformat(),
+                reason=reason,
+                tool_call_id=tool_call_id,
+            )
         )
         workflow.logger.info("signal ignored", extra={"signal": signal, "why": reason})
 
@@ -692,12 +776,22 @@ class AgentRun:
         pending = self._pending.get(tool_call_id)
         if pending is None:
             known = any(r.id == tool_call_id for r in self._tool_calls)
-            return f"tool call {tool_call_id} is {'not waiting for approval' if known else 'unknown'}"
+            return (
+                f"tool call {tool_call_id} is {'not waiting for approval' if known else 'unknown'}"
+            )
         assert self._pinned is not None
         allowed, why = may_decide(self._pinned.spec.policy, pending.approvers, principal_id)
         return None if allowed else why
 
-    def _record(self, tool_call_id: str, decision: str, principal_id: str, arguments: dict[str, Any] | None, comment: str | None, via: str) -> None:
+    def _record(
+        self,
+        tool_call_id: str,
+        decision: str,
+        principal_id: str,
+        arguments: dict[str, Any] | None,
+        comment: str | None,
+        via: str,
+    ) -> None:
         d = Decision(
             tool_call_id=tool_call_id,
             decision=decision,  # type: ignore[arg-type]
@@ -720,7 +814,9 @@ class AgentRun:
         if problem:
             self._ignore("approve", sig.principal_id, problem, sig.tool_call_id)
             return
-        self._record(sig.tool_call_id, "approve", sig.principal_id, sig.arguments, sig.comment, "signal")
+        self._record(
+            sig.tool_call_id, "approve", sig.principal_id, sig.arguments, sig.comment, "signal"
+        )
 
     @workflow.signal(name="reject")
     def reject(self, sig: RejectSignal) -> None:

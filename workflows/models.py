@@ -44,14 +44,20 @@ class RunRequest(BaseModel):
     principal_id: str = "anonymous"
     mode: Literal["task", "chat"] = "task"
     limits: LimitsOverride = Field(default_factory=LimitsOverride)
-    spec_file: str | None = Field(None, description="spec file on the worker; None: AGENT_SPEC_FILE")
+    spec_file: str | None = Field(
+        None, description="spec file on the worker; None: AGENT_SPEC_FILE"
+    )
     model: str | None = Field(None, description="override of the spec's model")
-    parent_run_id: str | None = Field(None, description="fork lineage: the run this one forked from")
+    parent_run_id: str | None = Field(
+        None, description="fork lineage: the run this one forked from"
+    )
     fork_turn: int | None = None
     seed_messages: list[dict[str, Any]] | None = Field(
         None, description="fork: transcript to start from instead of [system, user(input)]"
     )
-    carry: CarriedState | None = Field(None, description="set by the run itself when it continues as new")
+    carry: CarriedState | None = Field(
+        None, description="set by the run itself when it continues as new"
+    )
 
 
 class ToolCallRecord(BaseModel):

@@ -59,7 +59,9 @@ def condition_holds(
             return False
         path = _normal_path(a["path"])
         prefix = _normal_path(cond.path_prefix)
-        if path.startswith("..") or not (path == prefix or path.startswith(prefix.rstrip("/") + "/")):
+        if path.startswith("..") or not (
+            path == prefix or path.startswith(prefix.rstrip("/") + "/")
+        ):
             return False
     for name, pattern in (cond.arg_matches or {}).items():
         if name not in a or re.search(pattern, _text(a[name])) is None:
@@ -96,26 +98,38 @@ def evaluate(
     if tool is None:
         return PolicyDecision(action="allow", reason="unknown tool: reported to the model")
     entry = policy.tools.get(name)
-    approvers = list(entry.approvers) if entry and entry.approvers is not None else list(policy.approvers)
+    approvers = (
+        list(entry.approvers) if entry and entry.approvers is not None else list(policy.approvers)
+    )
     args = parse_arguments(arguments)
     if entry:
         for i, rule in enumerate(entry.rules):
             if condition_holds(rule.when, args, tenant_id, principal_id):
                 return PolicyDecision(
-                    action=rule.action, reason=rule.reason or f"{name}: rule {i + 1}", approvers=approvers
+                    action=rule.action,
+                    reason=rule.reason or f"{name}: rule {i + 1}",
+                    approvers=approvers,
                 )
         if entry.action:
             return PolicyDecision(
-                action=entry.action, reason=entry.reason or f"{name}: {entry.action}", approvers=approvers
+                action=entry.action,
+                reason=entry.reason or f"{name}: {entry.action}",
+                approvers=approvers,
             )
     if policy.default != "by_risk":
-        return PolicyDecision(action=policy.default, reason=f"default policy: {policy.default}", approvers=approvers)
+        return PolicyDecision(
+            action=policy.default, reason=f"default policy: {policy.default}", approvers=approvers
+        )
     if tool.risk == "read":
         return PolicyDecision(action="allow", reason="read-only tool", approvers=approvers)
     if tool.risk == "write":
-        return PolicyDecision(action="approve", reason="writes to the workspace", approvers=approvers)
+        return PolicyDecision(
+            action="approve", reason="writes to the workspace", approvers=approvers
+        )
     return PolicyDecision(
-        action="deny", reason=f"{tool.risk} tools need an explicit policy entry", approvers=approvers
+        action="deny",
+        reason=f"{tool.risk} tools need an explicit policy entry",
+        approvers=approvers,
     )
 
 

@@ -76,10 +76,17 @@ def current_details(
         "",
     ]
     if pending:
-        lines += ["#### Waiting for approval", "", "| call | tool | arguments | who may approve |", "|---|---|---|---|"]
+        lines += [
+            "#### Waiting for approval",
+            "",
+            "| call | tool | arguments | who may approve |",
+            "|---|---|---|---|",
+        ]
         for p in pending:
             who = ", ".join(p.approvers) if p.approvers else "anyone"
-            lines.append(f"| `{p.tool_call_id}` | `{p.name}` | `{_short(p.arguments, 60)}` | {who} |")
+            lines.append(
+                f"| `{p.tool_call_id}` | `{p.name}` | `{_short(p.arguments, 60)}` | {who} |"
+            )
         lines += [
             "",
             "Approve with signal `approve` and input "
@@ -93,6 +100,11 @@ def current_details(
             lines.append(f"- turn {c.turn}: `{tool_summary(c.name, c.arguments)}` → **{c.status}**")
         lines.append("")
     if last_text:
-        lines += ["#### Last model text", "", "> " + _short(last_text, 400).replace("\n", "\n> "), ""]
+        lines += [
+            "#### Last model text",
+            "",
+            "> " + _short(last_text, 400).replace("\n", "\n> "),
+            "",
+        ]
     lines.append(f"<sub>spec sha256 `{spec_hash[:12]}`</sub>")
     return "\n".join(lines)

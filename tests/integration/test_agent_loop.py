@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import json
-
 from tests.harness import Harness
 from tests.support_tools import journal_events
 from workers.testing.scripted_model import ScriptedModel, error, text, tool_call, tool_calls
 
 
 async def test_tool_call_then_answer(client, tmp_path):
-    model = ScriptedModel([tool_call("read_file", {"path": "README.md"}), text("The answer is 42.")])
+    model = ScriptedModel(
+        [tool_call("read_file", {"path": "README.md"}), text("The answer is 42.")]
+    )
     async with Harness(client, tmp_path, model) as h:
         res = await h.run("what is the answer in README.md?")
     assert res.status == "completed"
@@ -32,7 +32,12 @@ async def test_tool_call_then_answer(client, tmp_path):
 async def test_parallel_tool_calls_overlap_and_results_keep_call_order(client, tmp_path):
     model = ScriptedModel(
         [
-            tool_calls([("slow_echo", {"text": "first", "seconds": 1.0}), ("slow_echo", {"text": "second", "seconds": 0.3})]),
+            tool_calls(
+                [
+                    ("slow_echo", {"text": "first", "seconds": 1.0}),
+                    ("slow_echo", {"text": "second", "seconds": 0.3}),
+                ]
+            ),
             text("both done"),
         ]
     )
@@ -95,10 +100,14 @@ async def test_tool_error_unknown_tool_and_invalid_arguments_reach_the_model(cli
     async with Harness(client, tmp_path, model) as h:
         res = await h.run("try things")
     assert res.status == "completed"
-    msgs = {m["tool_call_id"]: m["content"] for m in model.requests[1].messages if m["role"] == "tool"}
+    msgs = {
+        m["tool_call_id"]: m["content"] for m in model.requests[1].messages if m["role"] == "tool"
+    }
     contents = list(msgs.values())
     assert "refused: not today" in contents[0]
-    assert "no_such_tool" in contents[1] and "calculator" in contents[1]  # names the available tools
+    assert (
+        "no_such_tool" in contents[1] and "calculator" in contents[1]
+    )  # names the available tools
     assert "expression" in contents[2]  # says which argument was wrong/missing
     assert "JSON" in contents[3]
     assert [c.status for c in res.tool_calls] == ["error", "error", "error", "error"]
@@ -116,7 +125,19 @@ async def test_rate_limit_then_success_honours_retry_after(client, tmp_path):
 
 
 async def test_unauthorised_ends_failed_with_the_servers_message(client, tmp_path):
-    model = ScriptedModel([error(401, {"error": {"message": "Incorrect API key provided", "type": "invalid_request_error"}})])
+    model = ScriptedModel(
+        [
+            error(
+                401,
+                {
+                    "error": {
+                        "message": "Incorrect API key provided",
+                        "type": "invalid_request_error",
+                    }
+                },
+            )
+        ]
+    )
     async with Harness(client, tmp_path, model) as h:
         res = await h.run("hello")
     assert res.status == "failed"
@@ -126,7 +147,9 @@ async def test_unauthorised_ends_failed_with_the_servers_message(client, tmp_pat
 
 
 async def test_unparsable_model_output_is_retried_then_reported_to_the_model(client, tmp_path):
-    bad = error(500, {"error": {"message": "Failed to parse tool call: does not match the expected format"}})
+    bad = error(
+        500, {"error": {"message": "Failed to parse tool call: does not match the expected format"}}
+    )
     model = ScriptedModel([bad, bad, bad, text("plain answer")])
     async with Harness(client, tmp_path, model) as h:
         res = await h.run("hello")
@@ -148,7 +171,9 @@ async def test_unparsable_output_forever_ends_the_run_cleanly(client, tmp_path):
 
 async def test_invalid_spec_ends_failed_naming_the_field(client, tmp_path):
     model = ScriptedModel([text("unused")])
-    async with Harness(client, tmp_path, model, agents={"default": {}, "broken": {"limits": {"max_turns": 0}}}) as h:
+    async with Harness(
+        client, tmp_path, model, agents={"default": {}, "broken": {"limits": {"max_turns": 0}}}
+    ) as h:
         res = await h.run("hello", agent="broken")
         res2 = await h.run("hello", agent="nobody")
     assert res.status == "failed"

@@ -84,7 +84,10 @@ async def test_worker_killed_mid_run_run_completes_without_rerunning_completed_a
     assert res.output == "finished"
     events = journal_events(h.journal)
     records = [e["label"] for e in events if e["tool"] == "record"]
-    assert records == ["before", "after"]  # the completed activity before the crash did not run again
+    assert records == [
+        "before",
+        "after",
+    ]  # the completed activity before the crash did not run again
     echo = [e["phase"] for e in events if e["tool"] == "slow_echo"]
     assert echo.count("end") == 1  # the interrupted call ran to completion once, on the new worker
     assert w2.returncode == 0  # graceful shutdown on SIGTERM
@@ -92,7 +95,11 @@ async def test_worker_killed_mid_run_run_completes_without_rerunning_completed_a
 
 async def test_recorded_history_replays(client: Client, tmp_path: Path):
     model = ScriptedModel(
-        [tool_call("read_file", {"path": "README.md"}), tool_call("calculator", {"expression": "6*7"}), text("42")]
+        [
+            tool_call("read_file", {"path": "README.md"}),
+            tool_call("calculator", {"expression": "6*7"}),
+            text("42"),
+        ]
     )
     async with Harness(client, tmp_path, model) as h:
         handle = await h.start("replay me")

@@ -15,7 +15,9 @@ from workers.testing.scripted_model import ScriptedModel, text, tool_call
 from workflows.models import RaiseBudgetSignal, RunState
 
 
-async def test_continue_as_new_keeps_state_queries_and_approvals_working(client: Client, tmp_path: Path):
+async def test_continue_as_new_keeps_state_queries_and_approvals_working(
+    client: Client, tmp_path: Path
+):
     script = [tool_call("record", {"label": str(i)}) for i in range(5)]
     script += [tool_call("deploy", {"target": "prod"}), text("all done")]
     model = ScriptedModel(script)
@@ -28,11 +30,20 @@ async def test_continue_as_new_keeps_state_queries_and_approvals_working(client:
         assert len(st.tool_calls) == 6  # the record of earlier runs was carried over
         desc = await handle.describe()
         assert desc.run_id != handle.result_run_id  # a later run of the same workflow id answers
-        await rc.decide(client, handle.id, st.pending_approvals[0].tool_call_id, "approve", "anyone")
+        await rc.decide(
+            client, handle.id, st.pending_approvals[0].tool_call_id, "approve", "anyone"
+        )
         res = await handle.result()
     assert res.status == "completed"
     assert res.turns == 7
-    assert [e.get("label") or e.get("target") for e in journal_events(h.journal)] == ["0", "1", "2", "3", "4", "prod"]
+    assert [e.get("label") or e.get("target") for e in journal_events(h.journal)] == [
+        "0",
+        "1",
+        "2",
+        "3",
+        "4",
+        "prod",
+    ]
     # every model step saw the whole transcript, across the boundaries
     assert len(model.requests[-1].messages) == 2 + 6 * 2
     # usage was carried across the boundaries, not restarted in each run of the chain
@@ -51,7 +62,9 @@ async def test_token_budget_ends_the_run(client: Client, tmp_path: Path):
 
 
 async def test_cost_budget_can_pause_until_raised(client: Client, tmp_path: Path):
-    model = ScriptedModel([tool_call("record", {"label": "a"}), tool_call("record", {"label": "b"}), text("done")])
+    model = ScriptedModel(
+        [tool_call("record", {"label": "a"}), tool_call("record", {"label": "b"}), text("done")]
+    )
     agents = {
         "default": {
             "pricing": {"prompt_per_mtok": 1000.0, "completion_per_mtok": 1000.0},
@@ -64,7 +77,9 @@ async def test_cost_budget_can_pause_until_raised(client: Client, tmp_path: Path
         assert st.usage.cost_usd >= 0.01
         await asyncio.sleep(0.5)
         assert model.count == 1
-        await handle.signal("raise_budget", RaiseBudgetSignal(principal_id="boss", max_cost_usd=10.0))
+        await handle.signal(
+            "raise_budget", RaiseBudgetSignal(principal_id="boss", max_cost_usd=10.0)
+        )
         res = await handle.result()
     assert res.status == "completed"
     assert model.count == 3
@@ -73,9 +88,16 @@ async def test_cost_budget_can_pause_until_raised(client: Client, tmp_path: Path
 
 async def test_transcript_over_the_window_never_reaches_the_model(client: Client, tmp_path: Path):
     big = "word " * 3000  # ~3,000 tokens per tool result
-    script = [tool_call("slow_echo", {"text": big + str(i), "seconds": 0}) for i in range(6)] + [text("done")]
+    script = [tool_call("slow_echo", {"text": big + str(i), "seconds": 0}) for i in range(6)] + [
+        text("done")
+    ]
     model = ScriptedModel(script)
-    agents = {"default": {"compaction": {"context_window": 8000, "output_reserve": 500, "threshold": 0.8}, "max_tool_output_chars": 20000}}
+    agents = {
+        "default": {
+            "compaction": {"context_window": 8000, "output_reserve": 500, "threshold": 0.8},
+            "max_tool_output_chars": 20000,
+        }
+    }
     async with Harness(client, tmp_path, model, agents=agents) as h:
         handle = await h.start("read a lot")
         res = await handle.result()

@@ -24,7 +24,10 @@ GATED = {
             "roles": {"ops": ["olga"]},
             "tools": {
                 "calculator": {"action": "deny", "reason": "no maths today"},
-                "write_file": {"action": "approve", "rules": [{"when": {"path_prefix": "drafts/"}, "action": "allow"}]},
+                "write_file": {
+                    "action": "approve",
+                    "rules": [{"when": {"path_prefix": "drafts/"}, "action": "allow"}],
+                },
             },
         }
     }
@@ -68,7 +71,9 @@ async def test_allow_deny_and_approve_paths(client: Client, tmp_path: Path):
         assert [p.name for p in st.pending_approvals] == ["deploy"]
         assert st.pending_approvals[0].approvers == ["alice", "role:ops"]
         # the allowed calls ran while the approval waits
-        await until_state(handle, lambda s: [c.status for c in s.tool_calls if c.name == "record"] == ["ok"])
+        await until_state(
+            handle, lambda s: [c.status for c in s.tool_calls if c.name == "record"] == ["ok"]
+        )
         assert deployed(h) == []
         await rc.decide(client, handle.id, st.pending_approvals[0].tool_call_id, "approve", "alice")
         res = await handle.result()
@@ -90,13 +95,21 @@ async def test_approve_with_edited_arguments_runs_with_the_new_ones(client: Clie
         handle = await h.start("deploy")
         st = await until_state(handle, lambda s: bool(s.pending_approvals))
         await rc.approve_signal(
-            client, handle.id, ApproveSignal(tool_call_id=st.pending_approvals[0].tool_call_id, principal_id="olga", arguments={"target": "staging"})
+            client,
+            handle.id,
+            ApproveSignal(
+                tool_call_id=st.pending_approvals[0].tool_call_id,
+                principal_id="olga",
+                arguments={"target": "staging"},
+            ),
         )
         res = await handle.result()
         final = await handle.query("state", result_type=RunState)
     assert deployed(h) == ["staging"]
     assert res.tool_calls[0].arguments == {"target": "staging"}
-    assert final.decisions[0].principal_id == "olga" and final.decisions[0].arguments == {"target": "staging"}
+    assert final.decisions[0].principal_id == "olga" and final.decisions[0].arguments == {
+        "target": "staging"
+    }
 
 
 async def test_reject_never_runs_the_tool_and_tells_the_model(client: Client, tmp_path: Path):
@@ -104,7 +117,15 @@ async def test_reject_never_runs_the_tool_and_tells_the_model(client: Client, tm
     async with Harness(client, tmp_path, model, agents=GATED) as h:
         handle = await h.start("deploy")
         st = await until_state(handle, lambda s: bool(s.pending_approvals))
-        await rc.reject_signal(client, handle.id, RejectSignal(tool_call_id=st.pending_approvals[0].tool_call_id, principal_id="alice", reason="freeze week"))
+        await rc.reject_signal(
+            client,
+            handle.id,
+            RejectSignal(
+                tool_call_id=st.pending_approvals[0].tool_call_id,
+                principal_id="alice",
+                reason="freeze week",
+            ),
+        )
         res = await handle.result()
     assert deployed(h) == []
     assert res.tool_calls[0].status == "rejected"
@@ -121,20 +142,30 @@ async def test_duplicate_stale_and_unauthorised_decisions(client: Client, tmp_pa
         with pytest.raises(WorkflowUpdateFailedError) as exc:
             await rc.decide(client, handle.id, "call_dep", "approve", "mallory")
         assert "mallory" in str(exc.value.cause)
-        await rc.approve_signal(client, handle.id, ApproveSignal(tool_call_id="call_dep", principal_id="mallory"))
+        await rc.approve_signal(
+            client, handle.id, ApproveSignal(tool_call_id="call_dep", principal_id="mallory")
+        )
         # unknown id
         with pytest.raises(WorkflowUpdateFailedError) as exc2:
             await rc.decide(client, handle.id, "call_nope", "approve", "alice")
         assert "unknown" in str(exc2.value.cause)
         st = await until_state(handle, lambda s: len(s.ignored_signals) == 1)
-        assert st.ignored_signals[0].principal_id == "mallory" and "not among the approvers" in st.ignored_signals[0].reason
+        assert (
+            st.ignored_signals[0].principal_id == "mallory"
+            and "not among the approvers" in st.ignored_signals[0].reason
+        )
         assert st.status == "awaiting_approval" and deployed(h) == []
         # a real decision, then a duplicate (ignored) and a stale update (refused)
         await rc.decide(client, handle.id, "call_dep", "approve", "alice")
-        await rc.reject_signal(client, handle.id, RejectSignal(tool_call_id="call_dep", principal_id="alice", reason="changed my mind"))
+        await rc.reject_signal(
+            client,
+            handle.id,
+            RejectSignal(tool_call_id="call_dep", principal_id="alice", reason="changed my mind"),
+        )
         res = await handle.result()
-        with pytest.raises(Exception):
+        with pytest.raises(Exception) as exc3:  # noqa: B017 - closed run: the update cannot be delivered
             await rc.decide(client, handle.id, "call_dep", "reject", "alice")
+        assert exc3.value is not None
         final = await handle.query("state", result_type=RunState)
     assert deployed(h) == ["prod"]
     assert res.tool_calls[0].status == "ok"
@@ -143,7 +174,9 @@ async def test_duplicate_stale_and_unauthorised_decisions(client: Client, tmp_pa
 
 
 async def test_several_pending_calls_are_decided_one_by_one(client: Client, tmp_path: Path):
-    model = ScriptedModel([tool_calls([("deploy", {"target": "a"}), ("deploy", {"target": "b"})]), text("done")])
+    model = ScriptedModel(
+        [tool_calls([("deploy", {"target": "a"}), ("deploy", {"target": "b"})]), text("done")]
+    )
     async with Harness(client, tmp_path, model, agents=GATED) as h:
         handle = await h.start("deploy twice")
         st = await until_state(handle, lambda s: len(s.pending_approvals) == 2)
@@ -206,7 +239,9 @@ async def test_pause_and_resume(client: Client, tmp_path: Path):
 
 
 async def test_steering_message_is_seen_by_the_next_model_step(client: Client, tmp_path: Path):
-    model = ScriptedModel([tool_call("slow_echo", {"text": "x", "seconds": 1.5}), text("ok, in French")])
+    model = ScriptedModel(
+        [tool_call("slow_echo", {"text": "x", "seconds": 1.5}), text("ok, in French")]
+    )
     async with Harness(client, tmp_path, model) as h:
         handle = await h.start("say hello")
         await until_state(handle, lambda s: s.turn == 1)
@@ -220,7 +255,9 @@ async def test_steering_message_is_seen_by_the_next_model_step(client: Client, t
 
 async def test_chat_mode_waits_for_the_next_message(client: Client, tmp_path: Path):
     model = ScriptedModel(["hello!", "you said: how are you"])
-    async with Harness(client, tmp_path, model, agents={"default": {"idle_timeout_seconds": 60}}) as h:
+    async with Harness(
+        client, tmp_path, model, agents={"default": {"idle_timeout_seconds": 60}}
+    ) as h:
         handle = await h.start("hi", mode="chat")
         st = await until_state(handle, lambda s: s.status == "waiting_for_message")
         assert st.output == "hello!"
@@ -228,13 +265,21 @@ async def test_chat_mode_waits_for_the_next_message(client: Client, tmp_path: Pa
         st = await until_state(handle, lambda s: s.status == "waiting_for_message" and s.turn == 2)
         assert st.output == "you said: how are you"
         transcript = await handle.query("transcript")
-        assert [m["role"] for m in transcript] == ["system", "user", "assistant", "user", "assistant"]
+        assert [m["role"] for m in transcript] == [
+            "system",
+            "user",
+            "assistant",
+            "user",
+            "assistant",
+        ]
         await rc.interrupt(client, handle.id, "anonymous", "bye")
         res = await handle.result()
     assert res.status == "interrupted" and res.turns == 2
 
 
-async def test_worker_restart_while_awaiting_approval_runs_the_call_once(client: Client, tmp_path: Path):
+async def test_worker_restart_while_awaiting_approval_runs_the_call_once(
+    client: Client, tmp_path: Path
+):
     model = ScriptedModel([tool_call("deploy", {"target": "prod"}), text("done")])
     async with Harness(client, tmp_path, model, agents=GATED) as h:
         handle = await h.start("deploy")
@@ -247,8 +292,12 @@ async def test_worker_restart_while_awaiting_approval_runs_the_call_once(client:
     assert deployed(h) == ["prod"]
 
 
-async def test_decisions_with_the_plain_temporal_cli(client: Client, tmp_path: Path, dev_server_address: str):
-    model = ScriptedModel([tool_calls([("deploy", {"target": "a"}), ("deploy", {"target": "b"})]), text("done")])
+async def test_decisions_with_the_plain_temporal_cli(
+    client: Client, tmp_path: Path, dev_server_address: str
+):
+    model = ScriptedModel(
+        [tool_calls([("deploy", {"target": "a"}), ("deploy", {"target": "b"})]), text("done")]
+    )
     async with Harness(client, tmp_path, model, agents=GATED) as h:
         handle = await h.start("deploy")
         st = await until_state(handle, lambda s: len(s.pending_approvals) == 2)
@@ -258,12 +307,34 @@ async def test_decisions_with_the_plain_temporal_cli(client: Client, tmp_path: P
             # in a thread: the worker shares this event loop and must keep answering queries
             return await asyncio.to_thread(
                 subprocess.run,
-                [str(temporal_binary()), "workflow", *args, "--address", dev_server_address, "--workflow-id", handle.id],
-                capture_output=True, text=True, timeout=30,
+                [
+                    str(temporal_binary()),
+                    "workflow",
+                    *args,
+                    "--address",
+                    dev_server_address,
+                    "--workflow-id",
+                    handle.id,
+                ],
+                capture_output=True,
+                text=True,
+                timeout=30,
             )
 
-        r1 = await temporal("signal", "--name", "approve", "--input", json.dumps({"tool_call_id": a, "principal_id": "alice"}))
-        r2 = await temporal("signal", "--name", "reject", "--input", json.dumps({"tool_call_id": b, "principal_id": "olga", "reason": "cli says no"}))
+        r1 = await temporal(
+            "signal",
+            "--name",
+            "approve",
+            "--input",
+            json.dumps({"tool_call_id": a, "principal_id": "alice"}),
+        )
+        r2 = await temporal(
+            "signal",
+            "--name",
+            "reject",
+            "--input",
+            json.dumps({"tool_call_id": b, "principal_id": "olga", "reason": "cli says no"}),
+        )
         assert r1.returncode == 0, r1.stderr
         assert r2.returncode == 0, r2.stderr
         res = await handle.result()

@@ -22,7 +22,9 @@ async def ts_env():
 
 
 def _agents(on_timeout: str) -> dict:
-    return {"default": {"policy": {"approval_timeout_seconds": 7200, "on_approval_timeout": on_timeout}}}
+    return {
+        "default": {"policy": {"approval_timeout_seconds": 7200, "on_approval_timeout": on_timeout}}
+    }
 
 
 async def test_approval_timeout_rejects_the_call(ts_env, tmp_path: Path):
@@ -47,7 +49,9 @@ async def test_approval_timeout_can_end_the_run(ts_env, tmp_path: Path):
 
 async def test_chat_idle_timeout_completes_the_conversation(ts_env, tmp_path: Path):
     model = ScriptedModel(["hello"])
-    async with Harness(ts_env.client, tmp_path, model, agents={"default": {"idle_timeout_seconds": 600}}) as h:
+    async with Harness(
+        ts_env.client, tmp_path, model, agents={"default": {"idle_timeout_seconds": 600}}
+    ) as h:
         res = await h.run("hi", mode="chat")
     assert res.status == "completed"
     assert res.stopped_reason == "conversation idle timeout"

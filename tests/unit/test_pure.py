@@ -63,16 +63,34 @@ def test_policy_rules_over_arguments_tenant_and_principal():
     p = Policy.model_validate(
         {
             "tools": {
-                "write_file": {"action": "approve", "rules": [{"when": {"path_prefix": "drafts/"}, "action": "allow"}]},
-                "sql": {"action": "deny", "rules": [{"when": {"arg_matches": {"query": r"(?i)^\s*select\b"}}, "action": "allow"}]},
-                "shell": {"action": "deny", "rules": [{"when": {"tenant_in": ["lab"], "principal_in": ["root"]}, "action": "approve"}]},
+                "write_file": {
+                    "action": "approve",
+                    "rules": [{"when": {"path_prefix": "drafts/"}, "action": "allow"}],
+                },
+                "sql": {
+                    "action": "deny",
+                    "rules": [
+                        {"when": {"arg_matches": {"query": r"(?i)^\s*select\b"}}, "action": "allow"}
+                    ],
+                },
+                "shell": {
+                    "action": "deny",
+                    "rules": [
+                        {
+                            "when": {"tenant_in": ["lab"], "principal_in": ["root"]},
+                            "action": "approve",
+                        }
+                    ],
+                },
             }
         }
     )
     sql = ToolInfo(name="sql", description="", parameters={}, risk="exec")
     assert evaluate(p, WRITE, "write_file", {"path": "drafts/x.md"}, "t", "u").action == "allow"
     assert evaluate(p, WRITE, "write_file", {"path": "./drafts/x.md"}, "t", "u").action == "allow"
-    assert evaluate(p, WRITE, "write_file", {"path": "drafts/../etc/x"}, "t", "u").action == "approve"
+    assert (
+        evaluate(p, WRITE, "write_file", {"path": "drafts/../etc/x"}, "t", "u").action == "approve"
+    )
     assert evaluate(p, WRITE, "write_file", {"path": "draftsX/y"}, "t", "u").action == "approve"
     assert evaluate(p, sql, "sql", {"query": "select 1"}, "t", "u").action == "allow"
     assert evaluate(p, sql, "sql", {"query": "drop table x"}, "t", "u").action == "deny"
@@ -98,9 +116,26 @@ def test_tool_summary_and_details():
     assert len(tool_summary("x", {"content": "y" * 500})) <= 120
     assert static_summary(RunRequest(input="hello", agent="a")).startswith("agent a (task)")
     md = current_details(
-        status="awaiting_approval", turn=2, max_turns=5, model="m", total_tokens=10, cost_usd=0.5,
-        pending=[PendingApproval(tool_call_id="c1", name="deploy", arguments={"t": 1}, requested_at="now", turn=2, approvers=["alice"])],
-        tool_calls=[ToolCallRecord(id="c0", name="read_file", arguments={"path": "a"}, status="ok", turn=1)],
-        last_text="hi", spec_hash="abc",
+        status="awaiting_approval",
+        turn=2,
+        max_turns=5,
+        model="m",
+        total_tokens=10,
+        cost_usd=0.5,
+        pending=[
+            PendingApproval(
+                tool_call_id="c1",
+                name="deploy",
+                arguments={"t": 1},
+                requested_at="now",
+                turn=2,
+                approvers=["alice"],
+            )
+        ],
+        tool_calls=[
+            ToolCallRecord(id="c0", name="read_file", arguments={"path": "a"}, status="ok", turn=1)
+        ],
+        last_text="hi",
+        spec_hash="abc",
     )
     assert "awaiting_approval" in md and "`c1`" in md and "alice" in md and "read_file path=a" in md
