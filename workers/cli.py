@@ -26,8 +26,8 @@ from workflows.models import ApproveSignal, RejectSignal, RunRequest, RunResult,
 T = TypeVar("T")
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Durable AI agents on Temporal.")
-out = Console()
-err = Console(stderr=True)
+out = Console(soft_wrap=True)
+err = Console(stderr=True, soft_wrap=True)
 
 EXIT_OK, EXIT_RUN_NOT_COMPLETED, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
 PrincipalOpt = typer.Option(

@@ -72,9 +72,21 @@ async def connect(settings: Settings | None = None, **kwargs: Any) -> Client:
         return await Client.connect(target, **cfg)
     except (RuntimeError, RPCError, OSError) as e:
         raise ServerUnreachable(
-            f"cannot reach the Temporal server at {target} (namespace {cfg.get('namespace')}): {e}. "
-            "Start one with `make dev-server` or set TEMPORAL_ADDRESS."
+            f"cannot reach the Temporal server at {target} (namespace {cfg.get('namespace')}): "
+            f"{_short_reason(e)}. Start one with `make dev-server` or set TEMPORAL_ADDRESS."
         ) from None
+
+
+def _short_reason(e: BaseException) -> str:
+    text = str(e)
+    for marker, reason in (
+        ("Connection refused", "connection refused"),
+        ("timed out", "timed out"),
+        ("dns", "name not resolved"),
+    ):
+        if marker.lower() in text.lower():
+            return reason
+    return text.splitlines()[0][:160] if text else type(e).__name__
 
 
 async def search_attributes_registered(client: Client) -> bool:

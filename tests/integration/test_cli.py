@@ -1,0 +1,115 @@
+"""``agentctl`` as a user runs it: a subprocess, exit statuses, one clear line on errors."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from temporalio.client import Client
+
+from tests.harness import Harness
+from tests.integration.test_people import GATED, deployed, until_state
+from workers.testing.scripted_model import ScriptedModel, text, tool_call
+from workflows.models import RunResult
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+async def agentctl(
+    *args: str, env: dict[str, str] | None = None, stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    full_env = {**os.environ, **(env or {})}
+    return await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "workers.cli", *args],
+        cwd=ROOT,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        input=stdin,
+    )
+
+
+def _env(h: Harness, address: str) -> dict[str, str]:
+    return {
+        "TEMPORAL_ADDRESS": address,
+        "AGENT_TASK_QUEUE": h.task_queue,
+        "AGENT_STATE_DIR": str(h.workspace.parent / "state"),
+    }
+
+
+async def test_unreachable_server_is_exit_3_with_one_line():
+    r = await agentctl("status", "run-x", env={"TEMPORAL_ADDRESS": "127.0.0.1:1"})
+    assert r.returncode == 3
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) <= 2 and "cannot reach the Temporal server at 127.0.0.1:1" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+async def test_usage_error_is_exit_2():
+    r = await agentctl("approve")
+    assert r.returncode == 2
+    r2 = await agentctl("run", "x", "--mode", "nonsense")
+    assert r2.returncode == 2
+
+
+async def test_run_json_prints_only_the_result_and_exit_codes(
+    client: Client, tmp_path: Path, dev_server_address: str
+):
+    model = ScriptedModel(
+        scripts={
+            "[ok]": [tool_call("record", {"label": "x"}), text("fine")],
+            "[limit]": [tool_call("record", {"label": str(i)}) for i in range(5)],
+        }
+    )
+    async with Harness(client, tmp_path, model) as h:
+        ok = await agentctl("run", "[ok] do it", "--json", env=_env(h, dev_server_address))
+        limited = await agentctl(
+            "run", "[limit] go", "--json", "--max-turns", "2", env=_env(h, dev_server_address)
+        )
+    assert ok.returncode == 0, ok.stderr
+    res = RunResult.model_validate_json(ok.stdout)
+    assert res.status == "completed" and res.output == "fine"
+    assert len(ok.stdout.strip().splitlines()) == 1
+    assert limited.returncode == 1
+    assert json.loads(limited.stdout)["status"] == "max_turns"
+
+
+async def test_detach_status_approve_and_result(
+    client: Client, tmp_path: Path, dev_server_address: str
+):
+    model = ScriptedModel([tool_call("deploy", {"target": "prod"}), text("deployed")])
+    async with Harness(client, tmp_path, model, agents=GATED) as h:
+        env = _env(h, dev_server_address)
+        started = await agentctl("run", "deploy please", "--detach", env=env)
+        assert started.returncode == 0, started.stderr
+        run_id = started.stdout.strip()
+        await until_state(
+            client.get_workflow_handle(run_id), lambda s: s.status == "awaiting_approval"
+        )
+        st = await agentctl("status", run_id, "--json", env=env)
+        assert json.loads(st.stdout)["pending_approvals"][0]["name"] == "deploy"
+        denied = await agentctl("approve", run_id, "--principal", "mallory", env=env)
+        assert denied.returncode == 1 and "mallory" in denied.stderr
+        bad_args = await agentctl("approve", run_id, "--args", "{nope", env=env)
+        assert bad_args.returncode == 2
+        approved = await agentctl(
+            "approve", run_id, "--principal", "alice", "--args", '{"target": "staging"}', env=env
+        )
+        assert approved.returncode == 0, approved.stderr
+        final = await agentctl("result", run_id, "--json", env=env)
+    assert final.returncode == 0
+    assert json.loads(final.stdout)["tool_calls"][0]["arguments"] == {"target": "staging"}
+    assert deployed(h) == ["staging"]
+
+
+async def test_unknown_run_is_a_clear_error(client: Client, dev_server_address: str):
+    r = await agentctl("status", "run-does-not-exist", env={"TEMPORAL_ADDRESS": dev_server_address})
+    assert r.returncode == 1
+    assert "run-does-not-exist" in r.stderr or "no such run" in r.stderr
+    assert "Traceback" not in r.stderr
