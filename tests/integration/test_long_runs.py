@@ -112,3 +112,34 @@ async def test_transcript_over_the_window_never_reaches_the_model(client: Client
         assert r.messages[0]["role"] == "system"
         ids = {c["id"] for m in r.messages for c in (m.get("tool_calls") or [])}
         assert all(m["tool_call_id"] in ids for m in r.messages if m["role"] == "tool")
+
+
+async def test_compaction_with_a_summary_written_by_a_model_step(client: Client, tmp_path: Path):
+    big = "word " * 3000
+    steps = {"n": 0}
+
+    def responder(req: dict):
+        if not req.get("tools"):  # the summary step is sent without tools
+            return text("SUMMARY: echoed big texts 0.. so far")
+        steps["n"] += 1
+        if steps["n"] <= 6:
+            return tool_call("slow_echo", {"text": big + str(steps["n"]), "seconds": 0})
+        return text("done")
+
+    model = ScriptedModel(responder=responder)
+    agents = {
+        "default": {
+            "compaction": {"context_window": 8000, "output_reserve": 500, "threshold": 0.8, "summarize": True},
+            "max_tool_output_chars": 20000,
+        }
+    }
+    async with Harness(client, tmp_path, model, agents=agents) as h:
+        handle = await h.start("read a lot")
+        res = await handle.result()
+        transcript = await handle.query("transcript")
+    assert res.status == "completed"
+    summary_requests = [r for r in model.requests if not r.tools]
+    assert summary_requests, "no summary step ran"
+    assert "word word" in summary_requests[0].messages[-1]["content"]  # it was given the dropped text
+    summaries = [m for m in transcript if "SUMMARY: echoed" in str(m.get("content"))]
+    assert len(summaries) >= 1 and transcript[0]["role"] == "system"
