@@ -17,6 +17,7 @@ from temporalio.service import RPCError
 
 from workers.config import Settings, load_settings, temporal_connect_config
 from workers.converter import build_data_converter
+from workers.telemetry import temporal_plugins
 from workflows.agent_run import (
     SA_AGENT,
     SA_PRINCIPAL,
@@ -54,19 +55,26 @@ class ServerUnreachable(RuntimeError):
 
 
 async def connect(settings: Settings | None = None, **kwargs: Any) -> Client:
-    """Connect to Temporal with the runtime's data converter.
+    """Connect to Temporal with the runtime's data converter (and tracing when configured).
 
     The converter is :func:`workers.converter.build_data_converter` (pydantic JSON plus external
     payload storage per ``AGENT_PAYLOAD_STORE``); a ``data_converter`` keyword overrides it.
+    With ``AGENT_OTEL=otlp`` or ``console`` the SDK's ``OpenTelemetryPlugin`` is added to the
+    client's ``plugins`` (see :mod:`workers.telemetry`); workers built from the client inherit it.
 
     Raises:
         ServerUnreachable: nothing answers at ``TEMPORAL_ADDRESS`` (message names the address).
+        workers.telemetry.TelemetryUnavailableError: tracing is asked for but the OpenTelemetry
+            packages are missing (message names the pip command).
     """
     settings = settings or load_settings()
     cfg = temporal_connect_config(settings)
     cfg.update(kwargs)
     if "data_converter" not in cfg:
         cfg["data_converter"] = build_data_converter(settings)
+    tracing = temporal_plugins(settings, cfg.get("plugins") or ())
+    if tracing:
+        cfg["plugins"] = [*(cfg.get("plugins") or ()), *tracing]
     target = cfg.pop("target_host")
     try:
         return await Client.connect(target, **cfg)

@@ -75,6 +75,25 @@ class Settings(BaseModel):
         le=65535,
         description="AGENT_CODEC_PORT: port of the Web UI codec server (workers/codec_server.py)",
     )
+    otel: Literal["off", "otlp", "console"] = Field(
+        "off",
+        description="AGENT_OTEL: OpenTelemetry traces of runs (workers/telemetry.py): off, otlp "
+        "(OTLP/HTTP to otel_endpoint) or console (spans as JSON on standard error); otlp and "
+        "console need `pip install 'agent-runtime[otel]'`",
+    )
+    otel_endpoint: str | None = Field(
+        None,
+        description="OTEL_EXPORTER_OTLP_ENDPOINT: base URL of the OTLP/HTTP collector; spans go to "
+        "<endpoint>/v1/traces (default http://localhost:4318)",
+    )
+    otel_traces_endpoint: str | None = Field(
+        None,
+        description="OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: full URL for spans, used as is "
+        "(wins over otel_endpoint)",
+    )
+    otel_service_name: str = Field(
+        "agent-runtime", description="OTEL_SERVICE_NAME: service.name of the exported spans"
+    )
 
     @property
     def payload_path(self) -> Path:
@@ -108,6 +127,10 @@ def load_settings() -> Settings:
         "AGENT_S3_BUCKET": "s3_bucket",
         "AGENT_S3_PREFIX": "s3_prefix",
         "AGENT_CODEC_PORT": "codec_port",
+        "AGENT_OTEL": "otel",
+        "OTEL_EXPORTER_OTLP_ENDPOINT": "otel_endpoint",
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "otel_traces_endpoint",
+        "OTEL_SERVICE_NAME": "otel_service_name",
     }
     for env_name, field in mapping.items():
         v = _env(env_name)

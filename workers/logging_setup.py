@@ -7,6 +7,8 @@ import sys
 
 import structlog
 
+from workers.telemetry import add_activity_context, add_trace_ids
+
 
 def configure_logging(level: str = "info", stream=None) -> None:  # noqa: ANN001 - a text stream
     """Send structlog events (and stdlib logging, incl. the Temporal SDK's) as JSON lines.
@@ -19,6 +21,8 @@ def configure_logging(level: str = "info", stream=None) -> None:  # noqa: ANN001
     lvl = getattr(logging, level.upper(), logging.INFO)
     shared = [
         structlog.contextvars.merge_contextvars,
+        add_activity_context,  # run_id (workflow id), activity, attempt inside activities
+        add_trace_ids,  # OpenTelemetry trace_id/span_id when a span is current (AGENT_OTEL)
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
     ]

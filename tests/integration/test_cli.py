@@ -113,3 +113,13 @@ async def test_unknown_run_is_a_clear_error(client: Client, dev_server_address: 
     assert r.returncode == 1
     assert "run-does-not-exist" in r.stderr or "no such run" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+async def test_run_follow_shows_progress(client: Client, tmp_path: Path, dev_server_address: str):
+    model = ScriptedModel([tool_call("slow_echo", {"text": "hi", "seconds": 1}), text("all good")])
+    async with Harness(client, tmp_path, model) as h:
+        r = await agentctl("run", "echo", "--follow", env=_env(h, dev_server_address))
+    assert r.returncode == 0, r.stderr
+    assert "tool slow_echo" in r.stdout
+    assert "completed" in r.stdout and "all good" in r.stdout
+    assert "Web UI: http://127.0.0.1:8233/namespaces/default/workflows/run-" in r.stdout
