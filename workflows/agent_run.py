@@ -285,6 +285,8 @@ class AgentRun:
                 ) from None
             raise _Stop("failed", "model step failed", error=_cause_message(e)) from None
         self._usage = self._usage.add(reply.usage)
+        if workflow.patched("sa-per-turn"):
+            self._upsert_search_attributes()  # TotalTokens and CostUsd stay current in listings
         return reply
 
     # ------------------------------------------------------------ tool calls
@@ -443,6 +445,7 @@ class AgentRun:
                 policy.approval_timeout_seconds,
             )
         except TimeoutError:
+            self._waited_seconds += (workflow.now() - started).total_seconds()
             if policy.on_approval_timeout == "fail":
                 self._pending.clear()
                 raise _Stop("failed", "approval timed out") from None
@@ -457,7 +460,7 @@ class AgentRun:
                     )
                     self._verdicts[cid] = d
                     self._decisions.append(d)
-        finally:
+        else:
             self._waited_seconds += (workflow.now() - started).total_seconds()
         for cid in waiting:
             self._pending.pop(cid, None)
@@ -505,9 +508,10 @@ class AgentRun:
             )
         except TimeoutError:
             raise _Stop("completed", "conversation idle timeout") from None
-        finally:
-            self._waited_seconds += (workflow.now() - started).total_seconds()
+        self._waited_seconds += (workflow.now() - started).total_seconds()
         self._status = "running"
+        if workflow.patched("agent-status-after-message"):
+            self._upsert_search_attributes()
 
     def _drain_inbox(self) -> None:
         while self._inbox:

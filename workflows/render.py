@@ -22,7 +22,7 @@ def _short(value: Any, limit: int = 40) -> str:
 def tool_summary(name: str, arguments: dict[str, Any] | str) -> str:
     """``tool: read_file path=README.md start_line=1`` (at most 120 characters)."""
     if isinstance(arguments, dict):
-        parts = [f"{k}={_short(v)}" for k, v in arguments.items()]
+        parts = [f"{k}={_short(v)}" for k, v in arguments.items() if v is not None]
         text = f"tool: {name} " + " ".join(parts)
     else:
         text = f"tool: {name} {_short(arguments, 80)}"

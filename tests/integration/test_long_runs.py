@@ -129,7 +129,12 @@ async def test_compaction_with_a_summary_written_by_a_model_step(client: Client,
     model = ScriptedModel(responder=responder)
     agents = {
         "default": {
-            "compaction": {"context_window": 8000, "output_reserve": 500, "threshold": 0.8, "summarize": True},
+            "compaction": {
+                "context_window": 8000,
+                "output_reserve": 500,
+                "threshold": 0.8,
+                "summarize": True,
+            },
             "max_tool_output_chars": 20000,
         }
     }
@@ -140,6 +145,8 @@ async def test_compaction_with_a_summary_written_by_a_model_step(client: Client,
     assert res.status == "completed"
     summary_requests = [r for r in model.requests if not r.tools]
     assert summary_requests, "no summary step ran"
-    assert "word word" in summary_requests[0].messages[-1]["content"]  # it was given the dropped text
+    assert (
+        "word word" in summary_requests[0].messages[-1]["content"]
+    )  # it was given the dropped text
     summaries = [m for m in transcript if "SUMMARY: echoed" in str(m.get("content"))]
     assert len(summaries) >= 1 and transcript[0]["role"] == "system"

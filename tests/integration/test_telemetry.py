@@ -89,7 +89,9 @@ async def test_a_traced_run_has_workflow_and_activity_spans_in_one_trace(
     provider = telemetry.configure_tracing(exporter=memory)
     assert provider is not None
     # connect() with AGENT_OTEL set adds the plugin; the worker built from the client inherits it
-    traced = await rc.connect(traced_settings(tmp_path, dev_server_address), target_host=dev_server_address)
+    traced = await rc.connect(
+        traced_settings(tmp_path, dev_server_address), target_host=dev_server_address
+    )
     assert [type(p) for p in traced.config()["plugins"]] == [OpenTelemetryPlugin]
 
     async with Harness(traced, tmp_path, readme_model()) as h:
@@ -97,7 +99,11 @@ async def test_a_traced_run_has_workflow_and_activity_spans_in_one_trace(
         res = await asyncio.wait_for(handle.result(), timeout=60)
     assert res.status == "completed"
 
-    run_spans = [s for s in memory.get_finished_spans() if (s.attributes or {}).get("temporalWorkflowID") == handle.id]
+    run_spans = [
+        s
+        for s in memory.get_finished_spans()
+        if (s.attributes or {}).get("temporalWorkflowID") == handle.id
+    ]
     by_name: dict[str, list[Any]] = {}
     for s in run_spans:
         by_name.setdefault(s.name, []).append(s)
@@ -159,16 +165,28 @@ async def test_a_run_started_without_a_client_span_still_gets_one_trace(
 
     memory = InMemorySpanExporter()
     telemetry.configure_tracing(exporter=memory)
-    traced = await rc.connect(traced_settings(tmp_path, dev_server_address), target_host=dev_server_address)
+    traced = await rc.connect(
+        traced_settings(tmp_path, dev_server_address), target_host=dev_server_address
+    )
     async with Harness(traced, tmp_path, readme_model()) as h:
         # started through the untraced fixture client: no StartWorkflow span, no trace header
-        handle = await rc.start_run(client, RunRequest(input="read the readme"), task_queue=h.task_queue)
+        handle = await rc.start_run(
+            client, RunRequest(input="read the readme"), task_queue=h.task_queue
+        )
         res = await asyncio.wait_for(handle.result(), timeout=60)
     assert res.status == "completed"
-    spans = [s for s in memory.get_finished_spans() if (s.attributes or {}).get("temporalWorkflowID") == handle.id]
+    spans = [
+        s
+        for s in memory.get_finished_spans()
+        if (s.attributes or {}).get("temporalWorkflowID") == handle.id
+    ]
     names = {s.name for s in spans}
     assert "StartWorkflow:AgentRun" not in names
-    assert {"RunWorkflow:AgentRun", "RunActivity:model.complete", "RunActivity:tool.invoke"} <= names
+    assert {
+        "RunWorkflow:AgentRun",
+        "RunActivity:model.complete",
+        "RunActivity:tool.invoke",
+    } <= names
     assert len({s.context.trace_id for s in spans}) == 1
     (wf,) = [s for s in spans if s.name == "RunWorkflow:AgentRun"]
     assert wf.parent is None
@@ -182,7 +200,9 @@ async def test_a_worker_restart_mid_run_keeps_one_workflow_span(
 
     memory = InMemorySpanExporter()
     telemetry.configure_tracing(exporter=memory)
-    traced = await rc.connect(traced_settings(tmp_path, dev_server_address), target_host=dev_server_address)
+    traced = await rc.connect(
+        traced_settings(tmp_path, dev_server_address), target_host=dev_server_address
+    )
     model = ScriptedModel([tool_call("deploy", {"target": "prod"}), text("deployed")])
     gated = {"default": {"policy": {"approvers": ["alice"]}}}  # deploy is a write tool: approval
     async with Harness(traced, tmp_path, model, agents=gated) as h:
@@ -202,11 +222,16 @@ async def test_a_worker_restart_mid_run_keeps_one_workflow_span(
     ]  # queries and the update are traces of their own
     names = [s.name for s in spans]
     assert names.count("RunWorkflow:AgentRun") == 1
-    assert names.count("RunActivity:model.complete") == 2 and names.count("StartActivity:model.complete") == 2
+    assert (
+        names.count("RunActivity:model.complete") == 2
+        and names.count("StartActivity:model.complete") == 2
+    )
     assert names.count("RunActivity:tool.invoke") == 1
     assert len({s.context.trace_id for s in spans}) == 1
     ids = {s.context.span_id for s in spans}
-    assert all(s.parent is None or s.parent.span_id in ids for s in spans)  # every parent was exported
+    assert all(
+        s.parent is None or s.parent.span_id in ids for s in spans
+    )  # every parent was exported
     (wf,) = [s for s in spans if s.name == "RunWorkflow:AgentRun"]
     (tool_run,) = [s for s in spans if s.name == "RunActivity:tool.invoke"]
     assert wf.start_time < tool_run.start_time < wf.end_time  # the span covers the whole run
@@ -225,7 +250,9 @@ async def until_awaiting_approval(handle: Any) -> RunState:
     raise AssertionError("the run never waited for approval")
 
 
-async def test_connect_without_telemetry_adds_no_plugin_and_imports_no_opentelemetry(dev_server_address: str, tmp_path: Path):
+async def test_connect_without_telemetry_adds_no_plugin_and_imports_no_opentelemetry(
+    dev_server_address: str, tmp_path: Path
+):
     code = (
         "import asyncio, sys\n"
         "from workers import client as rc\n"
@@ -237,7 +264,12 @@ async def test_connect_without_telemetry_adds_no_plugin_and_imports_no_opentelem
         "print(len(c.config()['plugins']), any(m.startswith('opentelemetry') for m in sys.modules))\n"
     )
     out = await asyncio.to_thread(
-        subprocess.run, [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=PROJECT_ROOT
+        subprocess.run,
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=PROJECT_ROOT,
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["0", "False"]
@@ -265,7 +297,11 @@ def test_otel_settings_come_from_the_standard_variables(monkeypatch: pytest.Monk
     monkeypatch.setenv("OTEL_SERVICE_NAME", "agents-prod")
     monkeypatch.delenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", raising=False)
     s = load_settings()
-    assert (s.otel, s.otel_endpoint, s.otel_service_name) == ("otlp", "http://collector:4318/", "agents-prod")
+    assert (s.otel, s.otel_endpoint, s.otel_service_name) == (
+        "otlp",
+        "http://collector:4318/",
+        "agents-prod",
+    )
     assert telemetry.tracing_requested(s)
     assert telemetry.otlp_traces_endpoint(s) == "http://collector:4318/v1/traces"
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "https://traces.example/api/spans")
@@ -296,7 +332,9 @@ def test_otlp_exporter_posts_spans_with_the_service_name_to_the_endpoint():
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         settings = Settings(
-            otel="otlp", otel_endpoint=f"http://127.0.0.1:{server.server_port}", otel_service_name="svc-under-test"
+            otel="otlp",
+            otel_endpoint=f"http://127.0.0.1:{server.server_port}",
+            otel_service_name="svc-under-test",
         )
         provider = telemetry.build_tracer_provider(settings)  # not installed globally
         with provider.get_tracer("test").start_as_current_span("hello-span"):
@@ -314,7 +352,9 @@ def test_otlp_exporter_posts_spans_with_the_service_name_to_the_endpoint():
 # ------------------------------------------------------------------ structlog events of activities
 
 
-async def test_activity_log_events_carry_run_id_turn_tool_and_tenant(client: Client, tmp_path: Path, json_logs: io.StringIO):
+async def test_activity_log_events_carry_run_id_turn_tool_and_tenant(
+    client: Client, tmp_path: Path, json_logs: io.StringIO
+):
     async with Harness(client, tmp_path, readme_model()) as h:
         handle = await h.start("read the readme", tenant_id="acme", principal_id="alice")
         res = await asyncio.wait_for(handle.result(), timeout=60)
@@ -341,5 +381,7 @@ async def test_activity_log_events_carry_run_id_turn_tool_and_tenant(client: Cli
 
 
 def test_processors_leave_events_outside_activities_and_spans_alone():
-    ev = telemetry.add_trace_ids(None, "info", telemetry.add_activity_context(None, "info", {"event": "x"}))
+    ev = telemetry.add_trace_ids(
+        None, "info", telemetry.add_activity_context(None, "info", {"event": "x"})
+    )
     assert ev == {"event": "x"}

@@ -22,7 +22,16 @@ from tests.harness import Harness
 from workers import client as rc
 from workers.testing.scripted_model import ScriptedModel, text, tool_call
 from workflows import render
-from workflows.agent_run import SA_AGENT, SA_COST, SA_PARENT, SA_PRINCIPAL, SA_SPEC, SA_STATUS, SA_TENANT, SA_TOKENS
+from workflows.agent_run import (
+    SA_AGENT,
+    SA_COST,
+    SA_PARENT,
+    SA_PRINCIPAL,
+    SA_SPEC,
+    SA_STATUS,
+    SA_TENANT,
+    SA_TOKENS,
+)
 from workflows.models import RunRequest, RunState
 
 PRICING = {"prompt_per_mtok": 3.0, "completion_per_mtok": 15.0}
@@ -38,7 +47,9 @@ async def current_details(handle: WorkflowHandle[Any, Any]) -> str:
     return meta.current_details
 
 
-async def activity_summaries(client: Client, handle: WorkflowHandle[Any, Any]) -> list[tuple[str, str | None]]:
+async def activity_summaries(
+    client: Client, handle: WorkflowHandle[Any, Any]
+) -> list[tuple[str, str | None]]:
     """(activity type, decoded summary) of every ActivityTaskScheduled event, in order."""
     out = []
     async for ev in handle.fetch_history_events():
@@ -52,7 +63,9 @@ async def activity_summaries(client: Client, handle: WorkflowHandle[Any, Any]) -
     return out
 
 
-async def until_state(handle: WorkflowHandle[Any, Any], pred: Any, timeout: float = 20.0) -> RunState:
+async def until_state(
+    handle: WorkflowHandle[Any, Any], pred: Any, timeout: float = 20.0
+) -> RunState:
     st = None
     for _ in range(int(timeout / 0.05)):
         try:
@@ -65,7 +78,9 @@ async def until_state(handle: WorkflowHandle[Any, Any], pred: Any, timeout: floa
     raise AssertionError(f"state not reached; last: {st}")
 
 
-async def listed(client: Client, query: str, want: set[str], unwanted: set[str], timeout: float = 15.0) -> set[str]:
+async def listed(
+    client: Client, query: str, want: set[str], unwanted: set[str], timeout: float = 15.0
+) -> set[str]:
     """Poll the (eventually consistent) visibility store until ``want`` is listed and ``unwanted`` is not."""
     ids: set[str] = set()
     for _ in range(int(timeout / 0.2)):
@@ -73,21 +88,32 @@ async def listed(client: Client, query: str, want: set[str], unwanted: set[str],
         if want <= ids and not (ids & unwanted):
             return ids
         await asyncio.sleep(0.2)
-    raise AssertionError(f"{query!r} listed {sorted(ids)}; wanted {sorted(want)} and not {sorted(unwanted)}")
+    raise AssertionError(
+        f"{query!r} listed {sorted(ids)}; wanted {sorted(want)} and not {sorted(unwanted)}"
+    )
 
 
-async def test_a_finished_run_shows_its_summary_details_activities_and_search_attributes(client: Client, tmp_path: Path):
+async def test_a_finished_run_shows_its_summary_details_activities_and_search_attributes(
+    client: Client, tmp_path: Path
+):
     agent = agent_name()
-    model = ScriptedModel([tool_call("read_file", {"path": "README.md"}), text("The answer is 42.")])
+    model = ScriptedModel(
+        [tool_call("read_file", {"path": "README.md"}), text("The answer is 42.")]
+    )
     async with Harness(client, tmp_path, model, agents={agent: {"pricing": PRICING}}) as h:
-        req = RunRequest(agent=agent, input="What does the README say?", tenant_id="acme", principal_id="alice")
+        req = RunRequest(
+            agent=agent, input="What does the README say?", tenant_id="acme", principal_id="alice"
+        )
         handle = await rc.start_run(client, req, task_queue=h.task_queue)
         res = await asyncio.wait_for(handle.result(), timeout=60)
         assert res.status == "completed"
 
         desc = await handle.describe()
         # static summary (list and header) and static details (top of the run page)
-        assert await desc.static_summary() == f"agent {agent} (task) for alice@acme: What does the README say?"
+        assert (
+            await desc.static_summary()
+            == f"agent {agent} (task) for alice@acme: What does the README say?"
+        )
         assert await desc.static_summary() == render.static_summary(req)
         details = await desc.static_details()
         assert details is not None
@@ -98,9 +124,12 @@ async def test_a_finished_run_shows_its_summary_details_activities_and_search_at
         # current details: kept by the run, final state after it closed (the query replays it)
         cur = await current_details(handle)
         assert cur.startswith("### Status: `completed`")
-        assert f"| 2 / 20 | `scripted` | {res.usage.total_tokens} | {res.usage.cost_usd:.6f} | 1 |" in cur
-        # (the tool call as run: the tool's defaults filled in)
-        assert "- turn 1: `tool: read_file path=README.md start_line=1 end_line=null` → **ok**" in cur
+        assert (
+            f"| 2 / 20 | `scripted` | {res.usage.total_tokens} | {res.usage.cost_usd:.6f} | 1 |"
+            in cur
+        )
+        # (the tool call as run: the tool's defaults filled in, unset ones left out)
+        assert "- turn 1: `tool: read_file path=README.md start_line=1` → **ok**" in cur
         assert "> The answer is 42." in cur
         assert f"spec sha256 `{res.spec_hash[:12]}`" in cur
         assert "Waiting for approval" not in cur
@@ -126,7 +155,9 @@ async def test_a_finished_run_shows_its_summary_details_activities_and_search_at
     assert sa.get(SA_PARENT) is None  # not a fork
 
 
-async def test_a_run_waiting_for_approval_shows_the_pending_call_and_is_listed_as_waiting(client: Client, tmp_path: Path):
+async def test_a_run_waiting_for_approval_shows_the_pending_call_and_is_listed_as_waiting(
+    client: Client, tmp_path: Path
+):
     agent = agent_name()
     model = ScriptedModel(
         scripts={
@@ -134,13 +165,22 @@ async def test_a_run_waiting_for_approval_shows_the_pending_call_and_is_listed_a
             "[waiting]": [tool_call("deploy", {"target": "prod"}, id="call_dep"), text("deployed")],
         }
     )
-    spec = {"pricing": PRICING, "policy": {"approvers": ["alice", "role:ops"], "roles": {"ops": ["olga"]}}}
+    spec = {
+        "pricing": PRICING,
+        "policy": {"approvers": ["alice", "role:ops"], "roles": {"ops": ["olga"]}},
+    }
     async with Harness(client, tmp_path, model, agents={agent: spec}) as h:
-        done = await rc.start_run(client, RunRequest(agent=agent, input="[finished] hi", tenant_id="acme"), task_queue=h.task_queue)
+        done = await rc.start_run(
+            client,
+            RunRequest(agent=agent, input="[finished] hi", tenant_id="acme"),
+            task_queue=h.task_queue,
+        )
         assert (await asyncio.wait_for(done.result(), timeout=60)).status == "completed"
         waiting = await rc.start_run(
             client,
-            RunRequest(agent=agent, input="[waiting] deploy to prod", tenant_id="acme", principal_id="bob"),
+            RunRequest(
+                agent=agent, input="[waiting] deploy to prod", tenant_id="acme", principal_id="bob"
+            ),
             task_queue=h.task_queue,
         )
         await until_state(waiting, lambda s: s.status == "awaiting_approval")
@@ -160,14 +200,29 @@ async def test_a_run_waiting_for_approval_shows_the_pending_call_and_is_listed_a
         sa = desc.typed_search_attributes
         assert sa.get(SA_STATUS) == "awaiting_approval"
         assert sa.get(SA_PRINCIPAL) == "bob" and sa.get(SA_AGENT) == agent
-        assert sa.get(SA_TOKENS) is not None and sa.get(SA_TOKENS) > 0  # the first model step's tokens
-        assert await desc.static_summary() == f"agent {agent} (task) for bob@acme: [waiting] deploy to prod"
+        assert (
+            sa.get(SA_TOKENS) is not None and sa.get(SA_TOKENS) > 0
+        )  # the first model step's tokens
+        assert (
+            await desc.static_summary()
+            == f"agent {agent} (task) for bob@acme: [waiting] deploy to prod"
+        )
 
         # agentctl list's query finds the waiting run, not the finished one
         awaiting_q = rc.list_query(agent=agent, status="awaiting_approval")
         await listed(client, awaiting_q, want={waiting.id}, unwanted={done.id})
-        await listed(client, rc.list_query(agent=agent, status="completed"), want={done.id}, unwanted={waiting.id})
-        await listed(client, rc.list_query(agent=agent, tenant="acme"), want={done.id, waiting.id}, unwanted=set())
+        await listed(
+            client,
+            rc.list_query(agent=agent, status="completed"),
+            want={done.id},
+            unwanted={waiting.id},
+        )
+        await listed(
+            client,
+            rc.list_query(agent=agent, tenant="acme"),
+            want={done.id, waiting.id},
+            unwanted=set(),
+        )
 
         # once approved, the details, the activity summary and the listing follow
         await rc.decide(client, waiting.id, "call_dep", "approve", "olga")
@@ -176,25 +231,26 @@ async def test_a_run_waiting_for_approval_shows_the_pending_call_and_is_listed_a
         cur = await current_details(waiting)
         assert "Waiting for approval" not in cur
         assert "- turn 1: `tool: deploy target=prod` → **ok**" in cur
-        assert ("tool.invoke", "tool: deploy target=prod") in await activity_summaries(client, waiting)
+        assert ("tool.invoke", "tool: deploy target=prod") in await activity_summaries(
+            client, waiting
+        )
         await listed(client, awaiting_q, want=set(), unwanted={waiting.id})
         assert (await waiting.describe()).typed_search_attributes.get(SA_STATUS) == "completed"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="runtime bug: AgentRun._wait_for_message sets status 'running' after a message but does not "
-    "upsert AgentStatus, so the run stays listed as waiting_for_message while it answers (remove this "
-    "mark with the fix)",
-)
-async def test_a_chat_run_is_listed_as_running_while_it_answers_the_next_message(client: Client, tmp_path: Path):
+async def test_a_chat_run_is_listed_as_running_while_it_answers_the_next_message(
+    client: Client, tmp_path: Path
+):
     agent = agent_name()
     model = ScriptedModel([text("hello!"), text("a slow answer", delay=3)])
     async with Harness(client, tmp_path, model, agents={agent: {"idle_timeout_seconds": 60}}) as h:
-        handle = await rc.start_run(client, RunRequest(agent=agent, input="hi", mode="chat"), task_queue=h.task_queue)
+        handle = await rc.start_run(
+            client, RunRequest(agent=agent, input="hi", mode="chat"), task_queue=h.task_queue
+        )
         await until_state(handle, lambda s: s.status == "waiting_for_message")
-        assert (await handle.describe()).typed_search_attributes.get(SA_STATUS) == "waiting_for_message"
+        assert (await handle.describe()).typed_search_attributes.get(
+            SA_STATUS
+        ) == "waiting_for_message"
         await rc.send_message(client, handle.id, "and then?", "anonymous")
         await until_state(handle, lambda s: s.status == "running" and s.turn == 2)
         try:
