@@ -59,8 +59,15 @@ class Limits(BaseModel):
     max_cost_usd: float | None = Field(None, gt=0, description="cost budget of the run, US dollars")
     on_budget: Literal["stop", "pause"] = "stop"
     continue_as_new_every_turns: int | None = Field(
-        None, ge=1, description="continue as new every N turns (None: when Temporal suggests it)"
+        None, ge=1, description="continue as new every N turns (None: by history size)"
     )
+    continue_as_new_at_bytes: int = Field(
+        2 * 1024 * 1024,
+        ge=1024,
+        description="continue as new at a turn boundary once the history reaches this many bytes "
+        "(or when Temporal suggests it, at 4 MiB / 4,096 events; shared/notes/temporal.md)",
+    )
+    continue_as_new_at_events: int = Field(2_000, ge=100, description="the same, in history events")
 
 
 class ArgCondition(BaseModel):

@@ -58,10 +58,29 @@ def _err(d: Any) -> str | None:
 # ------------------------------------------------------------------------------------ tables
 
 
-def table_history(r: dict[str, Any]) -> Table:
-    t = Table(
-        title="1. History per run (zero model latency; calculator tool every turn)", show_lines=True
+def _hist_cell(d: Any, n: int) -> str:
+    segs = d["segments"]
+    seg_sizes = ", ".join(_b(s["history_bytes"]) for s in d["segments_detail"][:8])
+    if segs > 8:
+        seg_sizes += ", ..."
+    under = "yes" if d["all_segments_under_4mib"] else "[yellow]no[/yellow]"
+    status = d.get("workflow_status") or d.get("status")
+    first, last = _b(d["turn_bytes_first10"]), _b(d["turn_bytes_last10"])
+    turn_ms = ", ".join(f"{s.get('per_turn_ms_p50', 0):.0f}" for s in d["segments_detail"][:8])
+    return (
+        f"{status}: {d['turns_done']}/{n} turns, {segs} segment(s)\n"
+        f"total {_b(d['total_history_bytes'])}, {_b(d['bytes_per_turn'])}/turn\n"
+        f"bytes per turn, first/last 10 turns: {first} / {last}\n"
+        f"segments: {seg_sizes}\n"
+        f"all < 4 MiB: {under}; biggest payload {_b(d['max_payload_bytes'])}\n"
+        f"time per turn p50 by segment: {turn_ms} ms; wall {d.get('wall_s')} s"
     )
+
+
+def table_history(r: dict[str, Any]) -> Table:
+    """Scenario 1: one row per run length, one column per implementation."""
+    t = Table(title="1. History per run (model latency 0; a calculator call every turn)")
+    t.show_lines = True
     t.add_column("turns")
     cols = [k for k in ("ours", "ours_inline", "plugin") if k in r]
     for k in cols:
@@ -71,41 +90,24 @@ def table_history(r: dict[str, Any]) -> Table:
         for k in cols:
             d = r[k].get(str(n)) if isinstance(r[k], dict) else None
             e = _err(r[k]) or _err(d)
-            if e or d is None:
-                row.append(e or "-")
-                continue
-            segs = d["segments"]
-            seg_sizes = ", ".join(_b(s["history_bytes"]) for s in d["segments_detail"][:8])
-            if segs > 8:
-                seg_sizes += ", ..."
-            under = "yes" if d["all_segments_under_4mib"] else "[yellow]no[/yellow]"
-            status = d.get("workflow_status") or d.get("status")
-            row.append(
-                f"{status}: {d['turns_done']}/{n} turns, {segs} segment(s)\n"
-                f"total {_b(d['total_history_bytes'])}, {_b(d['bytes_per_turn'])}/turn\n"
-                f"turn bytes first/last 10: {_b(d['turn_bytes_first10'])} / {_b(d['turn_bytes_last10'])}\n"
-                f"segments: {seg_sizes}\nall < 4 MiB: {under}; biggest payload {_b(d['max_payload_bytes'])}\n"
-                f"wall {d.get('wall_s')} s"
-            )
+            row.append(e or ("-" if d is None else _hist_cell(d, n)))
         t.add_row(*row)
     return t
 
 
 def table_overhead(r: dict[str, Any]) -> Table:
-    t = Table(
-        title=f"2. Time per turn, model latency 0 ({r.get('turns_per_run')}-turn run after a warm-up run)",
-        show_lines=True,
-    )
+    """Scenario 2: per-turn time for bare Temporal, ours and the plugin, two server configs."""
+    n = r.get("turns_per_run")
+    t = Table(title=f"2. Time per turn, model latency 0 ({n}-turn run after a warm-up run)")
+    t.show_lines = True
     t.add_column("server config")
     impls = ["bare", "ours", "plugin"]
     for k in impls:
         t.add_column("bare Temporal (2 trivial activities)" if k == "bare" else k)
     for cname, c in (r.get("configs") or {}).items():
-        label = (
-            "temporal-dev.yml as shipped"
-            if cname == "dev_config"
-            else "+ transferProcessorMaxPollRPS=1000"
-        )
+        label = "temporal-dev.yml as shipped"
+        if cname != "dev_config":
+            label = "+ history.transferProcessorMaxPollRPS=1000"
         row = [label]
         for k in impls:
             d = c.get(k)
@@ -116,7 +118,8 @@ def table_overhead(r: dict[str, Any]) -> Table:
             p = d["per_turn_ms"]
             row.append(
                 f"p50 {_v(p['p50'])} ms, p95 {_v(p['p95'])} ms\n"
-                f"worker CPU {_v(d['worker_cpu_ms_per_turn'])} ms/turn, server {_v(d['server_cpu_ms_per_turn'])}"
+                f"CPU per turn: worker {_v(d['worker_cpu_ms_per_turn'])} ms, "
+                f"server {_v(d['server_cpu_ms_per_turn'])} ms"
             )
         t.add_row(*row)
     return t
@@ -129,27 +132,27 @@ def _tp_cell(d: Any) -> str:
     lat = d["run_latency_s"]
     cpu = d.get("cpu", {})
     return (
-        f"{_v(d['runs_per_s'], digits=2)} runs/s; latency p50 {_v(lat['p50'])} s, p95 {_v(lat['p95'])} s\n"
-        f"completed {d['completed']}/{d['runs']}; model calls in flight max {d['model_server_max_in_flight']}\n"
-        f"CPU worker {_v(cpu.get('worker_cpu_pct'))}%, server {_v(cpu.get('server_cpu_pct'))}%, "
-        f"others {_v(cpu.get('other_processes_cpu_pct'))}%"
+        f"{_v(d['runs_per_s'], digits=2)} runs/s; run latency p50 {_v(lat['p50'])} s, "
+        f"p95 {_v(lat['p95'])} s\n"
+        f"completed {d['completed']}/{d['runs']}; "
+        f"model calls in flight at most {d['model_server_max_in_flight']}\n"
+        f"CPU (% of one core): worker {_v(cpu.get('worker_cpu_pct'))}, "
+        f"server {_v(cpu.get('server_cpu_pct'))}, other processes "
+        f"{_v(cpu.get('other_processes_cpu_pct'))}"
     )
 
 
 def table_throughput(r: dict[str, Any]) -> Table:
-    t = Table(
-        title="3. Throughput: concurrent 5-turn runs, model latency 1 s, one worker (WorkerTuning)",
-        show_lines=True,
-    )
+    """Scenario 3: one row per concurrency level."""
+    t = Table(title="3. Throughput: concurrent 5-turn runs, model latency 1 s, one worker")
+    t.show_lines = True
     t.add_column("concurrent runs")
     t.add_column("ours")
     t.add_column("plugin")
     for n in r.get("levels", []):
-        t.add_row(
-            str(n),
-            _tp_cell(r.get("ours", {}).get(str(n))),
-            _tp_cell(r.get("plugin", {}).get(str(n))),
-        )
+        ours = r.get("ours", {}).get(str(n))
+        plugin = r.get("plugin", {}).get(str(n))
+        t.add_row(str(n), _tp_cell(ours), _tp_cell(plugin))
     return t
 
 
@@ -158,40 +161,52 @@ def _crash_cell(d: Any) -> str:
     if e or d is None:
         return e or "-"
     return (
-        f"[bold]{d['recovery_s']} s[/bold] from new worker start to the retried model call\n"
-        f"(kill -> retry {d['kill_to_retry_s']} s; new worker ready in {d['worker_startup_s']} s; "
-        f"attempt {d['retry_attempt']})\n"
-        f"result -> next workflow task {d['result_to_next_workflow_task_s']} s; "
+        f"[bold]{d['recovery_s']} s[/bold] from the new worker's start to the retried model call\n"
+        f"kill -> retry {d['kill_to_retry_s']} s (attempt {d['retry_attempt']}); "
+        f"new worker ready in {d['worker_startup_s']} s\n"
+        f"retried call done -> next workflow task {d['result_to_next_workflow_task_s']} s; "
         f"kill -> run completed {d['kill_to_run_completed_s']} s"
     )
 
 
 def table_crash(r: dict[str, Any]) -> Table:
+    """Scenario 4."""
     t = Table(
-        title=f"4. Crash recovery: worker SIGKILLed {r.get('kill_after_s')} s into a {r.get('model_latency_s')} s model call",
-        show_lines=True,
+        title=f"4. Crash recovery: worker SIGKILLed {r.get('kill_after_s')} s into a "
+        f"{r.get('model_latency_s')} s model call"
     )
+    t.show_lines = True
     t.add_column("ours (shipped defaults)")
     t.add_column("plugin (defaults)")
     t.add_row(_crash_cell(r.get("ours")), _crash_cell(r.get("plugin")))
     return t
 
 
+TUNING_NAMES = {
+    "ours": "WorkerTuning (shipped)",
+    "sdk": "Temporal SDK defaults",
+    "autoscale": "WorkerTuning + autoscaling pollers",
+}
+
+
 def table_tuning(r: dict[str, Any]) -> Table:
-    t = Table(
-        title=f"5. Worker settings, {r.get('runs')} concurrent 5-turn runs, model latency 1 s",
-        show_lines=True,
-    )
-    t.add_column("runtime / worker settings")
+    """Scenario 5: worker settings."""
+    t = Table(title="5. Worker settings (ours unless marked)")
+    t.show_lines = True
+    t.add_column("load")
+    t.add_column("worker settings")
     t.add_column("result")
-    names = {
-        "ours": "WorkerTuning (shipped)",
-        "sdk": "Temporal SDK defaults",
-        "autoscale": "WorkerTuning + autoscaling pollers",
-    }
+    load = f"{r.get('runs')} runs x 5 turns, model 1 s"
     for impl in ("ours", "plugin"):
         for tuning, d in (r.get(impl) or {}).items():
-            t.add_row(f"{impl}: {names.get(tuning, tuning)}", _tp_cell(d))
+            name = TUNING_NAMES.get(tuning, tuning)
+            t.add_row(load, name if impl == "ours" else f"plugin: {name}", _tp_cell(d))
+    slow = r.get("slow_model")
+    if slow:
+        load = f"{slow['runs']} runs x {slow['turns_per_run']} turns, model {slow['model_latency_s']} s"
+        for tuning in ("ours", "sdk"):
+            if tuning in slow:
+                t.add_row(load, TUNING_NAMES[tuning], _tp_cell(slow[tuning]))
     return t
 
 
@@ -205,7 +220,108 @@ TABLES = {
 }
 
 
+def _g(tree: Any, *path: str) -> Any:
+    for p in path:
+        if not isinstance(tree, dict):
+            return None
+        tree = tree.get(p)
+    return tree
+
+
+def summary_table(s: dict[str, Any]) -> Table:
+    """Headline figures, ours beside the plugin."""
+    t = Table(title="Summary: ours vs the OpenAI Agents plugin (details in the tables above)")
+    t.show_lines = True
+    t.add_column("scenario")
+    t.add_column("target")
+    t.add_column("ours")
+    t.add_column("plugin")
+
+    def hist(impl: str) -> str:
+        h = _g(s, "history", impl)
+        if not isinstance(h, dict):
+            return "-"
+        if _err(h):
+            return _err(h) or "-"
+        n = max((k for k in h if k.isdigit()), key=int, default=None)
+        if n is None:
+            return "-"
+        d = h[n]
+        if _err(d):
+            return _err(d) or "-"
+        st = d.get("workflow_status") or d.get("status")
+        return (
+            f"{n} turns: {st} at turn {d['turns_done']}; {d['segments']} segment(s), "
+            f"{_b(d['bytes_per_turn'])}/turn, biggest segment {_b(d['max_segment_bytes'])}"
+        )
+
+    if "history" in s:
+        t.add_row("1. history", "constant per turn; segments < 4 MiB", hist("ours"), hist("plugin"))
+
+    def ovh(impl: str) -> str:
+        parts = []
+        for cname, label in (("dev_config", "shipped"), ("fast_transfer", "fast transfer")):
+            p = _g(s, "overhead", "configs", cname, impl, "per_turn_ms")
+            if p:
+                parts.append(f"{label}: p50 {_v(p['p50'])} / p95 {_v(p['p95'])} ms")
+        return "\n".join(parts) or "-"
+
+    if "overhead" in s:
+        t.add_row(
+            "2. per turn, model 0 ms",
+            f"bare Temporal:\n{ovh('bare')}",
+            ovh("ours"),
+            ovh("plugin"),
+        )
+
+    def tp(impl: str) -> str:
+        parts = []
+        for n, d in (_g(s, "throughput", impl) or {}).items():
+            if isinstance(d, dict) and "runs_per_s" in d:
+                lat = d["run_latency_s"]
+                parts.append(
+                    f"{n}: {_v(d['runs_per_s'], digits=2)} runs/s, "
+                    f"p50 {_v(lat['p50'])} s, p95 {_v(lat['p95'])} s"
+                )
+        return "\n".join(parts) or "-"
+
+    if "throughput" in s:
+        t.add_row("3. throughput (5 turns, 1 s model)", "", tp("ours"), tp("plugin"))
+
+    def cr(impl: str) -> str:
+        d = _g(s, "crash", impl)
+        if not isinstance(d, dict):
+            return "-"
+        return _err(d) or f"{d['recovery_s']} s"
+
+    if "crash" in s:
+        t.add_row("4. crash recovery", "< 10 s", cr("ours"), cr("plugin"))
+
+    def tn() -> str:
+        parts = []
+        r = s.get("tuning") or {}
+        for tuning, d in (r.get("ours") or {}).items():
+            if isinstance(d, dict) and "runs_per_s" in d:
+                parts.append(
+                    f"{r.get('runs')} runs, 1 s model, {TUNING_NAMES.get(tuning, tuning)}: "
+                    f"{_v(d['runs_per_s'], digits=2)} runs/s"
+                )
+        for tuning, d in (r.get("slow_model") or {}).items():
+            if isinstance(d, dict) and "runs_per_s" in d:
+                parts.append(
+                    f"300 runs, 5 s model, {TUNING_NAMES.get(tuning, tuning)}: "
+                    f"{_v(d['runs_per_s'], digits=2)} runs/s, "
+                    f"p50 {_v(d['run_latency_s']['p50'])} s"
+                )
+        return "\n".join(parts) or "-"
+
+    if "tuning" in s:
+        t.add_row("5. worker settings", "", tn(), "-")
+    return t
+
+
 def machine_table(m: dict[str, Any]) -> Table:
+    """Machine, versions, date."""
     t = Table(title="Machine", show_header=False)
     t.add_column("k")
     t.add_column("v")
@@ -230,6 +346,7 @@ def machine_table(m: dict[str, Any]) -> Table:
 
 
 async def _run(names: list[str], opts: Options) -> dict[str, Any]:
+    """Run the scenarios in order; a failing scenario is recorded, the others still run."""
     results: dict[str, Any] = {}
     timings: dict[str, float] = {}
     for name in names:
@@ -295,6 +412,7 @@ def main(argv: list[str] | None = None) -> int:
             console.print(f"[red]{name} failed[/red]: {r['error']}")
             continue
         console.print(TABLES[name](r))
+    console.print(summary_table(out["scenarios"]))
     console.print(f"total {report['total_seconds']} s; scenario seconds: {out['scenario_seconds']}")
     path = Path(args.out)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -57,7 +57,7 @@ class Settings(BaseModel):
         "default <state_dir>/payloads",
     )
     payload_threshold_bytes: int = Field(
-        64 * 1024,
+        32 * 1024,
         ge=0,
         description="AGENT_PAYLOAD_THRESHOLD_BYTES: serialized payloads of at least this many "
         "bytes are stored externally (64 KiB: tool outputs capped at 16,000 chars stay inline, "

