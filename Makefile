@@ -45,8 +45,13 @@ demo: install ## the whole thing on a fresh machine: servers, worker, a real age
 stop: ## stop the dev server, model server and worker started by make (by their recorded pids)
 	@test -x $(BIN)/python && $(BIN)/python -m workers.procs stop || echo "nothing to stop"
 
-bench: install ## benchmarks: history size, overhead per turn, throughput, crash recovery
-	$(BIN)/python -m bench.run
+$(VENV)/.bench-installed: $(VENV)/.installed
+	$(BIN)/pip install -q -e '.[test,bench]' 2>&1 | grep -v 'is ignored' || true
+	$(BIN)/python -c "import temporalio.openai_agents, agents"
+	touch $@
+
+bench: $(VENV)/.bench-installed ## benchmarks beside the OpenAI Agents SDK plugin (bench/README.md); BENCH_ARGS=--quick
+	$(BIN)/python -m bench.run $(BENCH_ARGS)
 
 lint: install ## ruff
 	$(BIN)/pip install -q ruff 2>&1 | grep -v 'is ignored' || true

@@ -30,6 +30,7 @@ from activities.contracts import (
     ToolCallRequest,
     Usage,
 )
+from activities.heartbeat import await_with_heartbeats
 
 log = structlog.get_logger("activities.model")
 
@@ -44,8 +45,6 @@ OUTPUT_INVALID_MARKERS = (
 )
 """Substrings of llama.cpp's 500 body when the model's output is not a valid tool call
 (measured: shared/notes/local-model.md)."""
-
-HEARTBEAT_EVERY_SECONDS = 1.0
 
 
 def _retry_after_seconds(headers: Mapping[str, str] | None) -> float | None:
@@ -205,17 +204,10 @@ class ModelActivities:
             model=req.model,
         )
         started = time.perf_counter()
-        task = asyncio.ensure_future(self._client.chat.completions.create(**kwargs))
         try:
-            while True:
-                done, _ = await asyncio.wait({task}, timeout=HEARTBEAT_EVERY_SECONDS)
-                if done:
-                    break
-                activity.heartbeat({"waiting_ms": round((time.perf_counter() - started) * 1000)})
-            completion = task.result()
+            completion = await await_with_heartbeats(self._client.chat.completions.create(**kwargs))
             reply = _normalise(completion, req.model)
         except asyncio.CancelledError:
-            task.cancel()
             bound.info("model_step_cancelled")
             raise
         except Exception as exc:  # noqa: BLE001 - every failure is classified for Temporal

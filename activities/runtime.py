@@ -23,12 +23,12 @@ from activities.contracts import (
     ResolveSpecInput,
     ToolOutcome,
 )
+from activities.heartbeat import await_with_heartbeats
 from activities.spec import PinnedSpec, SpecError, resolve_agent, spec_hash
 from activities.tools import REGISTRY, ToolContext, ToolRegistry, UnknownToolError
 
 log = structlog.get_logger("activities.runtime")
 
-HEARTBEAT_EVERY_SECONDS = 1.0
 REDACTED = "[REDACTED]"
 
 
@@ -112,22 +112,16 @@ class RuntimeActivities:
             call_id=req.call_id,
             tenant_id=req.tenant_id,
             principal_id=req.principal_id,
-        )  # the activity itself heartbeats every second while the tool runs
+        )  # the activity itself heartbeats while the tool runs (activities/heartbeat.py)
         started = time.perf_counter()
-        task = asyncio.ensure_future(
-            self._registry.invoke(
-                req.name, req.arguments, ctx, max_output_chars=req.max_output_chars
-            )
-        )
         try:
-            while True:
-                done, _ = await asyncio.wait({task}, timeout=HEARTBEAT_EVERY_SECONDS)
-                if done:
-                    break
-                activity.heartbeat({"running_ms": round((time.perf_counter() - started) * 1000)})
-            outcome = task.result()
+            outcome = await await_with_heartbeats(
+                self._registry.invoke(
+                    req.name, req.arguments, ctx, max_output_chars=req.max_output_chars
+                ),
+                lambda ms: {"running_ms": ms},
+            )
         except asyncio.CancelledError:
-            task.cancel()
             bound.info("tool_cancelled")
             raise
         except Exception as exc:

@@ -76,6 +76,14 @@ SA_COST = SearchAttributeKey.for_float("CostUsd")
 SA_SPEC = SearchAttributeKey.for_keyword("SpecHash")
 SA_PARENT = SearchAttributeKey.for_keyword("ForkParentRunId")
 
+PATCH_V2 = "agent-run-v2"
+"""Patch id of the second workflow version: one deadline timer per run instead of one per step,
+search attributes refreshed at most every ``SA_REFRESH_SECONDS`` within the loop, continue-as-new
+at the spec's own thresholds, AgentStatus upserted after a chat message. Histories recorded before
+it replay through the older branches (tests/histories)."""
+SA_REFRESH_SECONDS = 10.0
+"""Least workflow time between two search-attribute refreshes within a turn loop (status changes
+and the end of the run always upsert)."""
 MODEL_HEARTBEAT = timedelta(seconds=5)
 TOOL_HEARTBEAT = timedelta(seconds=5)
 PARSE_FAILURE_NOTE = (
@@ -125,6 +133,10 @@ class AgentRun:
         self._parse_failures = 0
         self._output: str | None = None
         self._use_search_attributes = False
+        self._v2 = False
+        self._sa_upserted_at = workflow.now()
+        self._deadline: asyncio.Future[None] | None = None
+        self._deadline_waited = 0.0
 
     # ------------------------------------------------------------------ run
 
@@ -132,6 +144,10 @@ class AgentRun:
     async def run(self, req: RunRequest) -> RunResult:
         """Run the agent loop; returns :class:`RunResult` (never raises for business outcomes)."""
         self._req = req
+        # One patch for every change since the first release: each patch costs every run a
+        # marker event and a search-attribute upsert (the SDK records TemporalChangeVersion),
+        # so later changes that runs in flight could see are gated together (README, replay).
+        self._v2 = workflow.patched(PATCH_V2)
         self._use_search_attributes = (
             workflow.info().typed_search_attributes.get(SA_AGENT) is not None
         )
@@ -285,8 +301,14 @@ class AgentRun:
                 ) from None
             raise _Stop("failed", "model step failed", error=_cause_message(e)) from None
         self._usage = self._usage.add(reply.usage)
-        if workflow.patched("sa-per-turn"):
-            self._upsert_search_attributes()  # TotalTokens and CostUsd stay current in listings
+        if self._v2:
+            # TotalTokens and CostUsd stay current in listings to within SA_REFRESH_SECONDS; each
+            # upsert is an event and a visibility write on the server, so not one every turn.
+            since = (workflow.now() - self._sa_upserted_at).total_seconds()
+            if since >= SA_REFRESH_SECONDS:
+                self._upsert_search_attributes()
+        elif workflow.patched("sa-per-turn"):
+            self._upsert_search_attributes()
         return reply
 
     # ------------------------------------------------------------ tool calls
@@ -419,6 +441,10 @@ class AgentRun:
             )
         except ActivityError as e:
             msg = _cause_message(e)
+            if isinstance(e.cause, CancelledError):  # interrupt, max_seconds or cancellation
+                rec.status = "cancelled"
+                rec.reason = msg
+                return f"The tool call was cancelled: {msg}"
             rec.status = (
                 "timed_out" if "timeout" in msg.lower() or "timed out" in msg.lower() else "error"
             )
@@ -510,7 +536,7 @@ class AgentRun:
             raise _Stop("completed", "conversation idle timeout") from None
         self._waited_seconds += (workflow.now() - started).total_seconds()
         self._status = "running"
-        if workflow.patched("agent-status-after-message"):
+        if self._v2 or workflow.patched("agent-status-after-message"):
             self._upsert_search_attributes()
 
     def _drain_inbox(self) -> None:
@@ -525,6 +551,8 @@ class AgentRun:
 
     async def _race(self, make: Callable[[], Awaitable[T]]) -> T:
         """Await ``make()`` unless an interrupt or the deadline comes first (then cancel it)."""
+        if self._v2:
+            return await self._race_deadline(make)
         task: asyncio.Future[T] = asyncio.ensure_future(make())
         remaining = self._remaining_seconds()
         try:
@@ -539,6 +567,34 @@ class AgentRun:
             assert self._interrupt is not None
             raise _Stop("interrupted", self._interrupt.reason)
         return task.result()
+
+    def _deadline_timer(self) -> asyncio.Future[None]:
+        """The one timer of ``max_seconds``, re-armed only when time waiting for a person moved it.
+
+        One durable timer for the run instead of one per step: each timer is two events and a
+        server task, and almost every step ends long before the deadline.
+        """
+        if self._deadline is None or self._deadline_waited != self._waited_seconds:
+            if self._deadline is not None and not self._deadline.done():
+                self._deadline.cancel()
+            self._deadline_waited = self._waited_seconds
+            self._deadline = asyncio.ensure_future(
+                workflow.sleep(max(self._remaining_seconds(), 0.001))
+            )
+        return self._deadline
+
+    async def _race_deadline(self, make: Callable[[], Awaitable[T]]) -> T:
+        deadline = self._deadline_timer()
+        task: asyncio.Future[T] = asyncio.ensure_future(make())
+        await workflow.wait_condition(
+            lambda: task.done() or self._interrupt is not None or deadline.done()
+        )
+        if task.done():
+            return task.result()
+        await _cancel(task)
+        if self._interrupt is not None:
+            raise _Stop("interrupted", self._interrupt.reason)
+        raise _Stop("timeout", "reached max_seconds")
 
     # ------------------------------------------------------------ budgets
 
@@ -670,7 +726,7 @@ class AgentRun:
         info = workflow.info()
         if info.is_continue_as_new_suggested():
             return True
-        if workflow.patched("can-at-own-thresholds"):
+        if self._v2 or workflow.patched("can-at-own-thresholds"):
             # Before Temporal's 4 MiB suggestion: a turn may add hundreds of KB, and a smaller
             # history also replays faster when a worker restarts.
             return (
@@ -767,6 +823,7 @@ class AgentRun:
             if self._req.parent_run_id:
                 pairs.append(SA_PARENT.value_set(self._req.parent_run_id))
         workflow.upsert_search_attributes(pairs)
+        self._sa_upserted_at = workflow.now()
 
     # ------------------------------------------------------------ handlers
 

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
+
 from tests.harness import Harness
 from tests.support_tools import journal_events
+from workers import client as rc
 from workers.testing.scripted_model import ScriptedModel, error, text, tool_call, tool_calls
+from workflows.models import RunState
 
 
 async def test_tool_call_then_answer(client, tmp_path):
@@ -203,3 +208,45 @@ async def _wait_for(cond, timeout: float = 20.0) -> None:
             return
         await asyncio.sleep(0.05)
     raise AssertionError("condition not met in time")
+
+
+async def test_max_seconds_ends_a_slow_model_step_with_timeout(client, tmp_path):
+    model = ScriptedModel([tool_call("record", {"label": "one"}), text("too late", delay=30)])
+    async with Harness(client, tmp_path, model) as h:
+        started = time.monotonic()
+        res = await h.run("be quick", limits={"max_seconds": 3})
+        elapsed = time.monotonic() - started
+    assert res.status == "timeout"
+    assert res.stopped_reason == "reached max_seconds"
+    assert elapsed < 20  # the 30 s model step was cancelled, not awaited
+    assert res.output is None  # the late answer never reached the run
+    assert [c.status for c in res.tool_calls] == ["ok"]  # the work so far is kept
+
+
+async def test_max_seconds_ends_a_slow_tool_call_with_timeout(client, tmp_path):
+    model = ScriptedModel([tool_call("slow_echo", {"text": "x", "seconds": 30}), text("never")])
+    async with Harness(client, tmp_path, model) as h:
+        res = await h.run("wait", limits={"max_seconds": 2})
+    assert res.status == "timeout"
+    assert [c.status for c in res.tool_calls] == ["cancelled"]
+    assert model.count == 1
+
+
+async def test_time_waiting_for_approval_does_not_count_toward_max_seconds(client, tmp_path):
+    """max_seconds counts the run's own time: a 4 s wait for a person does not use up 3 s."""
+    agents = {"default": {"policy": {"approvers": ["alice"]}}}
+    model = ScriptedModel([tool_call("deploy", {"target": "prod"}), text("deployed")])
+    async with Harness(client, tmp_path, model, agents=agents) as h:
+        handle = await h.start("deploy", limits={"max_seconds": 3})
+        for _ in range(200):
+            st = await handle.query("state", result_type=RunState)
+            if st.status == "awaiting_approval":
+                break
+            await asyncio.sleep(0.05)
+        assert st.status == "awaiting_approval"
+        await asyncio.sleep(4)
+        await rc.decide(client, handle.id, st.pending_approvals[0].tool_call_id, "approve", "alice")
+        res = await asyncio.wait_for(handle.result(), timeout=30)
+    assert res.status == "completed", res.stopped_reason
+    assert res.output == "deployed"
+    assert [c.status for c in res.tool_calls] == ["ok"]

@@ -6,6 +6,7 @@ The files under ``tests/histories/`` were recorded by ``python -m tests.record_h
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 from pathlib import Path
 
@@ -16,11 +17,14 @@ from typer.testing import CliRunner
 from activities.contracts import TOKENS_COUNT, CountTokensInput, ModelReply, TokenCounts
 from workers.cli import app
 from workers.inspect_history import load_history_file, replay_file, replay_histories
-from workflows.agent_run import AgentRun
+from workflows.agent_run import PATCH_V2, AgentRun
 from workflows.models import RunRequest, RunResult
 
 HISTORIES = Path(__file__).resolve().parents[1] / "histories"
-FILES = sorted(HISTORIES.glob("*.json"))
+# The current version's histories, and those recorded before patch ``agent-run-v2`` (v1/): runs
+# like them may still be in flight when a worker with the current code is deployed.
+V1 = HISTORIES / "v1"
+FILES = sorted(HISTORIES.glob("*.json")) + sorted(V1.glob("*.json"))
 EXPECTED = {"tools", "approvals", "interrupt", "continue_as_new", "continue_as_new_first"}
 
 
@@ -53,14 +57,19 @@ class CountsTokensFirst(AgentRun):
         return await super().run(req)
 
 
+def _ids(paths: list[Path]) -> list[str]:
+    return [f"{p.parent.name}/{p.stem}" if p.parent == V1 else p.stem for p in paths]
+
+
 def test_every_scenario_is_stored_and_small():
-    names = {p.stem for p in FILES}
-    assert EXPECTED <= names, f"missing histories: {EXPECTED - names}"
+    for folder in (HISTORIES, V1):
+        names = {p.stem for p in folder.glob("*.json")}
+        assert EXPECTED <= names, f"missing histories in {folder}: {EXPECTED - names}"
     for p in FILES:
         assert p.stat().st_size < 100_000, f"{p.name} is {p.stat().st_size} bytes"
 
 
-@pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
+@pytest.mark.parametrize("path", FILES, ids=_ids(FILES))
 async def test_stored_history_replays_with_the_current_code(path: Path):
     report = await replay_file(path)
     assert report.compatible, f"{path.name}: {report.failure}"
@@ -69,9 +78,10 @@ async def test_stored_history_replays_with_the_current_code(path: Path):
     assert report.workflow_id.startswith("hist-")
 
 
-async def test_the_continue_as_new_chain_is_stored_as_two_executions():
-    first = load_history_file(HISTORIES / "continue_as_new_first.json")
-    last = load_history_file(HISTORIES / "continue_as_new.json")
+@pytest.mark.parametrize("folder", [HISTORIES, V1], ids=["current", "v1"])
+async def test_the_continue_as_new_chain_is_stored_as_two_executions(folder: Path):
+    first = load_history_file(folder / "continue_as_new_first.json")
+    last = load_history_file(folder / "continue_as_new.json")
     assert first.workflow_id == last.workflow_id == "hist-continue-as-new"
     assert first.run_id != last.run_id
     last_started = last.events[0].workflow_execution_started_event_attributes
@@ -83,13 +93,29 @@ async def test_the_continue_as_new_chain_is_stored_as_two_executions():
 
 
 @pytest.mark.parametrize("variant", [TimerBeforeEachModelStep, CountsTokensFirst])
-@pytest.mark.parametrize("name", ["tools", "approvals"])
+@pytest.mark.parametrize("name", ["tools", "approvals", "v1/tools", "v1/approvals"])
 async def test_an_incompatible_change_is_reported_as_nondeterminism(variant: type, name: str):
     report = await replay_file(HISTORIES / f"{name}.json", workflows=[variant])
     assert not report.compatible
     assert report.failure_type == "NondeterminismError"
     assert "Nondeterminism" in (report.failure or "")
     assert report.failed_run_id == load_history_file(HISTORIES / f"{name}.json").run_id
+
+
+async def test_the_v2_patch_is_recorded_in_current_histories_only():
+    """The current histories took the v2 branch (its marker is there), the v1 ones did not."""
+
+    def patch_ids(path: Path) -> set[str]:
+        ids = set()
+        for e in load_history_file(path).events:
+            if e.HasField("marker_recorded_event_attributes"):
+                details = e.marker_recorded_event_attributes.details
+                if "patch-data" in details:
+                    ids.add(json.loads(details["patch-data"].payloads[0].data)["id"])
+        return ids
+
+    assert PATCH_V2 in patch_ids(HISTORIES / "tools.json")
+    assert PATCH_V2 not in patch_ids(V1 / "tools.json")
 
 
 def test_cli_replay_file_says_compatible_and_exits_0():
