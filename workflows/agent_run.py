@@ -41,7 +41,13 @@ with workflow.unsafe.imports_passed_through():
     )
     from activities.spec import PinnedSpec
     from workflows import render
-    from workflows.compaction import plan_compaction, summary_request, truncate_tool_results
+    from workflows.compaction import (
+        CompactionPlan,
+        plan_compaction,
+        summary_request,
+        token_upper_bound,
+        truncate_tool_results,
+    )
     from workflows.loop_detection import Signature, detect_loop, turn_signature
     from workflows.models import (
         WORKFLOW_NAME,
@@ -137,6 +143,8 @@ class AgentRun:
         self._sa_upserted_at = workflow.now()
         self._deadline: asyncio.Future[None] | None = None
         self._deadline_waited = 0.0
+        self._token_counts: list[int] = []  # exact tokens of self._messages[:len(...)] (v2)
+        self._tools_tokens: int | None = None
 
     # ------------------------------------------------------------------ run
 
@@ -626,6 +634,8 @@ class AgentRun:
 
     async def _maybe_compact(self) -> None:
         assert self._pinned is not None
+        if self._v2:
+            return await self._maybe_compact_counted()
         comp = self._pinned.spec.compaction
         usable = comp.context_window - comp.output_reserve
         estimate = (
@@ -661,6 +671,62 @@ class AgentRun:
         except ValueError as e:  # a plain exception here would retry the workflow task forever
             workflow.logger.warning("compaction skipped", extra={"error": str(e)})
             return
+        await self._compact(plan)
+
+    async def _maybe_compact_counted(self) -> None:
+        """Compact if needed, counting only messages not counted before (patch v2).
+
+        Exact counts of the transcript's prefix are kept (messages are only appended between
+        compactions); the messages after it are bounded with :func:`token_upper_bound`. While that
+        bound stays under the budget no activity runs; otherwise ``tokens.count`` counts just the
+        new messages, so a long run neither counts its whole transcript every turn nor stores
+        that count in its history.
+        """
+        assert self._pinned is not None
+        comp = self._pinned.spec.compaction
+        budget = comp.threshold * (comp.context_window - comp.output_reserve)
+        known = len(self._token_counts)
+        new = self._messages[known:]
+        tools = [t.openai_schema() for t in self._pinned.tools]
+        tools_tokens = self._tools_tokens
+        if tools_tokens is None:
+            tools_tokens = sum(token_upper_bound(t) for t in tools)
+        bound = sum(self._token_counts) + tools_tokens + sum(token_upper_bound(m) for m in new)
+        if bound <= budget:
+            return
+        counts = await workflow.execute_activity(
+            TOKENS_COUNT,
+            CountTokensInput(
+                model=self._pinned.spec.model,
+                encoding=comp.encoding,
+                messages=new,
+                tools=tools if self._tools_tokens is None else [],
+            ),
+            result_type=TokenCounts,
+            start_to_close_timeout=timedelta(seconds=60),
+            summary=f"tokens: count {len(new)} new messages of {len(self._messages)}",
+        )
+        if self._tools_tokens is None:
+            self._tools_tokens = counts.tools
+        self._token_counts = self._token_counts + counts.per_message
+        try:
+            plan = plan_compaction(
+                self._messages,
+                self._token_counts,
+                self._tools_tokens,
+                comp.context_window,
+                comp.output_reserve,
+                comp.threshold,
+            )
+        except ValueError as e:  # a plain exception here would retry the workflow task forever
+            workflow.logger.warning("compaction skipped", extra={"error": str(e)})
+            return
+        await self._compact(plan)
+
+    async def _compact(self, plan: CompactionPlan | None) -> None:
+        """Carry out a compaction plan (None: nothing to do)."""
+        assert self._pinned is not None
+        comp = self._pinned.spec.compaction
         if plan is None:
             return
         summary: str | None = None
@@ -674,6 +740,7 @@ class AgentRun:
                 compacted, max(500, budget_chars // max(1, len(compacted)))
             )
         self._messages = compacted
+        self._token_counts = []  # the transcript was rewritten: count it afresh next time
         self._compactions += 1
         workflow.logger.info(
             "context compacted",

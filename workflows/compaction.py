@@ -42,6 +42,7 @@ __all__ = [
     "CompactionPlan",
     "plan_compaction",
     "summary_request",
+    "token_upper_bound",
     "transcript_units",
     "truncate_tool_results",
 ]
@@ -51,6 +52,10 @@ DEFAULT_TARGET_RATIO = 0.75
 
 SUMMARY_PREFIX = "[Summary of earlier conversation]\n"
 """Start of the ``user`` message that :meth:`CompactionPlan.apply` inserts for a summary."""
+
+IMAGE_PART_TOKENS_BOUND = 1000
+"""Tokens allowed per ``image_url`` content part by :func:`token_upper_bound` (the ``tokens.count``
+activity counts 85, OpenAI's low-detail figure)."""
 
 TRUNCATION_MARKER = "\n[... truncated {n} characters]"
 """Appended by :func:`truncate_tool_results` to a shortened tool result."""
@@ -354,3 +359,24 @@ def summary_request(
             f"<conversation>\n{body}\n</conversation>",
         },
     ]
+
+
+def token_upper_bound(message: Mapping[str, Any]) -> int:
+    """Tokens that ``tokens.count`` can count for ``message`` at most, without an encoder.
+
+    ``2 * bytes(JSON of the message) + 8``, plus :data:`IMAGE_PART_TOKENS_BOUND` per image part.
+    Why it holds: a byte-level BPE token (tiktoken's encodings) covers at least one UTF-8 byte, so
+    a string never has more tokens than bytes; ``tokens.count`` counts each value once (tool-call
+    arguments re-serialised, at most twice their bytes) plus at most 4 tokens of overhead per
+    message (OpenAI Cookbook, "How to count tokens"). Checked against the activity in
+    ``tests/unit/test_compaction.py``. The workflow uses it to skip counting while even the bound
+    stays under the compaction budget.
+    """
+    content = message.get("content")
+    images = (
+        sum(1 for part in content if isinstance(part, Mapping) and part.get("type") == "image_url")
+        if isinstance(content, list)
+        else 0
+    )
+    size = len(json.dumps(message, ensure_ascii=False, default=str).encode("utf-8"))
+    return 2 * size + 8 + IMAGE_PART_TOKENS_BOUND * images

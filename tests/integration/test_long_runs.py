@@ -7,6 +7,7 @@ from pathlib import Path
 
 from temporalio.client import Client
 
+from activities.contracts import TOKENS_COUNT, CountTokensInput
 from tests.harness import Harness
 from tests.integration.test_people import until_state
 from tests.support_tools import journal_events
@@ -150,3 +151,47 @@ async def test_compaction_with_a_summary_written_by_a_model_step(client: Client,
     )  # it was given the dropped text
     summaries = [m for m in transcript if "SUMMARY: echoed" in str(m.get("content"))]
     assert len(summaries) >= 1 and transcript[0]["role"] == "system"
+
+
+async def test_tokens_are_counted_once_per_message_between_compactions(
+    client: Client, tmp_path: Path
+):
+    """Near the compaction budget, each model step counts only the messages added since the last
+    count (not the whole transcript), and the bound skips counting while far under it."""
+    turns = 14
+    script = [
+        tool_call("slow_echo", {"text": "word " * 100 + str(i), "seconds": 0}) for i in range(turns)
+    ] + [text("done")]
+    model = ScriptedModel(script)
+    agents = {
+        "default": {
+            "compaction": {"context_window": 8000, "output_reserve": 500, "threshold": 0.8},
+        }
+    }
+    async with Harness(client, tmp_path, model, agents=agents) as h:
+        handle = await h.start("echo a lot")
+        res = await handle.result()
+        st: RunState = await handle.query("state", result_type=RunState)
+        transcript = await handle.query("transcript")
+        history = await handle.fetch_history()
+        inputs = []
+        for e in history.events:
+            a = e.activity_task_scheduled_event_attributes
+            if e.HasField("activity_task_scheduled_event_attributes") and (
+                a.activity_type.name == TOKENS_COUNT
+            ):
+                [inp] = await client.data_converter.decode(a.input.payloads, [CountTokensInput])
+                inputs.append(inp)
+    assert res.status == "completed" and res.turns == turns + 1
+    assert st.compactions == 0  # about 150 tokens a turn: far from 6,000 in 15 turns
+    assert 2 <= len(inputs) < turns  # not before the bound reached the budget
+    first, rest = inputs[0], inputs[1:]
+    assert first.messages[0]["role"] == "system" and first.tools  # the first counts everything
+    for inp in rest:  # then only what the turns since the last count added: calls and results
+        roles = [m["role"] for m in inp.messages]
+        assert roles and roles == ["assistant", "tool"] * (len(roles) // 2)
+        assert inp.tools == []  # the schemas were counted once
+    # every message was counted once and in order: the inputs put together are the transcript
+    counted = [m for i in inputs for m in i.messages]
+    assert len(first.messages) < len(counted) <= len(transcript)
+    assert counted == transcript[: len(counted)]

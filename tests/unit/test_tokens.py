@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 
 import pytest
 from temporalio.exceptions import ApplicationError
@@ -17,6 +18,7 @@ from activities.tokens import (
     REPLY_PRIMING_TOKENS,
     ApproxCharEncoder,
     EncodingDataError,
+    count_message,
     count_messages,
     count_tokens,
     encoding_for,
@@ -24,6 +26,7 @@ from activities.tokens import (
     load_bundled_ranks,
     load_encoding,
 )
+from workflows.compaction import token_upper_bound
 
 
 def _bundled_data_available() -> bool:
@@ -374,3 +377,64 @@ def test_activity_name() -> None:
 
     defn = _Definition.from_callable(count_tokens)
     assert defn is not None and defn.name == "tokens.count"
+
+
+# --- the workflow's upper bound (workflows.compaction.token_upper_bound) ----------------------
+
+
+def _bound_cases() -> list[dict]:
+    rng = random.Random(7)
+    words = ["read", "файл", "数据", "🙂", "x" * 40, '"quoted"', "\\back", "\n", "{}", "0.5"]
+    cases: list[dict] = [
+        {"role": "system", "content": "You are terse."},
+        {"role": "user", "content": ""},
+        {"role": "assistant", "content": None},
+        {"role": "tool", "tool_call_id": "call_1", "content": "0123456789" * 500},
+        {"role": "user", "name": "alice", "content": "hi"},
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "what is this?"},
+                {"type": "image_url", "image_url": {"url": "data:x"}},
+            ],
+        },
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "c", "type": "function", "function": {"name": "f", "arguments": '{"a":1}'}},
+                {"id": "d", "type": "function", "function": {"name": "g", "arguments": "not json"}},
+            ],
+        },
+    ]
+    for _ in range(200):
+        text = " ".join(rng.choice(words) for _ in range(rng.randint(0, 60)))
+        args = json.dumps({"path": text, "n": rng.randint(0, 9)}, separators=(",", ":"))
+        cases.append(
+            rng.choice(
+                [
+                    {"role": "user", "content": text},
+                    {"role": "tool", "tool_call_id": "c1", "content": text},
+                    {
+                        "role": "assistant",
+                        "content": text or None,
+                        "tool_calls": [
+                            {
+                                "id": "c1",
+                                "type": "function",
+                                "function": {"name": "read", "arguments": args},
+                            }
+                        ],
+                    },
+                ]
+            )
+        )
+    return cases
+
+
+def test_workflow_token_bound_is_never_below_the_count(encoding: str | None) -> None:
+    _, enc = encoding_for("gpt-4o", encoding)
+    counts = [count_message(msg, enc) for msg in _bound_cases()]
+    assert sum(counts) > 5000  # real counts, not zeros
+    for msg, n in zip(_bound_cases(), counts, strict=True):
+        assert n <= token_upper_bound(msg), msg
