@@ -477,6 +477,7 @@ class AgentRun:
             await self._wait_for_person(
                 lambda: all(cid in self._verdicts for cid in waiting),
                 policy.approval_timeout_seconds,
+                f"approval of {', '.join(self._pending[c].name for c in waiting)}",
             )
         except TimeoutError:
             self._waited_seconds += (workflow.now() - started).total_seconds()
@@ -503,10 +504,17 @@ class AgentRun:
 
     # ------------------------------------------------------------ people
 
-    async def _wait_for_person(self, done: Callable[[], bool], timeout: float | None) -> None:
-        """Wait (durably) until ``done()`` or an interrupt; raises asyncio.TimeoutError on timeout."""
+    async def _wait_for_person(
+        self, done: Callable[[], bool], timeout: float | None, what: str = "a person"
+    ) -> None:
+        """Wait (durably) until ``done()`` or an interrupt; raises asyncio.TimeoutError on timeout.
+
+        ``what`` names the wait in the timer's summary (Web UI timeline).
+        """
         await workflow.wait_condition(
-            lambda: done() or self._interrupt is not None, timeout=timeout
+            lambda: done() or self._interrupt is not None,
+            timeout=timeout,
+            timeout_summary=f"waiting for {what} (timeout)" if timeout is not None else None,
         )
         if self._interrupt is not None:
             raise _Stop("interrupted", self._interrupt.reason)
@@ -538,7 +546,9 @@ class AgentRun:
         started = workflow.now()
         try:
             await self._wait_for_person(
-                lambda: bool(self._inbox), self._pinned.spec.idle_timeout_seconds
+                lambda: bool(self._inbox),
+                self._pinned.spec.idle_timeout_seconds,
+                "the next message",
             )
         except TimeoutError:
             raise _Stop("completed", "conversation idle timeout") from None
@@ -587,7 +597,12 @@ class AgentRun:
                 self._deadline.cancel()
             self._deadline_waited = self._waited_seconds
             self._deadline = asyncio.ensure_future(
-                workflow.sleep(max(self._remaining_seconds(), 0.001))
+                workflow.sleep(
+                    max(self._remaining_seconds(), 0.001),
+                    summary=f"deadline: max_seconds={self._pinned.spec.limits.max_seconds:g}"
+                    if self._pinned
+                    else "deadline",
+                )
             )
         return self._deadline
 

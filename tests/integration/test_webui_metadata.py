@@ -63,6 +63,19 @@ async def activity_summaries(
     return out
 
 
+async def timer_summaries(client: Client, handle: WorkflowHandle[Any, Any]) -> list[str | None]:
+    """Decoded summary of every TimerStarted event, in order."""
+    out = []
+    async for ev in handle.fetch_history_events():
+        if ev.event_type != EventType.EVENT_TYPE_TIMER_STARTED:
+            continue
+        summary = None
+        if ev.HasField("user_metadata") and ev.user_metadata.HasField("summary"):
+            (summary,) = await client.data_converter.decode([ev.user_metadata.summary])
+        out.append(summary)
+    return out
+
+
 async def until_state(
     handle: WorkflowHandle[Any, Any], pred: Any, timeout: float = 20.0
 ) -> RunState:
@@ -195,6 +208,11 @@ async def test_a_run_waiting_for_approval_shows_the_pending_call_and_is_listed_a
             ("spec.resolve", f"spec: resolve agent {agent}"),
             ("model.complete", "model: scripted turn 1"),
         ]  # the gated tool is not scheduled before a person decides
+        # the timeline's timers say what they are: the run's deadline, the approval's timeout
+        assert await timer_summaries(client, waiting) == [
+            "deadline: max_seconds=300",
+            "waiting for approval of deploy (timeout)",
+        ]
 
         desc = await waiting.describe()
         sa = desc.typed_search_attributes
