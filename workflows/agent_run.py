@@ -662,31 +662,7 @@ class AgentRun:
         )
         if estimate < comp.threshold * usable * 0.9:
             return
-        counts = await workflow.execute_activity(
-            TOKENS_COUNT,
-            CountTokensInput(
-                model=self._pinned.spec.model,
-                encoding=comp.encoding,
-                messages=self._messages,
-                tools=[t.openai_schema() for t in self._pinned.tools],
-            ),
-            result_type=TokenCounts,
-            start_to_close_timeout=timedelta(seconds=60),
-            summary=f"tokens: count {len(self._messages)} messages",
-        )
-        try:
-            plan = plan_compaction(
-                self._messages,
-                counts.per_message,
-                counts.tools,
-                comp.context_window,
-                comp.output_reserve,
-                comp.threshold,
-            )
-        except ValueError as e:  # a plain exception here would retry the workflow task forever
-            workflow.logger.warning("compaction skipped", extra={"error": str(e)})
-            return
-        await self._compact(plan)
+        await self._compact(await self._count_and_plan([], None))
 
     async def _maybe_compact_counted(self) -> None:
         """Compact if needed, counting only messages not counted before (patch v2).
@@ -700,32 +676,47 @@ class AgentRun:
         assert self._pinned is not None
         comp = self._pinned.spec.compaction
         budget = comp.threshold * (comp.context_window - comp.output_reserve)
-        known = len(self._token_counts)
-        new = self._messages[known:]
-        tools = [t.openai_schema() for t in self._pinned.tools]
+        new = self._messages[len(self._token_counts) :]
         tools_tokens = self._tools_tokens
         if tools_tokens is None:
-            tools_tokens = sum(token_upper_bound(t) for t in tools)
+            tools_tokens = sum(token_upper_bound(t.openai_schema()) for t in self._pinned.tools)
         bound = sum(self._token_counts) + tools_tokens + sum(token_upper_bound(m) for m in new)
         if bound <= budget:
             return
+        await self._compact(await self._count_and_plan(self._token_counts, self._tools_tokens))
+
+    async def _count_and_plan(
+        self, known: list[int], tools_known: int | None
+    ) -> CompactionPlan | None:
+        """Count what is not counted yet with ``tokens.count`` and plan a compaction.
+
+        ``known`` holds the exact tokens of the first ``len(known)`` messages, ``tools_known``
+        those of the tool schemas (None: count them too). The counts are kept in
+        ``_token_counts`` / ``_tools_tokens``. Returns None when no compaction is needed, or when
+        the counts do not fit the transcript (logged: a plain exception here would retry the
+        workflow task forever).
+        """
+        assert self._pinned is not None
+        comp = self._pinned.spec.compaction
+        new = self._messages[len(known) :]
         counts = await workflow.execute_activity(
             TOKENS_COUNT,
             CountTokensInput(
                 model=self._pinned.spec.model,
                 encoding=comp.encoding,
                 messages=new,
-                tools=tools if self._tools_tokens is None else [],
+                tools=[t.openai_schema() for t in self._pinned.tools]
+                if tools_known is None
+                else [],
             ),
             result_type=TokenCounts,
             start_to_close_timeout=timedelta(seconds=60),
             summary=f"tokens: count {len(new)} new messages of {len(self._messages)}",
         )
-        if self._tools_tokens is None:
-            self._tools_tokens = counts.tools
-        self._token_counts = self._token_counts + counts.per_message
+        self._token_counts = known + counts.per_message
+        self._tools_tokens = counts.tools if tools_known is None else tools_known
         try:
-            plan = plan_compaction(
+            return plan_compaction(
                 self._messages,
                 self._token_counts,
                 self._tools_tokens,
@@ -733,10 +724,9 @@ class AgentRun:
                 comp.output_reserve,
                 comp.threshold,
             )
-        except ValueError as e:  # a plain exception here would retry the workflow task forever
+        except ValueError as e:
             workflow.logger.warning("compaction skipped", extra={"error": str(e)})
-            return
-        await self._compact(plan)
+            return None
 
     async def _compact(self, plan: CompactionPlan | None) -> None:
         """Carry out a compaction plan (None: nothing to do)."""
