@@ -85,8 +85,8 @@ SA_PARENT = SearchAttributeKey.for_keyword("ForkParentRunId")
 PATCH_V2 = "agent-run-v2"
 """Patch id of the second workflow version: one deadline timer per run instead of one per step,
 search attributes refreshed at most every ``SA_REFRESH_SECONDS`` within the loop, continue-as-new
-at the spec's own thresholds, AgentStatus upserted after a chat message. Histories recorded before
-it replay through the older branches (tests/histories)."""
+at the spec's own thresholds, AgentStatus upserted after a chat message, compaction counting only
+new messages. Histories recorded before it replay through the older branches (tests/histories/v1)."""
 SA_REFRESH_SECONDS = 10.0
 """Least workflow time between two search-attribute refreshes within a turn loop (status changes
 and the end of the run always upsert)."""
