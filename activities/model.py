@@ -31,6 +31,7 @@ from activities.contracts import (
     Usage,
 )
 from activities.heartbeat import await_with_heartbeats
+from activities.streaming import DeltaPublisher, ReplyAssembler
 
 log = structlog.get_logger("activities.model")
 
@@ -114,6 +115,18 @@ def classify_error(
             type=ERR_MODEL_REQUEST_REJECTED,
             non_retryable=True,
         )
+    if isinstance(exc, openai.APIError) and not isinstance(
+        exc, (openai.APIConnectionError, openai.APIResponseValidationError)
+    ):
+        # an error event inside a streamed reply (llama-server sends its parse failures this way)
+        message = str(exc.body or exc.message)[:500]
+        if any(m in message.lower() for m in OUTPUT_INVALID_MARKERS):
+            return ApplicationError(
+                f"model output could not be parsed (in stream): {message}",
+                type=ERR_MODEL_OUTPUT_INVALID,
+                non_retryable=attempt >= max_invalid_attempts,
+            )
+        return ApplicationError(f"model stream failed: {message}", type=ERR_MODEL_UNAVAILABLE)
     if isinstance(exc, (openai.APIConnectionError, openai.APITimeoutError)):
         return ApplicationError(f"model server unreachable: {exc}", type=ERR_MODEL_UNAVAILABLE)
     if isinstance(
@@ -205,8 +218,9 @@ class ModelActivities:
         )
         started = time.perf_counter()
         try:
-            completion = await await_with_heartbeats(self._client.chat.completions.create(**kwargs))
-            reply = _normalise(completion, req.model)
+            async with DeltaPublisher(req.turn) as publisher:
+                reply = await await_with_heartbeats(self._stream(kwargs, req, publisher))
+            reply.streamed_chars = publisher.streamed
         except asyncio.CancelledError:
             bound.info("model_step_cancelled")
             raise
@@ -219,6 +233,8 @@ class ModelActivities:
                 error_type=err.type,
                 retryable=not err.non_retryable,
             )
+            # the next attempt names this error in its model_retry event (activities.streaming)
+            activity.heartbeat({"error": str(err)})
             raise err from None
         reply.latency_ms = round((time.perf_counter() - started) * 1000, 2)
         reply.usage.cost_usd = round(
@@ -234,5 +250,24 @@ class ModelActivities:
             total_tokens=reply.usage.total_tokens,
             cost_usd=reply.usage.cost_usd,
             tool_calls=[c.name for c in reply.tool_calls],
+            streamed_chars=reply.streamed_chars,
+            stream_batches=publisher.batches,
         )
         return reply
+
+    async def _stream(
+        self, kwargs: dict[str, Any], req: CallModelInput, publisher: DeltaPublisher
+    ) -> ModelReply:
+        """One streamed chat completion, assembled (see :mod:`activities.streaming`).
+
+        Raises:
+            openai.APIError: from the client (classified by the caller).
+            ValueError: the stream carried no choice.
+        """
+        assembler = ReplyAssembler(req.model, publisher.add)
+        stream = await self._client.chat.completions.create(
+            **kwargs, stream=True, stream_options={"include_usage": True}
+        )
+        async for chunk in stream:
+            assembler.add(chunk)
+        return assembler.reply(req.messages)

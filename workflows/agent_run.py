@@ -48,6 +48,7 @@ with workflow.unsafe.imports_passed_through():
         token_upper_bound,
         truncate_tool_results,
     )
+    from workflows.events import RunEvents
     from workflows.loop_detection import Signature, detect_loop, turn_signature
     from workflows.models import (
         WORKFLOW_NAME,
@@ -113,7 +114,10 @@ class _Stop(Exception):
 class AgentRun:
     """One agent run. Signals, update and queries are listed in CONTRACT.md."""
 
-    def __init__(self) -> None:
+    @workflow.init
+    def __init__(self, req: RunRequest) -> None:
+        # live: the run's event stream (workflows/events.py), carried through continue-as-new
+        self._events = RunEvents(req.carry.events if req.carry is not None else None)
         self._req: RunRequest | None = None
         self._pinned: PinnedSpec | None = None
         self._messages: list[dict[str, Any]] = []
@@ -164,11 +168,14 @@ class AgentRun:
                 self._restore(req.carry)
             else:
                 await self._start(req)
-            return await self._loop()
+            result = await self._loop()
         except _Stop as stop:
-            return self._finish(stop.status, stop.reason, error=stop.error)
+            result = self._finish(stop.status, stop.reason, error=stop.error)
         except asyncio.CancelledError:
-            return self._finish("interrupted", "the workflow was cancelled")
+            result = self._finish("interrupted", "the workflow was cancelled")
+        # live: released stream subscribers finish in this run (no command, replay-safe)
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        return result
 
     async def _start(self, req: RunRequest) -> None:
         try:
@@ -200,6 +207,7 @@ class AgentRun:
                 {"role": "user", "content": req.input},
             ]
         self._status = "running"
+        self._emit("run_started", agent=req.agent, input=req.input)
         self._upsert_search_attributes(initial=True)
         self._publish()
 
@@ -254,6 +262,7 @@ class AgentRun:
             self._check_budget_after_step()
             await self._checkpoint()
             if self._should_continue_as_new():
+                self._events.detach()  # live
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 self._continue_as_new()
 
@@ -276,6 +285,7 @@ class AgentRun:
             completion_price_per_mtok=spec.pricing.completion_per_mtok,
             tenant_id=self._req.tenant_id,
         )
+        self._emit("model_started", model=spec.model)
         try:
             reply = await self._race(
                 lambda: workflow.execute_activity(
@@ -308,6 +318,7 @@ class AgentRun:
                     "failed", "the model's output could not be parsed", error=_cause_message(e)
                 ) from None
             raise _Stop("failed", "model step failed", error=_cause_message(e)) from None
+        self._emit("model_finished", reply=reply)
         self._usage = self._usage.add(reply.usage)
         if self._v2:
             # TotalTokens and CostUsd stay current in listings to within SA_REFRESH_SECONDS; each
@@ -363,6 +374,12 @@ class AgentRun:
                     approvers=decision.approvers,
                     reason=decision.reason,
                 )
+                self._emit(
+                    "approval_requested",
+                    tool_call_id=call.id,
+                    name=call.name,
+                    arguments=rec.arguments,
+                )
         running: dict[str, asyncio.Task[ToolOutcome | str]] = {}
         for call, rec in zip(calls, records, strict=True):
             if rec.policy == "allow":
@@ -409,6 +426,23 @@ class AgentRun:
         self._publish()
 
     async def _invoke(
+        self, call: ToolCallRequest, rec: ToolCallRecord, info: ToolInfo | None
+    ) -> ToolOutcome | str:
+        # live: tool_started / tool_finished around the tool activity
+        self._emit("tool_started", tool_call_id=call.id, name=call.name, arguments=rec.arguments)
+        out = await self._invoke_activity(call, rec, info)
+        self._emit(
+            "tool_finished",
+            tool_call_id=call.id,
+            name=call.name,
+            arguments=rec.arguments,
+            status=rec.status,
+            duration_ms=rec.duration_ms,
+            result=out.content if isinstance(out, ToolOutcome) else out,
+        )
+        return out
+
+    async def _invoke_activity(
         self, call: ToolCallRequest, rec: ToolCallRecord, info: ToolInfo | None
     ) -> ToolOutcome | str:
         assert self._pinned is not None and self._req is not None
@@ -827,6 +861,7 @@ class AgentRun:
             compactions=self._compactions,
             continued_runs=self._continued + 1,
             output=self._output,
+            events=self._events.carry(),  # live
         )
         workflow.continue_as_new(self._req.model_copy(update={"carry": carry}))
 
@@ -841,7 +876,7 @@ class AgentRun:
         self._upsert_search_attributes()
         self._publish()
         duration = (workflow.now() - self._started_at).total_seconds() * 1000
-        return RunResult(
+        result = RunResult(
             status=status,
             output=self._output,
             turns=self._turn,
@@ -857,8 +892,29 @@ class AgentRun:
             parent_run_id=self._req.parent_run_id if self._req else None,
             fork_turn=self._req.fork_turn if self._req else None,
         )
+        self._emit("run_finished", result=result)  # live
+        return result
+
+    def _emit(self, type: str, **fields: Any) -> None:
+        """live: one event of the run's stream (CONTRACT.md "Event stream"); no command."""
+        if type == "status":
+            self._events.status(self._turn, fields["status"])
+        elif type == "model_finished":
+            reply: ModelReply = fields["reply"]
+            self._events.model_finished(
+                self._turn,
+                reply.model,
+                reply.usage.model_dump(),
+                reply.content,
+                reply.streamed_chars,
+            )
+        elif type == "run_finished":
+            self._events.finish(self._turn, fields["result"].model_dump(mode="json"))
+        else:
+            self._events.emit(type, self._turn, **fields)
 
     def _publish(self) -> None:
+        self._emit("status", status=self._status)  # live
         if self._pinned is None:
             return
         spec = self._pinned.spec
@@ -947,6 +1003,17 @@ class AgentRun:
         )
         self._verdicts[tool_call_id] = d
         self._decisions.append(d)
+        pending = self._pending.get(tool_call_id)
+        self._emit(
+            "approval_decided",
+            tool_call_id=tool_call_id,
+            name=pending.name if pending else "",
+            arguments=arguments
+            if arguments is not None
+            else (pending.arguments if pending else {}),
+            decision=decision,
+            principal_id=principal_id,
+        )
         for rec in self._tool_calls:
             if rec.id == tool_call_id:
                 rec.decided_by = principal_id
