@@ -215,7 +215,10 @@ def serve(
     from workers.serve import run_server
 
     async def go(client: Client) -> None:
-        await run_server(client, host, port, web_ui_url)
+        try:
+            await run_server(client, host, port, web_ui_url)
+        except OSError as e:
+            raise CommandFailed(f"cannot serve on {host}:{port}: {e.strerror or e}") from None
 
     _with_client(go)
 
