@@ -41,6 +41,7 @@ KEEPALIVE_SECONDS = 15.0
 """Idle time after which the event stream sends a comment line."""
 CLIENT_KEY = web.AppKey("client", Client)
 WEB_UI_KEY = web.AppKey("web_ui", Callable[[str], str])
+QUEUE_KEY = web.AppKey("task_queue", str)
 
 
 class StartBody(BaseModel):
@@ -163,7 +164,7 @@ async def _start(request: web.Request) -> web.Response:
         principal_id=body.principal_id,
         tenant_id=body.tenant_id,
     )
-    h = await rc.start_run(request.app[CLIENT_KEY], req)
+    h = await rc.start_run(request.app[CLIENT_KEY], req, task_queue=request.app[QUEUE_KEY] or None)
     return web.json_response({"run_id": h.id, "web_ui": request.app[WEB_UI_KEY](h.id)}, status=201)
 
 
@@ -257,11 +258,17 @@ async def _events(request: web.Request) -> web.StreamResponse:
     return resp
 
 
-def build_app(client: Client, web_ui_url: Callable[[str], str]) -> web.Application:
-    """The application: routes above, ``client`` for Temporal, ``web_ui_url(run_id)`` for links."""
+def build_app(
+    client: Client, web_ui_url: Callable[[str], str], task_queue: str | None = None
+) -> web.Application:
+    """The application: routes above, ``client`` for Temporal, ``web_ui_url(run_id)`` for links.
+
+    ``task_queue`` is where ``POST /runs`` starts runs (None: ``AGENT_TASK_QUEUE``).
+    """
     app = web.Application(middlewares=[_errors], client_max_size=1024 * 1024)
     app[CLIENT_KEY] = client
     app[WEB_UI_KEY] = web_ui_url
+    app[QUEUE_KEY] = task_queue or ""
     app.router.add_get("/", _index)
     app.router.add_static("/static/", STATIC)
     app.router.add_get("/api/runs", _runs)
@@ -276,14 +283,20 @@ def build_app(client: Client, web_ui_url: Callable[[str], str]) -> web.Applicati
 
 
 async def start_server(
-    client: Client, host: str, port: int, web_ui_url: Callable[[str], str]
+    client: Client,
+    host: str,
+    port: int,
+    web_ui_url: Callable[[str], str],
+    task_queue: str | None = None,
 ) -> tuple[web.AppRunner, str]:
     """Start serving; returns the runner (``await runner.cleanup()`` stops it) and the base URL.
 
     Raises:
         OSError: the address is in use or cannot be bound.
     """
-    runner = web.AppRunner(build_app(client, web_ui_url), access_log=None, shutdown_timeout=1.0)
+    runner = web.AppRunner(
+        build_app(client, web_ui_url, task_queue), access_log=None, shutdown_timeout=1.0
+    )
     await runner.setup()
     site = web.TCPSite(runner, host, port)
     try:
