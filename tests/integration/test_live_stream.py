@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -138,3 +141,100 @@ async def test_reconnecting_subscriber_misses_nothing(client: Client, tmp_path: 
         everything = await collect(client, handle.id)
     assert first + rest == everything
     assert step_texts(first + rest)[-1] == ANSWER
+
+
+LONG = (
+    "Streaming survives a crash: this reply is written slowly, in small pieces, so that the "
+    "worker can be killed while the text is still arriving at the subscriber."
+)
+
+
+async def test_worker_killed_mid_stream_yields_model_retry_and_the_right_text(
+    client: Client, dev_server_address: str, tmp_path: Path
+):
+    from tests.integration.test_durability import _spawn_worker
+
+    model = ScriptedModel(
+        [text(LONG).with_chunk_delay(0.05), text(LONG).with_chunk_delay(0.01)], chunk_chars=3
+    )
+    async with Harness(client, tmp_path, model, worker=False) as h:
+        log = tmp_path / "worker.log"
+        w1 = _spawn_worker(h, dev_server_address, log)
+        w2 = None
+        try:
+            handle = await h.start("write slowly")
+            events: list[dict[str, Any]] = []
+            async for ev in rc.follow(client, handle.id):
+                events.append(ev)
+                if ev["type"] == "text_delta" and w2 is None:
+                    os.killpg(w1.pid, signal.SIGKILL)  # mid-stream: the process is gone
+                    w1.wait()
+                    w2 = _spawn_worker(h, dev_server_address, log)
+            res = await asyncio.wait_for(handle.result(), timeout=60)
+        finally:
+            for w in (w1, w2):
+                if w is not None and w.poll() is None:
+                    w.send_signal(signal.SIGTERM)
+                    w.wait(timeout=30)
+    assert res.status == "completed" and res.output == LONG
+    retries = [e for e in events if e["type"] == "model_retry"]
+    assert len(retries) == 1 and retries[0]["attempt"] == 2
+    before = "".join(
+        e["delta"] for e in events[: events.index(retries[0])] if e["type"] == "text_delta"
+    )
+    assert before and LONG.startswith(before) and before != LONG  # partial text, then void
+    assert step_texts(events) == [LONG]
+    assert model.count == 2
+
+
+async def _chain(client: Client, run_id: str, first_run_id: str) -> list[Any]:
+    """The histories of every run of a continue-as-new chain, in order."""
+    out, rid = [], first_run_id
+    while rid:
+        hist = await client.get_workflow_handle(run_id, run_id=rid).fetch_history()
+        out.append(hist)
+        last = hist.events[-1]
+        rid = (
+            last.workflow_execution_continued_as_new_event_attributes.new_execution_run_id
+            if last.HasField("workflow_execution_continued_as_new_event_attributes")
+            else ""
+        )
+    return out
+
+
+async def test_long_watched_run_keeps_history_and_stream_bounded(
+    client: Client, tmp_path: Path, monkeypatch
+):
+    from workflows import events as wf_events
+
+    monkeypatch.setattr(wf_events, "MAX_RETAINED_ITEMS", 60)
+    monkeypatch.setattr(wf_events, "MAX_RETAINED_BYTES", 12 * 1024)
+    threshold = 96 * 1024
+    turns = 14
+    texts = [f"Turn {i}: " + ("lorem ipsum dolor sit amet " * 60) for i in range(turns)]
+    script = [tool_call("record", {"label": f"t{i}"}, content=texts[i]) for i in range(turns)]
+    model = ScriptedModel([*script, text("all done")], chunk_chars=16)
+    agents = {"default": {"limits": {"continue_as_new_at_bytes": threshold, "max_turns": 40}}}
+    async with Harness(client, tmp_path, model, agents=agents) as h:
+        handle = await h.start("a long one")
+        seen = [ev async for ev in rc.follow(client, handle.id)]
+        res = await handle.result()
+        retained = await collect(client, handle.id)
+        chain = await _chain(client, handle.id, handle.result_run_id or "")
+    assert res.status == "completed" and res.turns == turns + 1
+    assert len(chain) >= 3, "the run should have continued as new"
+    # the live subscriber followed the whole chain and missed nothing
+    offsets = [e["offset"] for e in seen]
+    assert offsets == list(range(len(seen)))
+    assert step_texts(seen) == [*texts, "all done"]
+    for hist in chain:
+        size = sum(e.ByteSize() for e in hist.events)
+        assert size < 2 * threshold, f"a run of the chain grew to {size} bytes"
+    for hist in chain[1:]:
+        carried = hist.events[0].workflow_execution_started_event_attributes.input.payloads[0]
+        carry_events = json.loads(carried.data)["carry"]["events"]
+        assert len(carry_events["log"]) <= 60
+        assert len(json.dumps(carry_events)) < 3 * 12 * 1024  # base64 of <= 12 KiB, plus keys
+    # the finished run retains only the newest items; their offsets go on from the truncated base
+    assert retained[-1]["type"] == "run_finished" and retained[-1]["offset"] == offsets[-1]
+    assert 0 < len(retained) <= 60 and retained[0]["offset"] > 0
