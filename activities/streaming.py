@@ -160,19 +160,20 @@ class DeltaPublisher:
 
     Args:
         turn: the turn of the model step (each item's ``turn``).
-        batch_seconds: interval between batches.
-        watch_seconds: interval between two "is anyone watching" queries.
+        batch_seconds: interval between batches (None: :data:`BATCH_SECONDS`).
+        watch_seconds: interval between two "is anyone watching" queries (None:
+            :data:`WATCH_CHECK_SECONDS`).
     """
 
     def __init__(
         self,
         turn: int,
-        batch_seconds: float = BATCH_SECONDS,
-        watch_seconds: float = WATCH_CHECK_SECONDS,
+        batch_seconds: float | None = None,
+        watch_seconds: float | None = None,
     ) -> None:
         self._turn = turn
-        self._batch = batch_seconds
-        self._watch_every = watch_seconds
+        self._batch = BATCH_SECONDS if batch_seconds is None else batch_seconds
+        self._watch_every = WATCH_CHECK_SECONDS if watch_seconds is None else watch_seconds
         self._pending: list[str] = []
         self.streamed = 0
         self.batches = 0
