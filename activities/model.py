@@ -4,6 +4,11 @@ Temporal owns retries: the ``openai`` client is built with ``max_retries=0`` and
 classified by :func:`classify_error` into an ``ApplicationError`` that Temporal retries or not.
 The activity heartbeats while it waits, so a dead worker is noticed within the heartbeat timeout,
 and it honours cancellation (an interrupt cancels the in-flight HTTP request).
+
+The call is streamed (``stream=True``, usage requested with ``stream_options``) and assembled by
+:class:`activities.streaming.ReplyAssembler`; while someone watches the run, the text is published
+to the run's event stream as it arrives (:class:`activities.streaming.DeltaPublisher`), and
+``ModelReply.streamed_chars`` tells the workflow how much of it was.
 """
 
 from __future__ import annotations

@@ -529,6 +529,15 @@ class AgentRun:
                     )
                     self._verdicts[cid] = d
                     self._decisions.append(d)
+                    p = self._pending[cid]
+                    self._emit(
+                        "approval_decided",
+                        tool_call_id=cid,
+                        name=p.name,
+                        arguments=p.arguments,
+                        decision="timeout",
+                        principal_id="system",
+                    )
         else:
             self._waited_seconds += (workflow.now() - started).total_seconds()
         for cid in waiting:
