@@ -804,6 +804,8 @@ class AgentRun:
         """A model step of its own that summarises the dropped messages (None if it fails)."""
         assert self._pinned is not None and self._req is not None
         spec = self._pinned.spec
+        # live: the summary is a model step of the stream too (its text deltas are bracketed)
+        self._emit("model_started", model=spec.model, purpose="summary")
         try:
             reply = await workflow.execute_activity(
                 MODEL_COMPLETE,
@@ -826,7 +828,9 @@ class AgentRun:
                 ),
             )
         except ActivityError:
+            self._emit("model_finished", reply=ModelReply(model=spec.model))
             return None
+        self._emit("model_finished", reply=reply)
         self._usage = self._usage.add(reply.usage)
         return reply.content
 
