@@ -14,9 +14,10 @@ of text deltas from the activity is a Signal. The activity publishes deltas only
 nobody watched, the workflow emits the reply text as one ``text_delta`` when the step ends, so the
 deltas of every step add up to its reply text either way.
 
-The retained items are bounded (:data:`MAX_RETAINED_ITEMS`, :data:`MAX_RETAINED_BYTES`; older items
-are truncated, a subscriber asking for them restarts at the oldest retained one) and are handed to
-the next run on continue-as-new by :meth:`RunEvents.carry`.
+The retained items are bounded: within a run by :data:`MAX_RETAINED_ITEMS` and
+:data:`MAX_RETAINED_BYTES`, and :meth:`RunEvents.carry` hands at most :data:`MAX_CARRIED_ITEMS` /
+:data:`MAX_CARRIED_BYTES` of the newest to the next run on continue-as-new (its input is stored in
+its history). A subscriber asking for a truncated offset restarts at the oldest retained item.
 """
 
 from __future__ import annotations
@@ -40,10 +41,14 @@ WATCHED_QUERY = "__agent_events_watched"
 """Query answering whether a subscriber polled the stream recently (bool)."""
 WATCH_GRACE_SECONDS = 30.0
 """A run counts as watched while a poll is in flight or one arrived within this many seconds."""
-MAX_RETAINED_ITEMS = 1000
-"""Most items kept in workflow memory (and carried through continue-as-new)."""
-MAX_RETAINED_BYTES = 256 * 1024
-"""Most payload bytes kept; beyond either bound the oldest quarter of the items is truncated."""
+MAX_RETAINED_ITEMS = 4000
+"""Most items kept in workflow memory within a run."""
+MAX_RETAINED_BYTES = 1024 * 1024
+"""Most payload bytes kept within a run; beyond either bound the oldest quarter is truncated."""
+MAX_CARRIED_ITEMS = 1000
+"""Most items handed to the next run on continue-as-new (its input is history too)."""
+MAX_CARRIED_BYTES = 256 * 1024
+"""Most payload bytes handed to the next run on continue-as-new."""
 MAX_FIELD_CHARS = 4000
 """String fields of workflow-emitted events (arguments, results) are clipped to this length."""
 PUBLISHER_TTL = timedelta(minutes=15)
@@ -115,7 +120,7 @@ class RunEvents:
         item = {"type": type, "turn": turn, "at": workflow.now().isoformat()}
         item.update(clip(fields))
         self._topic.publish(item)
-        self._bound()
+        self._bound(MAX_RETAINED_ITEMS, MAX_RETAINED_BYTES)
 
     def status(self, turn: int, status: str) -> None:
         """Emit ``status`` when it differs from the last one emitted."""
@@ -163,7 +168,7 @@ class RunEvents:
 
     def carry(self) -> WorkflowStreamState:
         """The stream's state for the next run (pass it to ``RunEvents(prior=...)`` there)."""
-        self._bound()
+        self._bound(MAX_CARRIED_ITEMS, MAX_CARRIED_BYTES, keep=1.0)
         return self._stream.get_state(publisher_ttl=PUBLISHER_TTL)
 
     def watched(self) -> bool:
@@ -180,14 +185,14 @@ class RunEvents:
         """The offset the next item will get."""
         return self._stream.retained()[1]
 
-    def _bound(self) -> None:
-        """Truncate the oldest items when over :data:`MAX_RETAINED_ITEMS` or the byte bound."""
+    def _bound(self, max_items: int, max_bytes: int, keep: float = 0.75) -> None:
+        """When over ``max_items`` or ``max_bytes``, truncate to ``keep`` of them (newest kept)."""
         base, end, sizes = self._stream.retained()
         total = sum(sizes)
-        if len(sizes) <= MAX_RETAINED_ITEMS and total <= MAX_RETAINED_BYTES:
+        if len(sizes) <= max_items and total <= max_bytes:
             return
-        keep_items = MAX_RETAINED_ITEMS * 3 // 4
-        keep_bytes = MAX_RETAINED_BYTES * 3 // 4
+        keep_items = int(max_items * keep)
+        keep_bytes = int(max_bytes * keep)
         cut = max(0, len(sizes) - keep_items)
         kept = sum(sizes[cut:])
         while cut < len(sizes) - 1 and kept > keep_bytes:

@@ -207,8 +207,8 @@ async def test_long_watched_run_keeps_history_and_stream_bounded(
 ):
     from workflows import events as wf_events
 
-    monkeypatch.setattr(wf_events, "MAX_RETAINED_ITEMS", 60)
-    monkeypatch.setattr(wf_events, "MAX_RETAINED_BYTES", 12 * 1024)
+    monkeypatch.setattr(wf_events, "MAX_CARRIED_ITEMS", 60)
+    monkeypatch.setattr(wf_events, "MAX_CARRIED_BYTES", 12 * 1024)
     threshold = 96 * 1024
     turns = 14
     texts = [f"Turn {i}: " + ("lorem ipsum dolor sit amet " * 60) for i in range(turns)]
@@ -235,6 +235,7 @@ async def test_long_watched_run_keeps_history_and_stream_bounded(
         carry_events = json.loads(carried.data)["carry"]["events"]
         assert len(carry_events["log"]) <= 60
         assert len(json.dumps(carry_events)) < 3 * 12 * 1024  # base64 of <= 12 KiB, plus keys
-    # the finished run retains only the newest items; their offsets go on from the truncated base
+    # the last run holds only what was carried plus its own items: offsets go on from the base
     assert retained[-1]["type"] == "run_finished" and retained[-1]["offset"] == offsets[-1]
-    assert 0 < len(retained) <= 60 and retained[0]["offset"] > 0
+    assert retained[0]["offset"] > 0 and len(retained) < len(seen)
+    assert retained == seen[-len(retained) :]
