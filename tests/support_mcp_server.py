@@ -6,7 +6,8 @@ Every call is appended to ``$MCP_TEST_JOURNAL`` (one JSON line: tool, pid, the r
 which is where tests read what really ran and in which process.
 
 Tools: ``echo`` (read-only), ``add``, ``fail`` (a tool error: ``isError``), ``whoami`` (the pid),
-``add_extra`` (adds the tool ``extra`` at run time, so the server's list changes).
+``getenv`` (a variable of the server's environment), ``add_extra`` (adds the tool ``extra`` at
+run time, so the server's list changes).
 """
 
 from __future__ import annotations
@@ -72,6 +73,16 @@ def whoami(ctx: Context) -> str:
     """The server's process id."""
     _journal("whoami", ctx)
     return str(os.getpid())
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+def getenv(name: str) -> str:
+    """The value of one of the server's environment variables (to test redaction).
+
+    Args:
+        name: the variable.
+    """
+    return os.environ.get(name, "")
 
 
 def extra() -> str:

@@ -54,6 +54,7 @@ async def test_stdio_tool_is_offered_with_its_schema_and_called(client: Client, 
         "t__add",
         "t__fail",
         "t__whoami",
+        "t__getenv",
         "t__add_extra",
     }
     assert schemas["t__echo"]["parameters"]["properties"]["text"]["type"] == "string"
@@ -194,3 +195,22 @@ async def test_http_server_down_is_retried_then_the_model_is_told(client: Client
         and e.activity_task_started_event_attributes.scheduled_event_id in tool_events
     ]
     assert attempts == [2]  # the failed call was retried before the model was told
+
+
+async def test_secret_in_a_server_env_is_redacted_and_never_pinned(
+    client: Client, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setenv("MCP_TEST_SECRET", "s3cr3t-value-42")
+    model = ScriptedModel([tool_call("t__getenv", {"name": "MCP_TEST_SECRET"}), text("ok")])
+    server = stdio_server()
+    server["env"]["MCP_TEST_SECRET"] = "${MCP_TEST_SECRET}"
+    agents = {"default": {"tools": [], "mcp_servers": {"t": server}}}
+    async with Harness(client, tmp_path, model, agents) as h:
+        handle = await h.start("show me the secret")
+        res = await asyncio.wait_for(handle.result(), 60)
+        history = await handle.fetch_history()
+    assert res.status == "completed", res
+    assert tool_messages(model, 1) == ["[REDACTED]"]  # the server did read the real value
+    events = "\n".join(str(e) for e in history.events)  # payloads as (escaped) JSON text
+    assert "s3cr3t-value-42" not in events
+    assert "${MCP_TEST_SECRET}" in events  # pinned as a reference, not a value
