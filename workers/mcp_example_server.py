@@ -50,6 +50,7 @@ def add_note(title: str, text: str, ctx: Context) -> str:
     Args:
         title: a short title, e.g. "shopping".
         text: the note's text.
+        ctx: the request's context; its ``_meta`` carries the idempotency key.
     """
     if not title.strip():
         raise ToolError("the title must not be empty")
