@@ -85,6 +85,20 @@ def getenv(name: str) -> str:
     return os.environ.get(name, "")
 
 
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+def crash_once(marker: str, ctx: Context) -> str:
+    """Kill this server in the middle of the call the first time (``marker`` does not exist yet).
+
+    Args:
+        marker: a file path; created before the crash.
+    """
+    _journal("crash_once", ctx, marker=marker)
+    if not os.path.exists(marker):
+        open(marker, "w").close()
+        os._exit(1)
+    return "survived"
+
+
 def extra() -> str:
     """A tool added after the server started."""
     return "extra"

@@ -112,7 +112,14 @@ class McpPool:
     def __init__(self, errlog: TextIO | None = None) -> None:
         self._errlog = errlog or sys.stderr
         self._stdio: dict[str, _StdioServer] = {}
+        self._stopping: set[asyncio.Task[None]] = set()
         self._lock = asyncio.Lock()
+
+    def _retire(self, server: _StdioServer) -> None:
+        """Stop a dead server in the background: its replacement need not wait for the cleanup."""
+        task = asyncio.ensure_future(server.stop())
+        self._stopping.add(task)
+        task.add_done_callback(self._stopping.discard)
 
     async def _stdio_client(self, server: McpServerConfig) -> Client:
         key = pool_key(server)
@@ -120,7 +127,7 @@ class McpPool:
             running = self._stdio.get(key)
             if running is not None and not running.alive:
                 log.info("mcp_server_restart", server=server.name)
-                await running.stop()
+                self._retire(running)
                 running = None
             if running is None:
                 running = self._stdio[key] = _StdioServer(server, self._errlog)
@@ -195,7 +202,7 @@ class McpPool:
             running = self._stdio.get(key)
             if running is not None and not running.alive:
                 del self._stdio[key]
-                await running.stop()
+                self._retire(running)
 
     def running(self) -> int:
         """How many stdio servers this worker has running."""
@@ -205,4 +212,4 @@ class McpPool:
         """Stop every stdio server (the worker is shutting down)."""
         async with self._lock:
             servers, self._stdio = list(self._stdio.values()), {}
-        await asyncio.gather(*(s.stop() for s in servers), return_exceptions=True)
+        await asyncio.gather(*(s.stop() for s in servers), *self._stopping, return_exceptions=True)

@@ -55,6 +55,7 @@ async def test_stdio_tool_is_offered_with_its_schema_and_called(client: Client, 
         "t__fail",
         "t__whoami",
         "t__getenv",
+        "t__crash_once",
         "t__add_extra",
     }
     assert schemas["t__echo"]["parameters"]["properties"]["text"]["type"] == "string"
@@ -214,3 +215,33 @@ async def test_secret_in_a_server_env_is_redacted_and_never_pinned(
     events = "\n".join(str(e) for e in history.events)  # payloads as (escaped) JSON text
     assert "s3cr3t-value-42" not in events
     assert "${MCP_TEST_SECRET}" in events  # pinned as a reference, not a value
+
+
+async def test_stdio_server_dying_mid_call_is_retried_on_a_new_process(
+    client: Client, tmp_path: Path
+):
+    marker = tmp_path / "crashed"
+    model = ScriptedModel([tool_call("t__crash_once", {"marker": str(marker)}), text("ok")])
+    agents = {"default": {"tools": [], "mcp_servers": {"t": stdio_server()}}}
+    async with Harness(client, tmp_path, model, agents) as h:
+        handle = await h.start("crash it")
+        res = await asyncio.wait_for(handle.result(), 60)
+    assert res.status == "completed", res
+    assert [c.status for c in res.tool_calls] == ["ok"]
+    assert tool_messages(model, 1) == ["survived"]
+    calls = [e for e in journal() if e["tool"] == "crash_once"]
+    assert len(calls) == 2 and calls[0]["pid"] != calls[1]["pid"]
+
+
+async def test_server_that_cannot_start_fails_the_run_naming_the_server(
+    client: Client, tmp_path: Path
+):
+    model = ScriptedModel([text("never asked")])
+    agents = {
+        "default": {"tools": [], "mcp_servers": {"bad": {"command": ["/nonexistent/mcp-server"]}}}
+    }
+    async with Harness(client, tmp_path, model, agents) as h:
+        res = await h.run("start")
+    assert res.status == "failed"
+    assert "agents.default.mcp_servers.bad: MCP server bad is unavailable" in (res.error or "")
+    assert model.count == 0
