@@ -16,6 +16,7 @@ from temporalio.client import Client
 
 from tests.harness import Harness
 from tests.integration.test_people import until_state
+from tests.integration.test_webui_metadata import current_details
 from tests.support_mcp import REPO, journal, stdio_server, stop
 from workers.testing.scripted_model import ScriptedModel, text, tool_calls
 
@@ -65,7 +66,7 @@ async def test_tools_on_their_own_queue_wait_for_then_run_on_a_tools_only_worker
     async with Harness(client, tmp_path, model, agents) as h:
         handle = await h.start("where do the tools run?")
         # No worker polls the queue yet: both calls wait, scheduled and not started; the run
-        # is running (not failed), and `state` shows the calls as running.
+        # is running (not failed); `state` shows the calls running, the Web UI details pending.
         st = await until_state(handle, lambda s: len(s.tool_calls) == 2)
         assert st.status == "running" and [c.status for c in st.tool_calls] == ["running"] * 2
         for _ in range(200):
@@ -75,6 +76,8 @@ async def test_tools_on_their_own_queue_wait_for_then_run_on_a_tools_only_worker
             await asyncio.sleep(0.05)
         scheduled = PendingActivityState.PENDING_ACTIVITY_STATE_SCHEDULED
         assert states == [scheduled, scheduled]
+        details = await current_details(handle)  # the Web UI's current details of the run
+        assert "`tool: where label=isolated` → **pending**" in details
         worker = spawn_tools_worker(h, dev_server_address, queue, tmp_path / "tools-worker.log")
         try:
             res = await asyncio.wait_for(handle.result(), 90)
