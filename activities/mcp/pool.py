@@ -13,7 +13,7 @@ import asyncio
 import hashlib
 import json
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any, TextIO, TypeVar
 
@@ -50,7 +50,8 @@ class _StdioServer:
         self._task = asyncio.ensure_future(self._own())
 
     @asynccontextmanager
-    async def _transport(self):  # type: ignore[no-untyped-def]
+    async def _transport(self) -> AsyncIterator[tuple[Any, Any]]:
+        """The SDK's stdio transport, keeping its read stream to tell when the process is gone."""
         argv = stdio_argv(self.server)
         params = StdioServerParameters(
             command=argv[0],

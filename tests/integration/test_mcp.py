@@ -15,6 +15,7 @@ from tests.harness import Harness
 from tests.integration.test_people import until_state
 from tests.support_mcp import gone, http_server, journal, stdio_server
 from workers import client as rc
+from workers.inspect_history import replay_histories
 from workers.testing.scripted_model import ScriptedModel, text, tool_call, tool_calls
 from workflows.models import ApproveSignal
 
@@ -149,7 +150,11 @@ async def test_http_server_tool_list_is_pinned_at_run_start(client: Client, tmp_
             res = await asyncio.wait_for(handle.result(), 60)
             assert res.status == "completed", res
             res2 = await h.run("second")
+            history = await handle.fetch_history()
     assert res2.status == "completed", res2
+    # the server is gone and its list has changed: the first run still replays, from its pins
+    report = await replay_histories([history])
+    assert report.compatible, report
     call_id = res.tool_calls[0].id
     assert tool_messages(model, 1)[0] == f"echo: over http (key={handle.id}/{call_id})"
     # the server's list changed during the first run, which still offered its pinned list
