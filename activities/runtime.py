@@ -108,20 +108,14 @@ class RuntimeActivities:
         )
 
     async def _pin_tools(self, spec: AgentSpec) -> list[ToolInfo]:
+        """The worker's tools named by the spec, then every MCP server's (listed concurrently)."""
         tools = self._registry.infos(spec.tool_names())
         for info in tools:
             info.task_queue = spec.tool_queues.get(info.name)
-        for name, server in spec.mcp_servers.items():
-            try:
-                pinned = await pin_server_tools(self.mcp_pool, name, server)
-            except McpToolsError as e:
-                raise McpToolsError(f"agents.{spec.name}.{e}") from None
-            except ApplicationError as e:
-                names = self._always_secret + spec.secrets + referenced_vars(server.pinned(name))
-                msg = redact(f"agents.{spec.name}.mcp_servers.{name}: {e.message}", names)
-                raise ApplicationError(msg, type=ERR_MCP_UNAVAILABLE) from None
-            taken = {t.name for t in tools}
-            clash = [t.name for t in pinned if t.name in taken]
+        servers = list(spec.mcp_servers)
+        listed = await asyncio.gather(*(self._pin_server(spec, name) for name in servers))
+        for name, pinned in zip(servers, listed, strict=True):
+            clash = [t.name for t in pinned if t.name in {t.name for t in tools}]
             if clash:
                 raise McpToolsError(
                     f"agents.{spec.name}.mcp_servers.{name}: tool(s) {', '.join(clash)} "
@@ -129,6 +123,17 @@ class RuntimeActivities:
                 )
             tools += pinned
         return tools
+
+    async def _pin_server(self, spec: AgentSpec, name: str) -> list[ToolInfo]:
+        server = spec.mcp_servers[name]
+        try:
+            return await pin_server_tools(self.mcp_pool, name, server)
+        except McpToolsError as e:
+            raise McpToolsError(f"agents.{spec.name}.{e}") from None
+        except ApplicationError as e:
+            names = self._always_secret + spec.secrets + referenced_vars(server.pinned(name))
+            msg = redact(f"agents.{spec.name}.mcp_servers.{name}: {e.message}", names)
+            raise ApplicationError(msg, type=ERR_MCP_UNAVAILABLE) from None
 
     @activity.defn(name=TOOL_INVOKE)
     async def invoke_tool(self, req: InvokeToolInput) -> ToolOutcome:
