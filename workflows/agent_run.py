@@ -853,6 +853,7 @@ class AgentRun:
 
     def _continue_as_new(self) -> None:
         assert self._req is not None and self._pinned is not None
+        self._drop_parked()
         carry = CarriedState(
             pinned=self._pinned,
             messages=self._messages,
@@ -881,9 +882,7 @@ class AgentRun:
             if rec.status in ("pending", "running"):
                 rec.status = "cancelled"
         self._pending.clear()
-        for _, sig, _ in self._parked:
-            self._signal_decision(sig)  # no call waits any more: each is ignored with why
-        self._parked.clear()
+        self._drop_parked()
         self._status = status
         self._upsert_search_attributes()
         self._publish()
@@ -1036,6 +1035,26 @@ class AgentRun:
         self._parked.append((cid, sig, workflow.now()))
         return True
 
+    def _drop_parked(self) -> None:
+        """No call waits any more: each held signal is ignored, with why."""
+        held, self._parked = self._parked, []
+        for _, sig, _ in held:
+            self._signal_decision(sig)
+
+    def _held_as_ignored(self) -> list[IgnoredSignal]:
+        """Held signals for unknown calls, as the ``state`` query shows them (ignored, with why)."""
+        return [
+            IgnoredSignal(
+                signal="approve" if isinstance(sig, ApproveSignal) else "reject",
+                principal_id=sig.principal_id,
+                at=at.isoformat(),
+                reason=self._decision_problem(cid, sig.principal_id) or "held",
+                tool_call_id=cid,
+            )
+            for cid, sig, at in self._parked
+            if cid not in self._unconfirmed
+        ]
+
     def _observe(self) -> bool:
         """Note whether this activation runs outside a workflow task; returns False.
 
@@ -1146,7 +1165,7 @@ class AgentRun:
             pending_approvals=list(self._pending.values()),
             usage=self._usage,
             tool_calls=self._tool_calls,
-            ignored_signals=self._ignored,
+            ignored_signals=self._ignored + self._held_as_ignored(),
             decisions=self._decisions,
             paused=self._paused,
             spec_hash=self._pinned.spec_hash if self._pinned else "",
