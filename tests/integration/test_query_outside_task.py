@@ -34,7 +34,7 @@ from workers import client as rc
 from workers.testing.scripted_model import ScriptedModel, text, tool_call, tool_calls
 from workers.worker import build_worker
 from workflows.agent_run import AgentRun
-from workflows.models import RunState
+from workflows.models import ApproveSignal, RunState
 
 ROOT = Path(__file__).resolve().parents[2]
 # A worker for workflow tasks only, in its own process, to be SIGKILLed: with no graceful shutdown
@@ -97,8 +97,9 @@ def _activities(h: Harness, rev: int | None) -> list:
     return [model.complete, resolve, runtime.invoke_tool, count_tokens]
 
 
-async def _approve_as_soon_as_seen(client: Client, handle) -> list[str]:
-    """Poll ``state``; decide the first pending call at once, retrying while refused."""
+async def _approve_as_soon_as_seen(client: Client, handle, via: str) -> list[str]:
+    """Poll ``state``; approve the first pending call at once (``decide`` retried while refused,
+    or one ``approve`` signal); returns the refusals."""
     refused: list[str] = []
     for _ in range(1500):
         try:
@@ -107,6 +108,11 @@ async def _approve_as_soon_as_seen(client: Client, handle) -> list[str]:
             st = None
         if st and st.pending_approvals:
             cid = st.pending_approvals[0].tool_call_id
+            if via == "signal":
+                await rc.approve_signal(
+                    client, handle.id, ApproveSignal(tool_call_id=cid, principal_id="alice")
+                )
+                return refused
             try:
                 await rc.decide(client, handle.id, cid, "approve", "alice")
                 return refused
@@ -116,9 +122,10 @@ async def _approve_as_soon_as_seen(client: Client, handle) -> list[str]:
     raise AssertionError(f"never approved; refused: {refused}")
 
 
+@pytest.mark.parametrize("via", ["decide", "signal"])
 @pytest.mark.parametrize("rev", [None, 0], ids=["rev3", "rev0-control"])
 async def test_decision_for_a_request_seen_outside_a_task(
-    client: Client, dev_server_address: str, tmp_path: Path, rev: int | None
+    client: Client, dev_server_address: str, tmp_path: Path, rev: int | None, via: str
 ):
     replies = [
         tool_call("record", {"label": "first"}),
@@ -141,7 +148,7 @@ async def test_decision_for_a_request_seen_outside_a_task(
             os.killpg(w1.pid, signal.SIGKILL)
             w1.wait()
             w2_task = asyncio.ensure_future(w2.run())
-            refused = await _approve_as_soon_as_seen(client, handle)
+            refused = await _approve_as_soon_as_seen(client, handle, via)
             res = await asyncio.wait_for(handle.result(), timeout=60)
             history = await handle.fetch_history()
         finally:
@@ -153,12 +160,18 @@ async def test_decision_for_a_request_seen_outside_a_task(
             await acts.shutdown()
             await acts_task
     assert res.status == "completed", res
-    assert [d.decision for d in res.decisions] == ["approve"]
     replayer = Replayer(workflows=[AgentRun], data_converter=pydantic_data_converter)
     replayed = await replayer.replay_workflow(history, raise_on_replay_failure=False)
-    if rev is None:  # revision 3: refused while the request was not in history; replays
-        assert refused and all("not recorded in the run's history yet" in r for r in refused)
+    if rev is None:  # revision 3: held (signal) or refused (update) until in history; replays
+        assert [(d.decision, d.via) for d in res.decisions] == [
+            ("approve", via.replace("decide", "update"))
+        ]
+        if via == "decide":
+            assert refused and all("not recorded in the run's history yet" in r for r in refused)
         assert replayed.replay_failure is None, replayed.replay_failure
-    else:  # revision 2: accepted at once, after the reply applied outside a task: cannot replay
-        assert refused == []
+    elif via == "decide":  # revision 2: accepted at once, after the reply applied outside a
+        assert refused == []  # task; replay runs the update first: the chaos failure
         assert "Update machine does not handle this event" in str(replayed.replay_failure)
+    else:  # revision 2: the signal applied live; replay applies it first, to an unknown call
+        assert [d.decision for d in res.decisions] == ["approve"]
+        assert "Nondeterminism" in str(replayed.replay_failure)
