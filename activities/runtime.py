@@ -29,7 +29,15 @@ from activities.heartbeat import await_with_heartbeats
 from activities.mcp.config import referenced_vars
 from activities.mcp.pool import McpPool
 from activities.mcp.tools import McpToolsError, invoke_mcp, pin_server_tools
-from activities.spec import AgentSpec, PinnedSpec, SpecError, resolve_agent, spec_hash
+from activities.spec import (
+    AgentSpec,
+    PinnedSpec,
+    SpecError,
+    load_spec_file,
+    resolve_agent,
+    spec_hash,
+)
+from activities.subagents import agent_tools
 from activities.tools import REGISTRY, ToolContext, ToolRegistry, UnknownToolError
 
 log = structlog.get_logger("activities.runtime")
@@ -95,6 +103,7 @@ class RuntimeActivities:
         try:
             spec = resolve_agent(path, req.agent, self._default_model)
             tools = await self._pin_tools(spec)
+            tools += self._agent_tools(path, spec, tools)
         except (SpecError, UnknownToolError, McpToolsError) as e:
             raise ApplicationError(str(e), type=ERR_SPEC_INVALID, non_retryable=True) from None
         if not Path(spec.workspace).is_dir():
@@ -110,6 +119,17 @@ class RuntimeActivities:
             source=str(path),
             workflow_rev=req.workflow_rev,
         )
+
+    @staticmethod
+    def _agent_tools(path: str, spec: AgentSpec, tools: list[ToolInfo]) -> list[ToolInfo]:
+        """``ask_<NAME>`` / ``handoff_to_<NAME>`` of the spec (activities/subagents.py)."""
+        extra = agent_tools(load_spec_file(path)["agents"], spec.name)
+        clash = [t.name for t in extra if t.name in {t.name for t in tools}]
+        if clash:
+            raise SpecError(
+                f"agents.{spec.name}: tool(s) {', '.join(clash)} clash with its sub-agents' tools"
+            )
+        return extra
 
     async def _pin_tools(self, spec: AgentSpec) -> list[ToolInfo]:
         """The worker's tools named by the spec, then every MCP server's (listed concurrently)."""
