@@ -38,6 +38,7 @@ EXPECTED_ATTRS = {
     "CostUsd": "Double",
     "SpecHash": "Keyword",
     "ForkParentRunId": "Keyword",
+    "ParentRunId": "Keyword",
 }
 
 
