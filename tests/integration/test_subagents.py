@@ -22,7 +22,9 @@ from workers.testing.scripted_model import (
     tool_call,
     tool_calls,
 )
+from workflows.children import SA_PARENT_RUN
 from workflows.models import RunResult, RunState
+from workflows.state import SA_PRINCIPAL, SA_TENANT
 
 AGENTS: dict[str, dict[str, Any]] = {
     "boss": {
@@ -131,9 +133,6 @@ async def test_parent_asks_two_subagents_in_one_turn(client: Client, tmp_path: P
     reader = kids["reader"]
     assert reader.agent == "reader" and reader.status == "completed"
     sa = described.typed_search_attributes
-    from workflows.children import SA_PARENT_RUN
-    from workflows.state import SA_PRINCIPAL, SA_TENANT
-
     assert sa.get(SA_PARENT_RUN) == handle.id
     assert (sa.get(SA_TENANT), sa.get(SA_PRINCIPAL)) == ("acme", "bob")
 
