@@ -17,10 +17,12 @@ from datetime import timedelta
 from typing import Any, TypeVar
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy, SearchAttributeKey, SearchAttributePair
+from temporalio.common import RawValue, RetryPolicy, SearchAttributeKey, SearchAttributePair
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
+    from pydantic import BaseModel
+
     from activities.contracts import (
         ERR_MODEL_OUTPUT_INVALID,
         MODEL_COMPLETE,
@@ -48,6 +50,7 @@ with workflow.unsafe.imports_passed_through():
         token_upper_bound,
         truncate_tool_results,
     )
+    from workflows.inbound import Invalid, decode
     from workflows.loop_detection import Signature, detect_loop, turn_signature
     from workflows.models import (
         WORKFLOW_NAME,
@@ -72,6 +75,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.policy import evaluate, may_decide, parse_arguments
 
 T = TypeVar("T")
+M = TypeVar("M", bound=BaseModel)
 
 SA_AGENT = SearchAttributeKey.for_keyword("AgentName")
 SA_TENANT = SearchAttributeKey.for_keyword("TenantId")
@@ -149,8 +153,16 @@ class AgentRun:
     # ------------------------------------------------------------------ run
 
     @workflow.run
-    async def run(self, req: RunRequest) -> RunResult:
-        """Run the agent loop; returns :class:`RunResult` (never raises for business outcomes)."""
+    async def run(self, raw: RawValue = None) -> RunResult:  # type: ignore[assignment]
+        """Run the agent loop; returns :class:`RunResult` (never raises for business outcomes).
+
+        ``raw`` is the start input, decoded here as a :class:`RunRequest`: one that is missing or
+        invalid ends the run ``failed`` with the validation error (workflows/inbound.py).
+        """
+        req = decode(raw, RunRequest, "start input")
+        if isinstance(req, Invalid):
+            workflow.logger.warning("invalid start input", extra={"problem": req.problem})
+            return self._finish("failed", "invalid start input", error=req.problem)
         self._req = req
         # One patch for every change since the first release: each patch costs every run a
         # marker event and a search-attribute upsert (the SDK records TemporalChangeVersion),
@@ -182,6 +194,10 @@ class AgentRun:
             )
         except ActivityError as e:
             raise _Stop("failed", "invalid agent spec", error=_cause_message(e)) from None
+        if self._pinned.search_attributes is not None:
+            # The spec activity asked the namespace (a bare client sets none at start); results
+            # recorded before it did so carry None and keep the start-time gate (replay).
+            self._use_search_attributes = self._pinned.search_attributes
         spec = self._pinned.spec
         if req.model:
             spec.model = req.model
@@ -205,6 +221,8 @@ class AgentRun:
 
     def _restore(self, c: CarriedState) -> None:
         self._pinned = c.pinned
+        if c.pinned.search_attributes is not None:
+            self._use_search_attributes = c.pinned.search_attributes
         self._messages = c.messages
         self._turn = c.turn
         self._usage = c.usage
@@ -951,9 +969,20 @@ class AgentRun:
             if rec.id == tool_call_id:
                 rec.decided_by = principal_id
 
+    def _payload(self, raw: Any, model: type[M], signal: str) -> M | None:
+        """Decode a signal's payload; an invalid one is recorded as ignored (returns None)."""
+        got = decode(raw, model, f"signal {signal}")
+        if isinstance(got, Invalid):
+            self._ignore(signal, got.principal_id, got.problem, got.tool_call_id)
+            return None
+        return got
+
     @workflow.signal(name="approve")
-    def approve(self, sig: ApproveSignal) -> None:
-        """Approve a waiting tool call (optionally with edited arguments)."""
+    def approve(self, raw: RawValue = None) -> None:  # type: ignore[assignment]
+        """Approve a waiting tool call (optionally with edited arguments): :class:`ApproveSignal`."""
+        sig = self._payload(raw, ApproveSignal, "approve")
+        if sig is None:
+            return
         problem = self._decision_problem(sig.tool_call_id, sig.principal_id)
         if problem:
             self._ignore("approve", sig.principal_id, problem, sig.tool_call_id)
@@ -963,8 +992,11 @@ class AgentRun:
         )
 
     @workflow.signal(name="reject")
-    def reject(self, sig: RejectSignal) -> None:
-        """Reject a waiting tool call; the model is told why."""
+    def reject(self, raw: RawValue = None) -> None:  # type: ignore[assignment]
+        """Reject a waiting tool call; the model is told why: :class:`RejectSignal`."""
+        sig = self._payload(raw, RejectSignal, "reject")
+        if sig is None:
+            return
         problem = self._decision_problem(sig.tool_call_id, sig.principal_id)
         if problem:
             self._ignore("reject", sig.principal_id, problem, sig.tool_call_id)
@@ -972,8 +1004,11 @@ class AgentRun:
         self._record(sig.tool_call_id, "reject", sig.principal_id, None, sig.reason, "signal")
 
     @workflow.update(name="decide")
-    def decide(self, upd: DecideUpdate) -> DecideResult:
-        """Approve or reject a waiting tool call, synchronously."""
+    def decide(self, raw: RawValue = None) -> DecideResult:  # type: ignore[assignment]
+        """Approve or reject a waiting tool call, synchronously: :class:`DecideUpdate`."""
+        upd = decode(raw, DecideUpdate, "update decide")
+        if isinstance(upd, Invalid):  # refused by the validator before it gets here
+            raise ApplicationError(upd.problem, type="InvalidPayload", non_retryable=True)
         self._record(
             upd.tool_call_id,
             upd.decision,
@@ -985,29 +1020,41 @@ class AgentRun:
         return DecideResult(tool_call_id=upd.tool_call_id, decision=upd.decision)
 
     @decide.validator
-    def _validate_decide(self, upd: DecideUpdate) -> None:
+    def _validate_decide(self, raw: RawValue = None) -> None:  # type: ignore[assignment]
+        upd = decode(raw, DecideUpdate, "update decide")
+        if isinstance(upd, Invalid):
+            raise ValueError(upd.problem)
         problem = self._decision_problem(upd.tool_call_id, upd.principal_id)
         if problem:
             raise ValueError(problem)
 
     @workflow.signal(name="interrupt")
-    def interrupt(self, sig: InterruptSignal) -> None:
-        """Stop at the next safe point; in-flight activities are cancelled."""
+    def interrupt(self, raw: RawValue = None) -> None:  # type: ignore[assignment]
+        """Stop at the next safe point; in-flight activities are cancelled: :class:`InterruptSignal`."""
+        sig = self._payload(raw, InterruptSignal, "interrupt")
+        if sig is None:
+            return
         if self._interrupt is None:
             self._interrupt = sig
         else:
             self._ignore("interrupt", sig.principal_id, "already interrupted")
 
     @workflow.signal(name="pause")
-    def pause(self, sig: PrincipalSignal) -> None:
-        """Hold the run before its next step."""
+    def pause(self, raw: RawValue = None) -> None:  # type: ignore[assignment]
+        """Hold the run before its next step: :class:`PrincipalSignal`."""
+        sig = self._payload(raw, PrincipalSignal, "pause")
+        if sig is None:
+            return
         if self._paused:
             self._ignore("pause", sig.principal_id, "already paused")
         self._paused = True
 
     @workflow.signal(name="resume")
-    def resume(self, sig: PrincipalSignal) -> None:
-        """Let a paused run go on."""
+    def resume(self, raw: RawValue = None) -> None:  # type: ignore[assignment]
+        """Let a paused run go on: :class:`PrincipalSignal`."""
+        sig = self._payload(raw, PrincipalSignal, "resume")
+        if sig is None:
+            return
         if not self._paused:
             self._ignore("resume", sig.principal_id, "not paused")
         elif self._budget_paused and self._budget_exceeded() is not None:
@@ -1017,13 +1064,18 @@ class AgentRun:
         self._budget_paused = False
 
     @workflow.signal(name="send_message")
-    def send_message(self, sig: MessageSignal) -> None:
-        """Add a user message: steering mid-run, or the next turn of a conversation."""
-        self._inbox.append(sig)
+    def send_message(self, raw: RawValue = None) -> None:  # type: ignore[assignment]
+        """Add a user message (steering, or a conversation's next turn): :class:`MessageSignal`."""
+        sig = self._payload(raw, MessageSignal, "send_message")
+        if sig is not None:
+            self._inbox.append(sig)
 
     @workflow.signal(name="raise_budget")
-    def raise_budget(self, sig: RaiseBudgetSignal) -> None:
+    def raise_budget(self, raw: RawValue = None) -> None:  # type: ignore[assignment]
         """Set new budget totals; a run paused on its budget goes on if now under it."""
+        sig = self._payload(raw, RaiseBudgetSignal, "raise_budget")
+        if sig is None:
+            return
         if sig.max_total_tokens is not None:
             self._max_tokens_budget = sig.max_total_tokens
         if sig.max_cost_usd is not None:
