@@ -166,7 +166,9 @@ class ToolInfo(BaseModel):
 
     ``timeout_seconds`` is the start-to-close timeout of one attempt; ``max_attempts`` bounds
     Temporal's retries for infrastructure errors; ``risk`` is the tool's own default policy hint
-    (``read`` tools are allowed by default, ``write``/``exec``/``network`` tools need approval).
+    (``read`` tools are allowed by default, ``write``/``exec``/``network`` tools need approval);
+    ``task_queue``, when set, is where ``tool.invoke`` runs for this tool (a worker started with
+    ``agentctl worker --task-queue Q --tools-only``).
     """
 
     name: str
@@ -175,6 +177,9 @@ class ToolInfo(BaseModel):
     timeout_seconds: float = 30.0
     max_attempts: int = 3
     risk: Literal["read", "write", "exec", "network"] = "read"
+    task_queue: str | None = Field(
+        None, description="task queue of this tool's activities; None: the run's own queue"
+    )
 
     def openai_schema(self) -> dict[str, Any]:
         """The tool as an OpenAI function-tool schema."""

@@ -275,10 +275,15 @@ def resolve_agent(path: str | Path, agent: str, default_model: str) -> AgentSpec
         raise SpecError(_format_error(agent, e)) from None
 
 
+def _tool_json(tool: ToolInfo) -> dict[str, Any]:
+    """A tool's JSON for the hash, without an unset ``task_queue`` (hashes stay as they were)."""
+    return tool.model_dump(mode="json", exclude={"task_queue"} if tool.task_queue is None else None)
+
+
 def spec_hash(spec: AgentSpec, tools: list[ToolInfo]) -> str:
     """sha256 (hex) of the canonical JSON of the resolved spec and its tool schemas."""
     blob = json.dumps(
-        {"spec": spec.model_dump(mode="json"), "tools": [t.model_dump(mode="json") for t in tools]},
+        {"spec": spec.model_dump(mode="json"), "tools": [_tool_json(t) for t in tools]},
         sort_keys=True,
         separators=(",", ":"),
     )

@@ -12,19 +12,22 @@ from pathlib import Path
 
 import pytest
 from temporalio import workflow
+from temporalio.common import RawValue
 from typer.testing import CliRunner
 
 from activities.contracts import TOKENS_COUNT, CountTokensInput, ModelReply, TokenCounts
 from workers.cli import app
 from workers.inspect_history import load_history_file, replay_file, replay_histories
 from workflows.agent_run import PATCH_V2, AgentRun
-from workflows.models import RunRequest, RunResult
+from workflows.models import RunResult
 
 HISTORIES = Path(__file__).resolve().parents[1] / "histories"
-# The current version's histories, and those recorded before patch ``agent-run-v2`` (v1/): runs
-# like them may still be in flight when a worker with the current code is deployed.
+# The histories a deploy of the current code accepts: recorded with patch ``agent-run-v2``, now
+# deprecated (``workflow.deprecate_patch``). Those recorded before it (v1/) are kept to show they
+# are no longer accepted: a run like them must have finished before this code is deployed.
 V1 = HISTORIES / "v1"
-FILES = sorted(HISTORIES.glob("*.json")) + sorted(V1.glob("*.json"))
+FILES = sorted(HISTORIES.glob("*.json"))
+RETIRED = sorted(V1.glob("*.json"))
 EXPECTED = {"tools", "approvals", "interrupt", "continue_as_new", "continue_as_new_first"}
 
 
@@ -34,8 +37,8 @@ class TimerBeforeEachModelStep(AgentRun):
     step. It adds a command the recorded histories do not have, so replay must fail."""
 
     @workflow.run
-    async def run(self, req: RunRequest) -> RunResult:
-        return await super().run(req)
+    async def run(self, raw: RawValue = None) -> RunResult:  # type: ignore[assignment]
+        return await super().run(raw)
 
     async def _model_step(self) -> ModelReply | None:
         await workflow.sleep(timedelta(milliseconds=1))
@@ -47,14 +50,14 @@ class CountsTokensFirst(AgentRun):
     """A rewrite registered under the same name that schedules a different activity first."""
 
     @workflow.run
-    async def run(self, req: RunRequest) -> RunResult:
+    async def run(self, raw: RawValue = None) -> RunResult:  # type: ignore[assignment]
         await workflow.execute_activity(
             TOKENS_COUNT,
             CountTokensInput(model="x", messages=[]),
             result_type=TokenCounts,
             start_to_close_timeout=timedelta(seconds=5),
         )
-        return await super().run(req)
+        return await super().run(raw)
 
 
 def _ids(paths: list[Path]) -> list[str]:
@@ -65,7 +68,7 @@ def test_every_scenario_is_stored_and_small():
     for folder in (HISTORIES, V1):
         names = {p.stem for p in folder.glob("*.json")}
         assert EXPECTED <= names, f"missing histories in {folder}: {EXPECTED - names}"
-    for p in FILES:
+    for p in FILES + RETIRED:
         assert p.stat().st_size < 100_000, f"{p.name} is {p.stat().st_size} bytes"
 
 
@@ -78,6 +81,14 @@ async def test_stored_history_replays_with_the_current_code(path: Path):
     assert report.workflow_id.startswith("hist-")
 
 
+@pytest.mark.parametrize("path", RETIRED, ids=_ids(RETIRED))
+async def test_a_history_recorded_before_the_v2_patch_is_no_longer_accepted(path: Path):
+    """deprecate_patch(agent-run-v2): the v1 code paths are gone, so a v1 run cannot go on."""
+    report = await replay_file(path)
+    assert not report.compatible
+    assert report.failure_type == "NondeterminismError"
+
+
 @pytest.mark.parametrize("folder", [HISTORIES, V1], ids=["current", "v1"])
 async def test_the_continue_as_new_chain_is_stored_as_two_executions(folder: Path):
     first = load_history_file(folder / "continue_as_new_first.json")
@@ -88,12 +99,13 @@ async def test_the_continue_as_new_chain_is_stored_as_two_executions(folder: Pat
     assert last_started.continued_execution_run_id  # it continued from an earlier execution
     assert last_started.first_execution_run_id == first.run_id
     assert first.events[-1].HasField("workflow_execution_continued_as_new_event_attributes")
-    report = await replay_histories([first, last])
-    assert report.compatible and report.run_ids == [first.run_id, last.run_id]
+    if folder == HISTORIES:
+        report = await replay_histories([first, last])
+        assert report.compatible and report.run_ids == [first.run_id, last.run_id]
 
 
 @pytest.mark.parametrize("variant", [TimerBeforeEachModelStep, CountsTokensFirst])
-@pytest.mark.parametrize("name", ["tools", "approvals", "v1/tools", "v1/approvals"])
+@pytest.mark.parametrize("name", ["tools", "approvals"])
 async def test_an_incompatible_change_is_reported_as_nondeterminism(variant: type, name: str):
     report = await replay_file(HISTORIES / f"{name}.json", workflows=[variant])
     assert not report.compatible
