@@ -22,11 +22,13 @@ from workflows.agent_run import PATCH_V2, AgentRun
 from workflows.models import RunResult
 
 HISTORIES = Path(__file__).resolve().parents[1] / "histories"
-# The histories a deploy of the current code accepts: recorded with patch ``agent-run-v2``, now
-# deprecated (``workflow.deprecate_patch``). Those recorded before it (v1/) are kept to show they
+# The histories a deploy of the current code accepts: recorded by it (top level, the patch
+# ``agent-run-v2`` deprecated) and by the release before it (v2/, ``patched("agent-run-v2")``),
+# whose runs may still be in flight. Those recorded before the patch (v1/) are kept to show they
 # are no longer accepted: a run like them must have finished before this code is deployed.
 V1 = HISTORIES / "v1"
-FILES = sorted(HISTORIES.glob("*.json"))
+V2 = HISTORIES / "v2"
+FILES = sorted(HISTORIES.glob("*.json")) + sorted(V2.glob("*.json"))
 RETIRED = sorted(V1.glob("*.json"))
 EXPECTED = {"tools", "approvals", "interrupt", "continue_as_new", "continue_as_new_first"}
 
@@ -61,11 +63,11 @@ class CountsTokensFirst(AgentRun):
 
 
 def _ids(paths: list[Path]) -> list[str]:
-    return [f"{p.parent.name}/{p.stem}" if p.parent == V1 else p.stem for p in paths]
+    return [f"{p.parent.name}/{p.stem}" if p.parent != HISTORIES else p.stem for p in paths]
 
 
 def test_every_scenario_is_stored_and_small():
-    for folder in (HISTORIES, V1):
+    for folder in (HISTORIES, V2, V1):
         names = {p.stem for p in folder.glob("*.json")}
         assert EXPECTED <= names, f"missing histories in {folder}: {EXPECTED - names}"
     for p in FILES + RETIRED:
@@ -89,7 +91,7 @@ async def test_a_history_recorded_before_the_v2_patch_is_no_longer_accepted(path
     assert report.failure_type == "NondeterminismError"
 
 
-@pytest.mark.parametrize("folder", [HISTORIES, V1], ids=["current", "v1"])
+@pytest.mark.parametrize("folder", [HISTORIES, V2, V1], ids=["current", "v2", "v1"])
 async def test_the_continue_as_new_chain_is_stored_as_two_executions(folder: Path):
     first = load_history_file(folder / "continue_as_new_first.json")
     last = load_history_file(folder / "continue_as_new.json")
@@ -99,13 +101,13 @@ async def test_the_continue_as_new_chain_is_stored_as_two_executions(folder: Pat
     assert last_started.continued_execution_run_id  # it continued from an earlier execution
     assert last_started.first_execution_run_id == first.run_id
     assert first.events[-1].HasField("workflow_execution_continued_as_new_event_attributes")
-    if folder == HISTORIES:
+    if folder != V1:
         report = await replay_histories([first, last])
         assert report.compatible and report.run_ids == [first.run_id, last.run_id]
 
 
 @pytest.mark.parametrize("variant", [TimerBeforeEachModelStep, CountsTokensFirst])
-@pytest.mark.parametrize("name", ["tools", "approvals"])
+@pytest.mark.parametrize("name", ["tools", "approvals", "v2/tools", "v2/approvals"])
 async def test_an_incompatible_change_is_reported_as_nondeterminism(variant: type, name: str):
     report = await replay_file(HISTORIES / f"{name}.json", workflows=[variant])
     assert not report.compatible
@@ -114,20 +116,22 @@ async def test_an_incompatible_change_is_reported_as_nondeterminism(variant: typ
     assert report.failed_run_id == load_history_file(HISTORIES / f"{name}.json").run_id
 
 
-async def test_the_v2_patch_is_recorded_in_current_histories_only():
-    """The current histories took the v2 branch (its marker is there), the v1 ones did not."""
+async def test_the_v2_patch_marker_is_deprecated_now_set_before_and_absent_in_v1():
+    """Current histories carry the marker as deprecated, v2 ones as patched, v1 ones not at all."""
 
-    def patch_ids(path: Path) -> set[str]:
-        ids = set()
+    def patches(path: Path) -> dict[str, bool]:
+        out = {}
         for e in load_history_file(path).events:
             if e.HasField("marker_recorded_event_attributes"):
                 details = e.marker_recorded_event_attributes.details
                 if "patch-data" in details:
-                    ids.add(json.loads(details["patch-data"].payloads[0].data)["id"])
-        return ids
+                    data = json.loads(details["patch-data"].payloads[0].data)
+                    out[data["id"]] = data["deprecated"]
+        return out
 
-    assert PATCH_V2 in patch_ids(HISTORIES / "tools.json")
-    assert PATCH_V2 not in patch_ids(V1 / "tools.json")
+    assert patches(HISTORIES / "tools.json") == {PATCH_V2: True}
+    assert patches(V2 / "tools.json") == {PATCH_V2: False}
+    assert patches(V1 / "tools.json") == {}
 
 
 def test_cli_replay_file_says_compatible_and_exits_0():
