@@ -65,9 +65,12 @@ and the end of the run always upsert)."""
 class AgentRun(ToolCalls, RunHandlers):
     """One agent run. Signals, update and queries are listed in CONTRACT.md."""
 
-    def __init__(self) -> None:
+    @workflow.init
+    def __init__(self, raw: RawValue = None) -> None:  # type: ignore[assignment]
+        """Decode the start input once (see :meth:`run`); nothing here creates a command."""
         now = workflow.now()
         self._s = RunData(started_at=now, sa_upserted_at=now)
+        self._input = decode(raw, RunRequest, "start input")
         self._deadline: asyncio.Future[None] | None = None
         self._deadline_waited = 0.0
 
@@ -80,7 +83,7 @@ class AgentRun(ToolCalls, RunHandlers):
         ``raw`` is the start input, decoded here as a :class:`RunRequest`: one that is missing or
         invalid ends the run ``failed`` with the validation error (workflows/inbound.py).
         """
-        req = decode(raw, RunRequest, "start input")
+        req = self._input
         if isinstance(req, Invalid):
             workflow.logger.warning("invalid start input", extra={"problem": req.problem})
             return self._finish("failed", "invalid start input", error=req.problem)
@@ -234,7 +237,7 @@ class AgentRun(ToolCalls, RunHandlers):
             )
             return None
         s.usage = s.usage.add(reply.usage)
-        self._emit("model_finished", model=reply.model or inp.model, usage=reply.usage)
+        self._emit("model_finished", model=reply.model or inp.model, usage=reply.usage, reply=reply)
         # TotalTokens and CostUsd stay current in listings to within SA_REFRESH_SECONDS; each
         # upsert is an event and a visibility write on the server, so not one every turn.
         if s.sa_upserted_at is None or (

@@ -180,17 +180,17 @@ class ToolCalls:
             )
             rec.status = settled.status
             rec.reason = msg
-            self._tool_finished(rec)
+            self._tool_finished(rec, settled.text)
             return settled.text
         rec.status = out.status
         rec.duration_ms = out.duration_ms
         rec.result_chars = out.output_chars
         if out.arguments is not None:
             rec.arguments = out.arguments
-        self._tool_finished(rec)
+        self._tool_finished(rec, out.content)
         return out
 
-    def _tool_finished(self, rec: ToolCallRecord) -> None:
+    def _tool_finished(self, rec: ToolCallRecord, result: str) -> None:
         self._emit(
             "tool_finished",
             tool_call_id=rec.id,
@@ -198,6 +198,7 @@ class ToolCalls:
             arguments=rec.arguments,
             status=rec.status,
             duration_ms=rec.duration_ms,
+            result=result,
         )
 
     async def _await_approvals(self) -> None:
