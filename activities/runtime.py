@@ -97,6 +97,7 @@ class RuntimeActivities:
             spec_hash=spec_hash(spec, tools),
             source=str(path),
             search_attributes=await self._namespace_has_search_attributes(),
+            workflow_rev=req.workflow_rev,
         )
 
     async def _namespace_has_search_attributes(self) -> bool | None:

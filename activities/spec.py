@@ -211,6 +211,8 @@ class PinnedSpec(BaseModel):
         "this field, or the server could not say), the run then sets them only when its "
         "starter set AgentName",
     )
+    workflow_rev: int = 0
+    """``ResolveSpecInput.workflow_rev`` echoed back (0 in histories recorded before it)."""
 
 
 def _expand(value: str, base: Path) -> str:

@@ -35,9 +35,13 @@ SUMMARY_SETTINGS = ModelSettings(temperature=0.0, max_tokens=400)
 """Sampling of the compaction summary step."""
 
 
-def resolve_spec(req: RunRequest) -> tuple[ResolveSpecInput, dict[str, Any]]:
-    """Input and options of ``spec.resolve``: 30 s per attempt, 3 attempts."""
-    return ResolveSpecInput(agent=req.agent, spec_file=req.spec_file), {
+def resolve_spec(req: RunRequest, workflow_rev: int) -> tuple[ResolveSpecInput, dict[str, Any]]:
+    """Input and options of ``spec.resolve``: 30 s per attempt, 3 attempts.
+
+    ``workflow_rev`` is echoed into the pinned spec, so the run's history records it.
+    """
+    inp = ResolveSpecInput(agent=req.agent, spec_file=req.spec_file, workflow_rev=workflow_rev)
+    return inp, {
         "start_to_close_timeout": timedelta(seconds=30),
         "retry_policy": RetryPolicy(maximum_attempts=3),
         "summary": f"spec: resolve agent {req.agent}",

@@ -7,13 +7,15 @@ goes on; a reply without tool calls ends the run (``task`` mode) or waits for th
 (``chat`` mode). What comes next is decided by pure functions (:mod:`workflows.turn`, over the run
 state :class:`workflows.models.RunData`); this class carries the decisions out with activities
 (options from :mod:`workflows.activity_options`), timers and waits. Handlers are in
-:mod:`workflows.handlers`, tool calls in :mod:`workflows.tool_calls`.
+:mod:`workflows.handlers`, tool calls in :mod:`workflows.tool_calls`, compaction in
+:mod:`workflows.compacting`.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from datetime import datetime
 from typing import Any, TypeVar
 
 from temporalio import workflow
@@ -25,16 +27,11 @@ with workflow.unsafe.imports_passed_through():
     from activities.model import ModelActivities
     from activities.runtime import RuntimeActivities
     from activities.spec import PinnedSpec
-    from activities.tokens import count_tokens
     from workflows import activity_options as options
     from workflows import state, turn
-    from workflows.compaction import (
-        CompactionPlan,
-        plan_compaction,
-        summary_request,
-        truncate_tool_results,
-    )
+    from workflows.compacting import Compacting
     from workflows.handlers import RunHandlers
+    from workflows.held import WORKFLOW_REV
     from workflows.inbound import Invalid, decode
     from workflows.models import WORKFLOW_NAME, RunData, RunRequest, RunResult, RunStatus
     from workflows.state import (  # noqa: F401 - the search attributes, named here for callers
@@ -58,11 +55,13 @@ compaction counting only new messages). Deprecated: every run takes these paths,
 with the marker replay, those recorded before it (v1) no longer do (tests/histories/README.md)."""
 SA_REFRESH_SECONDS = 10.0
 """Least workflow time between two search-attribute refreshes within a turn loop (status changes
-and the end of the run always upsert)."""
+and the end of the run always upsert). Revision 2 only: see ``WORKFLOW_REV``."""
+SA_REFRESH_TURNS = 5
+"""Revision 3: TotalTokens and CostUsd are refreshed after every ``SA_REFRESH_TURNS``-th model step."""
 
 
 @workflow.defn(name=WORKFLOW_NAME)
-class AgentRun(ToolCalls, RunHandlers):
+class AgentRun(ToolCalls, Compacting, RunHandlers):
     """One agent run. Signals, update and queries are listed in CONTRACT.md."""
 
     @workflow.init
@@ -73,6 +72,9 @@ class AgentRun(ToolCalls, RunHandlers):
         self._input = decode(raw, RunRequest, "start input")
         self._deadline: asyncio.Future[None] | None = None
         self._deadline_waited = 0.0
+        self._deadline_waits = 0
+        self._seen: tuple[datetime, int] | None = None  # (time, history length) last seen
+        self._outside_task = False  # this activation runs outside a workflow task (rev 3)
 
     # ------------------------------------------------------------------ run
 
@@ -103,7 +105,7 @@ class AgentRun(ToolCalls, RunHandlers):
             return self._finish("interrupted", "the workflow was cancelled")
 
     async def _start(self, req: RunRequest) -> None:
-        inp, opts = options.resolve_spec(req)
+        inp, opts = options.resolve_spec(req, WORKFLOW_REV)
         try:
             pinned = await workflow.execute_activity_method(
                 RuntimeActivities.resolve_spec, inp, **opts
@@ -238,9 +240,12 @@ class AgentRun(ToolCalls, RunHandlers):
             return None
         s.usage = s.usage.add(reply.usage)
         self._emit("model_finished", model=reply.model or inp.model, usage=reply.usage, reply=reply)
-        # TotalTokens and CostUsd stay current in listings to within SA_REFRESH_SECONDS; each
-        # upsert is an event and a visibility write on the server, so not one every turn.
-        if s.sa_upserted_at is None or (
+        # TotalTokens and CostUsd stay current in listings: each upsert is an event and a
+        # visibility write on the server, so not one every turn.
+        if self._rev3():  # by turns: a workflow.now() difference must not change commands
+            if s.turn % SA_REFRESH_TURNS == 0:
+                self._upsert_search_attributes()
+        elif s.sa_upserted_at is None or (
             (workflow.now() - s.sa_upserted_at).total_seconds() >= SA_REFRESH_SECONDS
         ):
             self._upsert_search_attributes()
@@ -250,6 +255,7 @@ class AgentRun(ToolCalls, RunHandlers):
 
     async def _checkpoint(self) -> None:
         """A safe point: honour interrupt, pause, and the run's deadline."""
+        self._settle()
         s = self._s
         if s.interrupt is not None:
             raise Stop("interrupted", s.interrupt.reason)
@@ -263,7 +269,11 @@ class AgentRun(ToolCalls, RunHandlers):
             s.waited_seconds += (workflow.now() - started).total_seconds()
             self._set_status(before if before not in ("paused", "budget_paused") else "running")
             self._upsert_search_attributes()
-        if self._remaining_seconds() <= 0:
+        if self._rev3():  # only the deadline timer (an event in history) ends the run on time
+            deadline = self._deadline
+            if deadline is not None and deadline.done() and self._deadline_waits == s.waits:
+                raise Stop("timeout", "reached max_seconds")
+        elif self._remaining_seconds() <= 0:
             raise Stop("timeout", "reached max_seconds")
 
     async def _wait_for_message(self) -> None:
@@ -301,11 +311,13 @@ class AgentRun(ToolCalls, RunHandlers):
         One durable timer for the run instead of one per step: each timer is two events and a
         server task, and almost every step ends long before the deadline.
         """
-        waited = self._s.waited_seconds
-        if self._deadline is None or self._deadline_waited != waited:
+        waited, waits = self._s.waited_seconds, self._s.waits
+        moved = self._deadline_waits != waits if self._rev3() else self._deadline_waited != waited
+        if self._deadline is None or moved:
             if self._deadline is not None and not self._deadline.done():
                 self._deadline.cancel()
             self._deadline_waited = waited
+            self._deadline_waits = waits
             self._deadline = asyncio.ensure_future(
                 workflow.sleep(
                     max(self._remaining_seconds(), 0.001),
@@ -319,7 +331,9 @@ class AgentRun(ToolCalls, RunHandlers):
         deadline = self._deadline_timer()
         task: asyncio.Future[T] = asyncio.ensure_future(make())
         await workflow.wait_condition(
-            lambda: task.done() or self._s.interrupt is not None or deadline.done()
+            lambda: (
+                self._observe() or task.done() or self._s.interrupt is not None or deadline.done()
+            )
         )
         if task.done():
             return task.result()
@@ -327,89 +341,6 @@ class AgentRun(ToolCalls, RunHandlers):
         if self._s.interrupt is not None:
             raise Stop("interrupted", self._s.interrupt.reason)
         raise Stop("timeout", "reached max_seconds")
-
-    # ------------------------------------------------------------ compaction
-
-    async def _maybe_compact(self) -> None:
-        """Compact if needed, counting only messages not counted before.
-
-        While :func:`turn.needs_token_count` says the transcript's upper bound stays under the
-        budget no activity runs; otherwise ``tokens.count`` counts just the new messages, so a
-        long run neither counts its whole transcript every turn nor stores that count in its history.
-        """
-        s, pinned = self._s, self._pinned()
-        comp = pinned.spec.compaction
-        budget = comp.threshold * (comp.context_window - comp.output_reserve)
-        if turn.needs_token_count(s, pinned.tools, budget):
-            await self._compact(await self._count_and_plan())
-
-    async def _count_and_plan(self) -> CompactionPlan | None:
-        """Count what is not counted yet with ``tokens.count`` and plan a compaction.
-
-        Returns None when no compaction is needed, or when the counts do not fit the transcript
-        (logged: a plain exception here would retry the workflow task forever).
-        """
-        s, pinned = self._s, self._pinned()
-        comp = pinned.spec.compaction
-        known, tools_known = s.token_counts, s.tools_tokens
-        new = s.messages[len(known) :]
-        inp, opts = options.count_tokens(pinned, new, tools_known is None, len(s.messages))
-        counts = await workflow.execute_activity(count_tokens, inp, **opts)
-        s.token_counts = known + counts.per_message
-        s.tools_tokens = counts.tools if tools_known is None else tools_known
-        try:
-            return plan_compaction(
-                s.messages,
-                s.token_counts,
-                s.tools_tokens,
-                comp.context_window,
-                comp.output_reserve,
-                comp.threshold,
-            )
-        except ValueError as e:
-            workflow.logger.warning("compaction skipped", extra={"error": str(e)})
-            return None
-
-    async def _compact(self, plan: CompactionPlan | None) -> None:
-        """Carry out a compaction plan (None: nothing to do)."""
-        if plan is None:
-            return
-        s, comp = self._s, self._pinned().spec.compaction
-        summary: str | None = None
-        if comp.summarize and plan.dropped:
-            summary = await self._summarize([s.messages[i] for i in plan.dropped])
-        compacted = plan.apply(s.messages, summary=summary)
-        if not plan.fits:
-            # even the messages that must stay are too long: shorten tool results to fit
-            budget_chars = int(plan.target * 3)
-            compacted = truncate_tool_results(
-                compacted, max(500, budget_chars // max(1, len(compacted)))
-            )
-        s.messages = compacted
-        s.token_counts = []  # the transcript was rewritten: count it afresh next time
-        s.compactions += 1
-        workflow.logger.info(
-            "context compacted",
-            extra={
-                "dropped": len(plan.dropped),
-                "before": plan.tokens_before,
-                "after": plan.tokens_after,
-                "fits": plan.fits,
-            },
-        )
-
-    async def _summarize(self, dropped: list[dict[str, Any]]) -> str | None:
-        """A model step of its own that summarises the dropped messages (None if it fails)."""
-        s = self._s
-        inp, opts = options.model_step(
-            self._pinned(), self._req(), s.turn, summary_request(dropped), summary_of=len(dropped)
-        )
-        try:
-            reply = await workflow.execute_activity_method(ModelActivities.complete, inp, **opts)
-        except ActivityError:
-            return None
-        s.usage = s.usage.add(reply.usage)
-        return reply.content
 
     # ------------------------------------------------------------ continue-as-new and the end
 
@@ -424,12 +355,14 @@ class AgentRun(ToolCalls, RunHandlers):
         )
 
     def _continue_as_new(self) -> None:
+        self._drop_parked()
         s = self._s
         carry = s.model_copy(update={"continued_runs": s.continued_runs + 1})
         workflow.continue_as_new(self._req().model_copy(update={"carry": carry}))
 
     def _finish(self, status: RunStatus, reason: str, error: str | None = None) -> RunResult:
         s = self._s
+        self._drop_parked()
         for rec in s.tool_calls:
             if rec.status in ("pending", "running"):
                 rec.status = "cancelled"

@@ -18,6 +18,7 @@ with workflow.unsafe.imports_passed_through():
     from pydantic import BaseModel
 
     from workflows import state, turn
+    from workflows.held import HeldDecisions
     from workflows.inbound import Invalid, decode
     from workflows.models import (
         ApproveSignal,
@@ -37,7 +38,7 @@ with workflow.unsafe.imports_passed_through():
 M = TypeVar("M", bound=BaseModel)
 
 
-class RunHandlers:
+class RunHandlers(HeldDecisions):
     """The message handlers of ``AgentRun``; ``self._s`` is the run state."""
 
     _s: RunData
@@ -119,27 +120,27 @@ class RunHandlers:
     def approve(self, raw: RawValue = None) -> None:  # type: ignore[assignment]
         """Approve a waiting tool call (optionally with edited arguments): :class:`ApproveSignal`."""
         sig = self._payload(raw, ApproveSignal, "approve")
-        if sig is None:
-            return
-        problem = self._decision_problem(sig.tool_call_id, sig.principal_id)
-        if problem:
-            self._ignore("approve", sig.principal_id, problem, sig.tool_call_id)
-            return
-        self._record(
-            sig.tool_call_id, "approve", sig.principal_id, sig.arguments, sig.comment, "signal"
-        )
+        if sig is not None and not self._park(sig):
+            self._signal_decision(sig)
 
     @workflow.signal(name="reject")
     def reject(self, raw: RawValue = None) -> None:  # type: ignore[assignment]
         """Reject a waiting tool call; the model is told why: :class:`RejectSignal`."""
         sig = self._payload(raw, RejectSignal, "reject")
-        if sig is None:
-            return
+        if sig is not None and not self._park(sig):
+            self._signal_decision(sig)
+
+    def _signal_decision(self, sig: ApproveSignal | RejectSignal) -> None:
+        name = "approve" if isinstance(sig, ApproveSignal) else "reject"
         problem = self._decision_problem(sig.tool_call_id, sig.principal_id)
         if problem:
-            self._ignore("reject", sig.principal_id, problem, sig.tool_call_id)
-            return
-        self._record(sig.tool_call_id, "reject", sig.principal_id, None, sig.reason, "signal")
+            self._ignore(name, sig.principal_id, problem, sig.tool_call_id)
+        elif isinstance(sig, ApproveSignal):
+            self._record(
+                sig.tool_call_id, "approve", sig.principal_id, sig.arguments, sig.comment, "signal"
+            )
+        else:
+            self._record(sig.tool_call_id, "reject", sig.principal_id, None, sig.reason, "signal")
 
     @workflow.update(name="decide")
     def decide(self, raw: RawValue = None) -> DecideResult:  # type: ignore[assignment]
@@ -162,6 +163,10 @@ class RunHandlers:
         upd = decode(raw, DecideUpdate, "update decide")
         if isinstance(upd, Invalid):
             raise ValueError(upd.problem)
+        if upd.tool_call_id in self._s.unconfirmed:
+            raise ValueError(
+                f"tool call {upd.tool_call_id} is not recorded in the run's history yet; retry"
+            )
         problem = self._decision_problem(upd.tool_call_id, upd.principal_id)
         if problem:
             raise ValueError(problem)
@@ -227,7 +232,7 @@ class RunHandlers:
     @workflow.query(name="state")
     def state(self) -> RunState:
         """The run's live state (CONTRACT.md)."""
-        return state.run_state(self._s)
+        return state.run_state(self._s, held=self._held_as_ignored())
 
     @workflow.query(name="transcript")
     def transcript(self) -> list[dict[str, Any]]:

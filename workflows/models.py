@@ -262,6 +262,13 @@ class RunData(BaseModel):
     tools_tokens: int | None = Field(None, exclude=True)
     search_attributes: bool = Field(False, exclude=True)
     sa_upserted_at: datetime | None = Field(None, exclude=True)
+    waits: int = Field(0, exclude=True, description="waits for a person entered (revision 3)")
+    unconfirmed: set[str] = Field(
+        default_factory=set, exclude=True, description="approval requests made outside a task"
+    )
+    parked: list[tuple[str, ApproveSignal | RejectSignal, datetime]] = Field(
+        default_factory=list, exclude=True, description="decisions held (workflows/held.py)"
+    )
 
 
 CarriedState = RunData

@@ -11,7 +11,7 @@ from typing import Any
 from temporalio.common import SearchAttributeKey, SearchAttributePair
 
 from workflows import render
-from workflows.models import RunData, RunResult, RunState, RunStatus
+from workflows.models import IgnoredSignal, RunData, RunResult, RunState, RunStatus
 
 SA_AGENT = SearchAttributeKey.for_keyword("AgentName")
 SA_TENANT = SearchAttributeKey.for_keyword("TenantId")
@@ -35,13 +35,16 @@ def _shared(data: RunData, view: type[RunState] | type[RunResult]) -> dict[str, 
     return out
 
 
-def run_state(data: RunData) -> RunState:
-    """Answer of the ``state`` query: every field of RunState read from the run state."""
+def run_state(data: RunData, held: list[IgnoredSignal] | None = None) -> RunState:
+    """Answer of the ``state`` query: every field of RunState read from the run state.
+
+    ``held`` are decisions held for calls not known yet (workflows/held.py), shown as ignored.
+    """
     return RunState(
         **{
             **_shared(data, RunState),
-            "tool_calls": data.tool_calls,
             "pending_approvals": list(data.pending.values()),
+            "ignored_signals": data.ignored_signals + (held or []),
         }
     )
 

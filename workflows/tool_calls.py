@@ -65,6 +65,9 @@ class ToolCalls:
     _publish: Callable[[], None]
     _upsert_search_attributes: Callable[..., None]
     _emit: Callable[..., None]
+    _settle: Callable[[], bool]
+    _rev3: Callable[[], bool]
+    _outside_task: bool
 
     async def _run_tool_calls(self, calls: list[ToolCallRequest]) -> None:
         tools = {t.name: t for t in self._pinned().tools}
@@ -76,6 +79,7 @@ class ToolCalls:
                     self._invoke(call, rec, tools.get(call.name))
                 )
         if self._s.pending:
+            self._settle()
             await self._await_approvals()
             for call, rec in zip(calls, records, strict=True):
                 if rec.policy != "approve":
@@ -131,6 +135,10 @@ class ToolCalls:
                     approvers=decision.approvers,
                     reason=decision.reason,
                 )
+                if self._rev3() and self._outside_task:
+                    # the model's reply was applied outside a workflow task (a query on a
+                    # worker without the run cached): not in history until the next task
+                    s.unconfirmed.add(call.id)
                 self._emit(
                     "approval_requested",
                     tool_call_id=call.id,
@@ -257,8 +265,9 @@ class ToolCalls:
 
         ``what`` names the wait in the timer's summary (Web UI timeline).
         """
+        self._s.waits += 1
         await workflow.wait_condition(
-            lambda: done() or self._s.interrupt is not None,
+            lambda: self._settle() or done() or self._s.interrupt is not None,
             timeout=timeout,
             timeout_summary=f"waiting for {what} (timeout)" if timeout is not None else None,
         )

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from activities.contracts import TOKENS_COUNT, CountTokensInput, ModelReply, TokenCounts
 from workers.cli import app
 from workers.inspect_history import load_history_file, replay_file, replay_histories
-from workflows.agent_run import PATCH_V2, AgentRun
+from workflows.agent_run import PATCH_V2, WORKFLOW_REV, AgentRun
 from workflows.models import RunResult
 
 HISTORIES = Path(__file__).resolve().parents[1] / "histories"
@@ -28,7 +28,11 @@ HISTORIES = Path(__file__).resolve().parents[1] / "histories"
 # are no longer accepted: a run like them must have finished before this code is deployed.
 V1 = HISTORIES / "v1"
 V2 = HISTORIES / "v2"
-FILES = sorted(HISTORIES.glob("*.json")) + sorted(V2.glob("*.json"))
+# Recorded with revision 3 of the workflow and the patch still ``patched`` (``PinnedSpec.workflow_rev``;
+# v2/ predates it and replays the revision-2 branches): no command depends on a ``workflow.now()``
+# difference.
+V3 = HISTORIES / "v3"
+FILES = sorted(HISTORIES.glob("*.json")) + sorted(V2.glob("*.json")) + sorted(V3.glob("*.json"))
 RETIRED = sorted(V1.glob("*.json"))
 EXPECTED = {"tools", "approvals", "interrupt", "continue_as_new", "continue_as_new_first"}
 
@@ -67,7 +71,7 @@ def _ids(paths: list[Path]) -> list[str]:
 
 
 def test_every_scenario_is_stored_and_small():
-    for folder in (HISTORIES, V2, V1):
+    for folder in (HISTORIES, V2, V3, V1):
         names = {p.stem for p in folder.glob("*.json")}
         assert EXPECTED <= names, f"missing histories in {folder}: {EXPECTED - names}"
     for p in FILES + RETIRED:
@@ -91,7 +95,7 @@ async def test_a_history_recorded_before_the_v2_patch_is_no_longer_accepted(path
     assert report.failure_type == "NondeterminismError"
 
 
-@pytest.mark.parametrize("folder", [HISTORIES, V2, V1], ids=["current", "v2", "v1"])
+@pytest.mark.parametrize("folder", [HISTORIES, V2, V3, V1], ids=["current", "v2", "v3", "v1"])
 async def test_the_continue_as_new_chain_is_stored_as_two_executions(folder: Path):
     first = load_history_file(folder / "continue_as_new_first.json")
     last = load_history_file(folder / "continue_as_new.json")
@@ -153,3 +157,21 @@ def test_cli_replay_needs_a_run_or_a_file(tmp_path: Path):
     res = CliRunner().invoke(app, ["replay", "--file", str(bad)])
     assert res.exit_code == 2
     assert "not a workflow history" in res.output
+
+
+def _pinned_rev(path: Path) -> int:
+    """``PinnedSpec.workflow_rev`` as ``spec.resolve`` recorded it (0 when absent)."""
+    for e in load_history_file(path).events:
+        if e.HasField("activity_task_completed_event_attributes"):
+            data = json.loads(e.activity_task_completed_event_attributes.result.payloads[0].data)
+            if "spec_hash" in data:
+                return data.get("workflow_rev", 0)
+    raise AssertionError(f"{path}: no spec.resolve result")
+
+
+def test_the_workflow_revision_is_recorded_in_history():
+    """Revision 3's branches are chosen from a value in history, not from a marker."""
+    assert _pinned_rev(HISTORIES / "tools.json") == WORKFLOW_REV == 3
+    assert _pinned_rev(V3 / "tools.json") == 3
+    assert _pinned_rev(V2 / "tools.json") == 0
+    assert _pinned_rev(V1 / "tools.json") == 0
