@@ -20,6 +20,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.contrib.pydantic import pydantic_data_converter
 
+from activities.contracts import SEARCH_ATTRIBUTES
 from tests.harness import Harness
 from tests.integration.test_cli import _env, agentctl
 from tests.integration.test_people import GATED, deployed
@@ -270,15 +271,7 @@ async def test_a_bare_client_run_gets_search_attributes_and_is_listed(
             k: v
             for k, v in desc.raw_description.workflow_execution_info.search_attributes.indexed_fields.items()
         }
-        for name in (
-            "AgentName",
-            "TenantId",
-            "PrincipalId",
-            "AgentStatus",
-            "TotalTokens",
-            "CostUsd",
-            "SpecHash",
-        ):
+        for name in SEARCH_ATTRIBUTES:
             assert name in sa, f"{name} not set on a bare-client run"
         query = (
             f"WorkflowId = '{handle.id}' AND AgentName = 'default' AND AgentStatus = 'completed'"
