@@ -15,6 +15,7 @@ from typing import Any
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 
+import workflows.render as render
 from activities.contracts import (
     CallModelInput,
     CountTokensInput,
@@ -25,7 +26,6 @@ from activities.contracts import (
     ToolInfo,
 )
 from activities.spec import PinnedSpec
-from workflows import render
 from workflows.models import RunRequest
 from workflows.policy import parse_arguments
 

@@ -22,13 +22,17 @@ from temporalio import workflow
 from temporalio.common import RawValue
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
+# Every import of this module passes through the sandbox, which re-imports this module for each run.
+# ``import workflows.x as x``, never ``from workflows import x``: the sandbox checks the name given
+# to ``import``, so the ``from`` form would load module ``x`` afresh inside the sandbox every run.
 with workflow.unsafe.imports_passed_through():
+    import workflows.activity_options as options
+    import workflows.state as state
+    import workflows.turn as turn
     from activities.contracts import ERR_MODEL_OUTPUT_INVALID, ModelReply
     from activities.model import ModelActivities
     from activities.runtime import RuntimeActivities
     from activities.spec import PinnedSpec
-    from workflows import activity_options as options
-    from workflows import state, turn
     from workflows.compacting import Compacting
     from workflows.handlers import RunHandlers
     from workflows.held import WORKFLOW_REV

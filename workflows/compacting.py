@@ -14,11 +14,11 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
+    import workflows.activity_options as options
+    import workflows.turn as turn
     from activities.model import ModelActivities
     from activities.spec import PinnedSpec
     from activities.tokens import count_tokens
-    from workflows import activity_options as options
-    from workflows import turn
     from workflows.compaction import (
         CompactionPlan,
         plan_compaction,

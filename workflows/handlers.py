@@ -17,7 +17,8 @@ from temporalio.exceptions import ApplicationError
 with workflow.unsafe.imports_passed_through():
     from pydantic import BaseModel
 
-    from workflows import state, turn
+    import workflows.state as state
+    import workflows.turn as turn
     from workflows.held import HeldDecisions
     from workflows.inbound import Invalid, decode
     from workflows.models import (

@@ -10,7 +10,7 @@ from typing import Any
 
 from temporalio.common import SearchAttributeKey, SearchAttributePair
 
-from workflows import render
+import workflows.render as render
 from workflows.models import IgnoredSignal, RunData, RunResult, RunState, RunStatus
 
 SA_AGENT = SearchAttributeKey.for_keyword("AgentName")

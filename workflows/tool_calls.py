@@ -16,11 +16,11 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
+    import workflows.activity_options as options
+    import workflows.turn as turn
     from activities.contracts import ToolCallRequest, ToolInfo, ToolOutcome
     from activities.runtime import RuntimeActivities
     from activities.spec import PinnedSpec
-    from workflows import activity_options as options
-    from workflows import turn
     from workflows.models import (
         Decision,
         PendingApproval,
