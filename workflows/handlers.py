@@ -1,8 +1,9 @@
 """Signals, the ``decide`` update and the queries of ``AgentRun`` (CONTRACT.md), as a mixin.
 
-Every payload arrives as a :class:`RawValue` and is decoded by :mod:`workflows.inbound`: an invalid
-signal is recorded in ``state.ignored_signals`` with why, an invalid update is refused by its
-validator. Handlers only change the run state (:class:`workflows.models.RunData`); the loop in
+Handlers take ``*args`` (any number of payloads, each plain JSON data) and decode them with
+:mod:`workflows.inbound`: an invalid signal is recorded in ``state.ignored_signals`` with why, an
+invalid update is refused by its validator; nothing a client sends can fail a workflow task.
+Handlers only change the run state (:class:`workflows.models.RunData`); the loop in
 :mod:`workflows.agent_run` acts on it.
 """
 
@@ -11,7 +12,6 @@ from __future__ import annotations
 from typing import Any, TypeVar
 
 from temporalio import workflow
-from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
@@ -20,7 +20,7 @@ with workflow.unsafe.imports_passed_through():
     import workflows.state as state
     import workflows.turn as turn
     from workflows.held import HeldDecisions
-    from workflows.inbound import Invalid, decode
+    from workflows.inbound import Invalid, decode_args
     from workflows.models import (
         ApproveSignal,
         DecideResult,
@@ -64,9 +64,9 @@ class RunHandlers(HeldDecisions):
         )
         workflow.logger.info("signal ignored", extra={"signal": signal, "why": reason})
 
-    def _payload(self, raw: Any, model: type[M], signal: str) -> M | None:
+    def _payload(self, args: tuple[Any, ...], model: type[M], signal: str) -> M | None:
         """Decode a signal's payload; an invalid one is recorded as ignored (returns None)."""
-        got = decode(raw, model, f"signal {signal}")
+        got = decode_args(args, model, f"signal {signal}")
         if isinstance(got, Invalid):
             self._ignore(signal, got.principal_id, got.problem, got.tool_call_id)
             return None
@@ -118,16 +118,16 @@ class RunHandlers(HeldDecisions):
         )
 
     @workflow.signal(name="approve")
-    def approve(self, raw: RawValue = None) -> None:  # type: ignore[assignment]
+    def approve(self, *args: Any) -> None:
         """Approve a waiting tool call (optionally with edited arguments): :class:`ApproveSignal`."""
-        sig = self._payload(raw, ApproveSignal, "approve")
+        sig = self._payload(args, ApproveSignal, "approve")
         if sig is not None and not self._park(sig):
             self._signal_decision(sig)
 
     @workflow.signal(name="reject")
-    def reject(self, raw: RawValue = None) -> None:  # type: ignore[assignment]
+    def reject(self, *args: Any) -> None:
         """Reject a waiting tool call; the model is told why: :class:`RejectSignal`."""
-        sig = self._payload(raw, RejectSignal, "reject")
+        sig = self._payload(args, RejectSignal, "reject")
         if sig is not None and not self._park(sig):
             self._signal_decision(sig)
 
@@ -144,9 +144,9 @@ class RunHandlers(HeldDecisions):
             self._record(sig.tool_call_id, "reject", sig.principal_id, None, sig.reason, "signal")
 
     @workflow.update(name="decide")
-    def decide(self, raw: RawValue = None) -> DecideResult:  # type: ignore[assignment]
+    def decide(self, *args: Any) -> DecideResult:
         """Approve or reject a waiting tool call, synchronously: :class:`DecideUpdate`."""
-        upd = decode(raw, DecideUpdate, "update decide")
+        upd = decode_args(args, DecideUpdate, "update decide")
         if isinstance(upd, Invalid):  # refused by the validator before it gets here
             raise ApplicationError(upd.problem, type="InvalidPayload", non_retryable=True)
         self._record(
@@ -160,8 +160,8 @@ class RunHandlers(HeldDecisions):
         return DecideResult(tool_call_id=upd.tool_call_id, decision=upd.decision)
 
     @decide.validator
-    def _validate_decide(self, raw: RawValue = None) -> None:  # type: ignore[assignment]
-        upd = decode(raw, DecideUpdate, "update decide")
+    def _validate_decide(self, *args: Any) -> None:
+        upd = decode_args(args, DecideUpdate, "update decide")
         if isinstance(upd, Invalid):
             raise ValueError(upd.problem)
         if upd.tool_call_id in self._s.unconfirmed:
@@ -173,9 +173,9 @@ class RunHandlers(HeldDecisions):
             raise ValueError(problem)
 
     @workflow.signal(name="interrupt")
-    def interrupt(self, raw: RawValue = None) -> None:  # type: ignore[assignment]
+    def interrupt(self, *args: Any) -> None:
         """Stop at the next safe point; in-flight activities are cancelled: :class:`InterruptSignal`."""
-        sig = self._payload(raw, InterruptSignal, "interrupt")
+        sig = self._payload(args, InterruptSignal, "interrupt")
         if sig is None:
             return
         if self._s.interrupt is None:
@@ -184,9 +184,9 @@ class RunHandlers(HeldDecisions):
             self._ignore("interrupt", sig.principal_id, "already interrupted")
 
     @workflow.signal(name="pause")
-    def pause(self, raw: RawValue = None) -> None:  # type: ignore[assignment]
+    def pause(self, *args: Any) -> None:
         """Hold the run before its next step: :class:`PrincipalSignal`."""
-        sig = self._payload(raw, PrincipalSignal, "pause")
+        sig = self._payload(args, PrincipalSignal, "pause")
         if sig is None:
             return
         if self._s.paused:
@@ -194,9 +194,9 @@ class RunHandlers(HeldDecisions):
         self._s.paused = True
 
     @workflow.signal(name="resume")
-    def resume(self, raw: RawValue = None) -> None:  # type: ignore[assignment]
+    def resume(self, *args: Any) -> None:
         """Let a paused run go on: :class:`PrincipalSignal`."""
-        sig = self._payload(raw, PrincipalSignal, "resume")
+        sig = self._payload(args, PrincipalSignal, "resume")
         if sig is None:
             return
         s = self._s
@@ -209,16 +209,16 @@ class RunHandlers(HeldDecisions):
         s.budget_paused = False
 
     @workflow.signal(name="send_message")
-    def send_message(self, raw: RawValue = None) -> None:  # type: ignore[assignment]
+    def send_message(self, *args: Any) -> None:
         """Add a user message (steering, or a conversation's next turn): :class:`MessageSignal`."""
-        sig = self._payload(raw, MessageSignal, "send_message")
+        sig = self._payload(args, MessageSignal, "send_message")
         if sig is not None:
             self._s.inbox.append(sig)
 
     @workflow.signal(name="raise_budget")
-    def raise_budget(self, raw: RawValue = None) -> None:  # type: ignore[assignment]
+    def raise_budget(self, *args: Any) -> None:
         """Set new budget totals; a run paused on its budget goes on if now under it."""
-        sig = self._payload(raw, RaiseBudgetSignal, "raise_budget")
+        sig = self._payload(args, RaiseBudgetSignal, "raise_budget")
         if sig is None:
             return
         s = self._s

@@ -1,14 +1,14 @@
 """Defensive decoding of what clients send: the start input, signal and update payloads.
 
-Every entry point of ``AgentRun`` takes its payload as a :class:`temporalio.common.RawValue` and
-decodes it here, so a payload that is missing, ``null``, of the wrong type or invalid never fails a
-workflow task (the SDK would otherwise fail the task on every attempt and the run would wedge).
-The caller turns the returned problem into the right outcome: a failed run (start input), an
-ignored signal (``state.ignored_signals``) or a refused update (CONTRACT.md, "Any Temporal client
-is a first-class client").
-
-Valid payloads decode exactly as before (``from_payload`` with the model as type hint, through the
-worker's payload converter), so stored histories replay unchanged.
+The start input arrives as a :class:`temporalio.common.RawValue` (decoded here, so bytes of any
+encoding end the run cleanly); signals and the update take ``*args`` (so no count of payloads
+fails the workflow task) whose payloads the SDK decodes as plain JSON data. Either way the
+payload is validated here, so one that is missing, ``null``, of the wrong type or invalid never
+fails a workflow task (the SDK would otherwise fail the task on every attempt and the run would
+wedge). The caller turns the returned problem into the right outcome: a failed run (start input),
+an ignored signal (``state.ignored_signals``) or a refused update (CONTRACT.md, "Any Temporal
+client is a first-class client"). Valid payloads decode to the same models as before, so stored
+histories replay unchanged.
 """
 
 from __future__ import annotations
@@ -64,7 +64,23 @@ def decode(raw: Any, model: type[M], what: str) -> M | Invalid:
     return value
 
 
+def decode_args(args: tuple[Any, ...], model: type[M], what: str) -> M | Invalid:
+    """:func:`decode` for a handler declared ``(*args)``: exactly one payload is expected.
+
+    Signals and the update take ``*args`` so that no count of payloads a client sends can fail
+    the workflow task (a fixed parameter list raises ``TypeError`` on a second payload); the SDK
+    then decodes each payload as plain JSON data, and drops a signal whose bytes are not JSON.
+    """
+    if len(args) > 1:
+        return _invalid(what, model, f"{len(args)} payloads, not one", args[0])
+    if args and args[0] is None:
+        return _invalid(what, model, "is null", None)
+    return decode(args[0] if args else None, model, what)
+
+
 def _validate_plain(raw: Any, model: type[M], what: str) -> M | Invalid:
+    if not isinstance(raw, dict):
+        return _invalid(what, model, f"is {_kind(raw)}", raw)
     try:
         return model.model_validate(raw)
     except ValidationError as e:

@@ -78,6 +78,16 @@ def _wid() -> str:
 NO_INPUT = object()
 
 
+class Several(tuple):
+    """More than one payload for one signal or update."""
+
+
+def _args(payload: Any) -> list[Any]:
+    if payload is NO_INPUT:
+        return []
+    return list(payload) if isinstance(payload, Several) else [payload]
+
+
 @pytest.mark.parametrize(
     "payload, says",
     [
@@ -135,15 +145,20 @@ BAD_SIGNALS: list[tuple[str, Any, str]] = [
     ("approve", NO_INPUT, "signal approve: no payload"),
     ("approve", None, "signal approve: invalid payload (is null)"),
     ("approve", {}, "tool_call_id: Field required"),
-    ("approve", "call_d", "payload: Input should be an object"),
+    ("approve", "call_d", "signal approve: invalid payload (is a str, not an object)"),
     ("approve", {"tool_call_id": 5, "principal_id": "alice"}, "tool_call_id: Input should be"),
     ("reject", None, "signal reject: invalid payload"),
-    ("pause", [1, 2], "signal pause: invalid payload"),
+    ("pause", [1, 2], "signal pause: invalid payload (is a list, not an object)"),
     ("resume", None, "signal resume: invalid payload"),
     ("interrupt", 123, "signal interrupt: invalid payload"),
     ("send_message", None, "signal send_message: invalid payload"),
     ("send_message", {"content": None}, "content: Input should be a valid string"),
     ("raise_budget", {"max_total_tokens": "lots"}, "max_total_tokens"),
+    (
+        "approve",
+        Several([{"tool_call_id": "call_d", "principal_id": "alice"}, {"extra": 1}]),
+        "signal approve: invalid payload (2 payloads, not one)",
+    ),
 ]
 
 
@@ -156,7 +171,7 @@ async def test_bad_signals_are_ignored_with_why_and_a_valid_approval_still_works
         )
         await until(handle, lambda s: s.status == "awaiting_approval")
         for name, payload, _ in BAD_SIGNALS:
-            await handle.signal(name, *([] if payload is NO_INPUT else [payload]))
+            await handle.signal(name, args=_args(payload))
         st = await until(handle, lambda s: len(s.ignored_signals) == len(BAD_SIGNALS))
         assert st.status == "awaiting_approval" and not st.paused
         for (name, _, says), ignored in zip(BAD_SIGNALS, st.ignored_signals, strict=True):
@@ -181,9 +196,13 @@ async def test_bad_signals_are_ignored_with_why_and_a_valid_approval_still_works
         (None, "update decide: invalid payload (is null)"),
         ({"tool_call_id": "call_d"}, "decision: Field required"),
         ({"tool_call_id": "call_d", "decision": "maybe"}, "decision: Input should be"),
-        ("approve", "payload: Input should be an object"),
+        ("approve", "update decide: invalid payload (is a str, not an object)"),
+        (
+            Several([{"tool_call_id": "call_d", "decision": "approve"}, "x"]),
+            "update decide: invalid payload (2 payloads, not one)",
+        ),
     ],
-    ids=["no-input", "null", "no-decision", "bad-decision", "string"],
+    ids=["no-input", "null", "no-decision", "bad-decision", "string", "two-payloads"],
 )
 async def test_decide_refuses_a_bad_payload_and_a_good_one_still_works(
     bare: Client, client: Client, tmp_path: Path, payload: Any, says: str
@@ -194,7 +213,7 @@ async def test_decide_refuses_a_bad_payload_and_a_good_one_still_works(
         )
         await until(handle, lambda s: s.status == "awaiting_approval")
         with pytest.raises(WorkflowUpdateFailedError) as err:
-            await handle.execute_update("decide", *([] if payload is NO_INPUT else [payload]))
+            await handle.execute_update("decide", args=_args(payload))
         assert says in str(err.value.cause)
         st = RunState.model_validate(await handle.query("state"))
         assert st.status == "awaiting_approval" and st.decisions == []
