@@ -1,10 +1,10 @@
 """Every activity the run schedules: its input and its options, built in one place from the pinned spec.
 
-Each function returns ``(activity, input, options)`` for ``workflow.execute_activity`` /
-``execute_activity_method``; the activities are referenced by their definitions (stable names
-``spec.resolve``, ``model.complete``, ``tool.invoke``, ``tokens.count``), so the result type and
-the name come from the activity itself. Timeouts are seconds of the spec; heartbeat timeouts let a
-dead worker cost seconds, not minutes (shared/notes/temporal.md).
+Each function returns ``(input, options)`` for ``workflow.execute_activity`` with the activity's
+declaration in :mod:`activities.interfaces` (stable names ``spec.resolve``, ``model.complete``,
+``tool.invoke``, ``tokens.count``; the result type comes from the declaration). Timeouts are
+seconds of the spec; heartbeat timeouts let a dead worker cost seconds, not minutes
+(shared/notes/temporal.md).
 """
 
 from __future__ import annotations
@@ -120,6 +120,7 @@ def tool_call(
         tenant_id=req.tenant_id,
         principal_id=req.principal_id,
         secrets=spec.secrets,
+        mcp=info.mcp if info else None,
     )
     shown = arguments if isinstance(arguments, dict) else parse_arguments(arguments) or arguments
     options: dict[str, Any] = {

@@ -30,8 +30,7 @@ with workflow.unsafe.imports_passed_through():
     import workflows.state as state
     import workflows.turn as turn
     from activities.contracts import ERR_MODEL_OUTPUT_INVALID, ModelReply
-    from activities.model import ModelActivities
-    from activities.runtime import RuntimeActivities
+    from activities.interfaces import model_complete, spec_resolve
     from activities.spec import PinnedSpec
     from workflows.compacting import Compacting
     from workflows.handlers import RunHandlers
@@ -111,9 +110,7 @@ class AgentRun(ToolCalls, Compacting, RunHandlers):
     async def _start(self, req: RunRequest) -> None:
         inp, opts = options.resolve_spec(req, WORKFLOW_REV)
         try:
-            pinned = await workflow.execute_activity_method(
-                RuntimeActivities.resolve_spec, inp, **opts
-            )
+            pinned = await workflow.execute_activity(spec_resolve, inp, **opts)
         except ActivityError as e:
             raise Stop("failed", "invalid agent spec", error=cause_message(e)) from None
         s = self._s
@@ -223,9 +220,7 @@ class AgentRun(ToolCalls, Compacting, RunHandlers):
         inp, opts = options.model_step(pinned, self._req(), s.turn, s.messages)
         self._emit("model_started", model=inp.model)
         try:
-            reply = await self._race(
-                lambda: workflow.execute_activity_method(ModelActivities.complete, inp, **opts)
-            )
+            reply = await self._race(lambda: workflow.execute_activity(model_complete, inp, **opts))
         except ActivityError as e:
             cause = e.cause
             if not (isinstance(cause, ApplicationError) and cause.type == ERR_MODEL_OUTPUT_INVALID):

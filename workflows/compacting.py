@@ -16,9 +16,8 @@ from temporalio.exceptions import ActivityError
 with workflow.unsafe.imports_passed_through():
     import workflows.activity_options as options
     import workflows.turn as turn
-    from activities.model import ModelActivities
+    from activities.interfaces import model_complete, tokens_count
     from activities.spec import PinnedSpec
-    from activities.tokens import count_tokens
     from workflows.compaction import (
         CompactionPlan,
         plan_compaction,
@@ -59,7 +58,7 @@ class Compacting:
         known, tools_known = s.token_counts, s.tools_tokens
         new = s.messages[len(known) :]
         inp, opts = options.count_tokens(pinned, new, tools_known is None, len(s.messages))
-        counts = await workflow.execute_activity(count_tokens, inp, **opts)
+        counts = await workflow.execute_activity(tokens_count, inp, **opts)
         s.token_counts = known + counts.per_message
         s.tools_tokens = counts.tools if tools_known is None else tools_known
         try:
@@ -110,7 +109,7 @@ class Compacting:
             self._pinned(), self._req(), s.turn, summary_request(dropped), summary_of=len(dropped)
         )
         try:
-            reply = await workflow.execute_activity_method(ModelActivities.complete, inp, **opts)
+            reply = await workflow.execute_activity(model_complete, inp, **opts)
         except ActivityError:
             return None
         s.usage = s.usage.add(reply.usage)

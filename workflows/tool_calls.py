@@ -19,7 +19,7 @@ with workflow.unsafe.imports_passed_through():
     import workflows.activity_options as options
     import workflows.turn as turn
     from activities.contracts import ToolCallRequest, ToolInfo, ToolOutcome
-    from activities.runtime import RuntimeActivities
+    from activities.interfaces import tool_invoke
     from activities.spec import PinnedSpec
     from workflows.models import (
         Decision,
@@ -177,7 +177,7 @@ class ToolCalls:
         )
         self._emit("tool_started", tool_call_id=call.id, name=call.name, arguments=arguments)
         try:
-            out = await workflow.execute_activity_method(RuntimeActivities.invoke_tool, inp, **opts)
+            out = await workflow.execute_activity(tool_invoke, inp, **opts)
         except ActivityError as e:
             msg = cause_message(e)
             settled = turn.settle_failure(
