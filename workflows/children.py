@@ -5,9 +5,10 @@ is plain functions, tested without a server; :class:`Children` is a mixin of
 :class:`workflows.agent_run.AgentRun` that starts the child workflow and waits for it.
 
 * The child's workflow id is ``<parent id>.<NAME>-<n>`` (``n`` counts this parent's children of
-  that agent, carried through continue-as-new), its search attribute ``ParentRunId`` is the
-  parent's workflow id; it inherits the parent's tenant, principal and spec file, and resolves
-  and pins its own spec when it starts.
+  that agent, carried through continue-as-new). Temporal sets its system search attributes
+  ``ParentWorkflowId`` (the parent's workflow id) and ``ParentRunId`` (the parent's run id); a
+  run may not set them itself. It inherits the parent's tenant, principal and spec file, and
+  resolves and pins its own spec when it starts.
 * Budget: each child gets an even share of what is left of the parent's token and cost budget
   (among the children started in the same turn) as its own limits, so a child that would exceed
   it stops ``budget_exceeded``; its usage is added to the parent's when it ends.
@@ -22,7 +23,7 @@ is plain functions, tested without a server; :class:`Children` is a mixin of
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from temporalio import workflow
@@ -34,10 +35,14 @@ with workflow.unsafe.imports_passed_through():
 
     import workflows.render as render
     from activities.contracts import ToolCallRequest, ToolInfo, Usage
+    from workflows.inbound import Invalid, decode_args
     from workflows.models import (
+        ApproveSignal,
         ChildRecord,
+        DecideUpdate,
         LimitsOverride,
         PendingApproval,
+        RejectSignal,
         RunRequest,
         RunResult,
         ToolCallRecord,
@@ -48,6 +53,8 @@ if TYPE_CHECKING:
     from workflows.models import RunData
 
 SA_PARENT_RUN = SearchAttributeKey.for_keyword("ParentRunId")
+"""Temporal's own (system) search attribute of a child workflow: its parent's run id; with
+``ParentWorkflowId`` (the parent's workflow id) the server sets both, a run cannot."""
 CHILD_APPROVALS_SIGNAL = "child_approvals"
 """Signal a child sends its parent whenever the calls it waits on change (:class:`ChildApprovals`)."""
 ANSWER_CHARS = 16_000
@@ -136,6 +143,25 @@ def child_holding(children: dict[str, list[PendingApproval]], tool_call_id: str)
     return None
 
 
+def children_markdown(children: list[ChildRecord], lineage: list[str]) -> str:
+    """Web UI details: the run's child runs (id, agent, status, tokens) and its handoffs."""
+    lines: list[str] = []
+    if lineage:
+        lines += ["", "**Agents (handoffs):** " + " → ".join(f"`{a}`" for a in lineage)]
+    if children:
+        lines += [
+            "",
+            "**Sub-agents:**",
+            "",
+            "| run | agent | status | tokens |",
+            "|---|---|---|---|",
+        ]
+        lines += [
+            f"| `{c.run_id}` | {c.agent} | {c.status} | {c.usage.total_tokens} |" for c in children
+        ]
+    return "\n".join(lines) + ("\n" if lines else "")
+
+
 # ------------------------------------------------------------------ in the workflow
 
 
@@ -146,6 +172,89 @@ class Children:
     _req: Callable[[], RunRequest]
     _emit: Callable[..., None]
     _publish: Callable[[], None]
+    _ask_share: int = 1
+    _ask_handoff: Callable[[ToolCallRecord, str], str]
+    _ignore: Callable[..., None]
+
+    async def _invoke_agent(
+        self, call: ToolCallRequest, rec: ToolCallRecord, info: ToolInfo
+    ) -> str:
+        """An ``ask_*`` or ``handoff_to_*`` call: a child run, or a handoff noted for the turn's end."""
+        agent = info.agent or info.name
+        self._emit("tool_started", tool_call_id=call.id, name=call.name, arguments=rec.arguments)
+        if info.kind == "handoff":
+            text = self._ask_handoff(rec, agent)
+        else:
+            text = await self._ask_child(call, rec, info, self._ask_share)
+        self._emit(
+            "tool_finished",
+            tool_call_id=rec.id,
+            name=rec.name,
+            arguments=rec.arguments,
+            status=rec.status,
+            duration_ms=rec.duration_ms,
+            result=text,
+        )
+        return text
+
+    # ---- approvals of children
+
+    def _report_approvals(self) -> None:
+        """A child run tells its parent the calls it waits on now (no-op for a top-level run)."""
+        info = workflow.info()
+        if info.parent is None:
+            return
+        payload = ChildApprovals(run_id=info.workflow_id, pending=list(self._s.pending.values()))
+        handle = workflow.get_external_workflow_handle(info.parent.workflow_id)
+        asyncio.ensure_future(_quietly(handle.signal(CHILD_APPROVALS_SIGNAL, payload)))
+
+    @workflow.signal(name=CHILD_APPROVALS_SIGNAL)
+    def child_approvals(self, *args: Any) -> None:
+        """A child's pending approvals (:class:`ChildApprovals`), shown in this run's state."""
+        got = decode_args(args, ChildApprovals, f"signal {CHILD_APPROVALS_SIGNAL}")
+        if isinstance(got, Invalid):
+            self._ignore(CHILD_APPROVALS_SIGNAL, got.principal_id, got.problem)
+            return
+        if not any(c.run_id == got.run_id and c.status == "running" for c in self._s.children):
+            self._ignore(CHILD_APPROVALS_SIGNAL, "system", f"{got.run_id} is no running child")
+            return
+        if got.pending:
+            self._s.child_pending[got.run_id] = got.pending
+        else:
+            self._s.child_pending.pop(got.run_id, None)
+        self._publish()
+
+    def _child_of_call(self, tool_call_id: str) -> str | None:
+        """The child run waiting on ``tool_call_id`` (None: not a child's call)."""
+        return child_holding(self._s.child_pending, tool_call_id)
+
+    def _forward_decision(
+        self, sig: ApproveSignal | RejectSignal | DecideUpdate, run_id: str
+    ) -> None:
+        """Send a decision for a child's call on to the child (as a signal); the child checks it."""
+        if isinstance(sig, DecideUpdate):
+            name = sig.decision
+            if sig.decision == "approve":
+                payload: BaseModel = ApproveSignal(
+                    tool_call_id=sig.tool_call_id,
+                    principal_id=sig.principal_id,
+                    arguments=sig.arguments,
+                    comment=sig.comment,
+                )
+            else:
+                payload = RejectSignal(
+                    tool_call_id=sig.tool_call_id,
+                    principal_id=sig.principal_id,
+                    reason=sig.reason or sig.comment or "rejected",
+                )
+        else:
+            name = "approve" if isinstance(sig, ApproveSignal) else "reject"
+            payload = sig
+        self._emit(
+            "decision_forwarded", run_id=run_id, tool_call_id=sig.tool_call_id, decision=name
+        )
+        handle = workflow.get_external_workflow_handle(run_id)
+        asyncio.ensure_future(_quietly(handle.signal(name, payload)))
 
     async def _ask_child(
         self, call: ToolCallRequest, rec: ToolCallRecord, info: ToolInfo, share: int
@@ -227,6 +336,13 @@ class Children:
             SearchAttributeKey.for_keyword("AgentName").value_set(child.agent),
             SearchAttributeKey.for_keyword("TenantId").value_set(child.tenant_id),
             SearchAttributeKey.for_keyword("PrincipalId").value_set(child.principal_id),
-            SA_PARENT_RUN.value_set(workflow.info().workflow_id),
         ]
         return TypedSearchAttributes(pairs)
+
+
+async def _quietly(send: Awaitable[None]) -> None:
+    """Await a signal to another run; one that cannot be delivered (the run ended) is logged."""
+    try:
+        await send
+    except Exception as e:  # the other run closed meanwhile: nothing to deliver to
+        workflow.logger.info("signal to another run not delivered", extra={"error": str(e)})

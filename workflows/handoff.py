@@ -17,7 +17,7 @@ from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     import workflows.activity_options as options
-    from activities.runtime import RuntimeActivities
+    from activities.interfaces import spec_resolve
     from activities.spec import Limits, PinnedSpec
     from workflows.models import RunRequest, ToolCallRecord
     from workflows.tool_calls import Stop, cause_message
@@ -73,9 +73,7 @@ class Handoffs:
         req = self._req().model_copy(update={"agent": agent})
         inp, opts = options.resolve_spec(req, old.workflow_rev)
         try:
-            pinned = await workflow.execute_activity_method(
-                RuntimeActivities.resolve_spec, inp, **opts
-            )
+            pinned = await workflow.execute_activity(spec_resolve, inp, **opts)
         except ActivityError as e:
             raise Stop("failed", f"handoff to {agent} failed", error=cause_message(e)) from None
         if not s.lineage:

@@ -378,3 +378,22 @@ def reflection_request(view: PlanView) -> str:
         "Write the final answer to the task from these results. End with a short paragraph "
         "'What was learned:' noting what worked and what did not."
     )
+
+
+def plan_markdown(view: PlanView | None) -> str:
+    """Web UI details: the plan as a graph (each step, what it waits for, its status)."""
+    if view is None:
+        return ""
+    lines = [
+        "",
+        f"**Plan** ({view.phase}, replans: {view.replans}):",
+        "",
+        "| step | by | after | status | goal |",
+        "|---|---|---|---|---|",
+    ]
+    for s in view.steps:
+        by = f"agent {s.agent}" if s.agent else f"tool {s.tool}"
+        after = ", ".join(s.depends_on) or "-"
+        goal = " ".join(s.goal.split())[:80]
+        lines.append(f"| {s.id} | {by} | {after} | {s.status} | {goal} |")
+    return "\n".join(lines) + "\n"

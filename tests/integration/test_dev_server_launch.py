@@ -48,7 +48,6 @@ EXPECTED_TYPES = {
     "CostUsd": IndexedValueType.INDEXED_VALUE_TYPE_DOUBLE,
     "SpecHash": IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD,
     "ForkParentRunId": IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD,
-    "ParentRunId": IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD,
 }
 
 

@@ -22,7 +22,6 @@ from workers.testing.scripted_model import (
     tool_call,
     tool_calls,
 )
-from workflows.children import SA_PARENT_RUN
 from workflows.models import RunResult, RunState
 from workflows.state import SA_PRINCIPAL, SA_TENANT
 
@@ -133,7 +132,7 @@ async def test_parent_asks_two_subagents_in_one_turn(client: Client, tmp_path: P
     reader = kids["reader"]
     assert reader.agent == "reader" and reader.status == "completed"
     sa = described.typed_search_attributes
-    assert sa.get(SA_PARENT_RUN) == handle.id
+    assert described.parent_id == handle.id  # Temporal's ParentWorkflowId / ParentRunId
     assert (sa.get(SA_TENANT), sa.get(SA_PRINCIPAL)) == ("acme", "bob")
 
 

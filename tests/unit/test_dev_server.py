@@ -38,7 +38,6 @@ EXPECTED_ATTRS = {
     "CostUsd": "Double",
     "SpecHash": "Keyword",
     "ForkParentRunId": "Keyword",
-    "ParentRunId": "Keyword",
 }
 
 
