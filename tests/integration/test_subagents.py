@@ -201,3 +201,29 @@ async def test_a_childs_approval_is_decided_through_the_parent(client: Client, t
     ]
     assert (h.workspace / "note.md").read_text() == "hello"
     assert after.pending_approvals == []
+
+
+async def test_a_child_counts_against_the_parents_budget(client: Client, tmp_path: Path):
+    wordy = tool_call("calculator", {"expression": "1+1"}, content="x" * 800)
+    model = ScriptedModel(
+        responder=by_agent(
+            {
+                "[boss]": after_tools(
+                    tool_call("ask_reader", {"task": "think hard"}), lambda r: text("never")
+                ),
+                "[reader]": after_tools(wordy, lambda r: text("never")),
+            }
+        )
+    )
+    async with Harness(client, tmp_path, model, agents=AGENTS) as h:
+        handle = await h.start("[boss] work", agent="boss", limits={"max_total_tokens": 150})
+        res = await asyncio.wait_for(handle.result(), timeout=60)
+        [kid] = res.children
+        child = await client.get_workflow_handle(kid.run_id, result_type=RunResult).result()
+        first = next(r for r in model.requests if "[boss]" in marker_of(r))
+    assert child.status == "budget_exceeded"
+    # the child's budget was what the parent had left after its first step
+    assert f"of a budget of {150 - usage_of(first)}" in child.stopped_reason
+    assert res.status == "budget_exceeded"
+    assert res.tool_calls[0].status == "error"
+    assert res.usage.total_tokens == sum(usage_of(r) for r in model.requests) > 150
