@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+from temporalio.contrib.workflow_streams import WorkflowStreamState
 
 from activities.contracts import Usage
 from activities.spec import PinnedSpec
@@ -248,6 +249,9 @@ class RunData(BaseModel):
     compactions: int = 0
     continued_runs: int = 0
     output: str | None = None
+    events: WorkflowStreamState | None = Field(
+        None, description="the event stream's retained items (workflows.events.RunEvents.carry)"
+    )
     # one execution only (not carried)
     req: RunRequest | None = Field(None, exclude=True)
     status: LiveStatus | RunStatus = Field("starting", exclude=True)
