@@ -34,6 +34,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.spec import PinnedSpec
     from workflows.children import Children
     from workflows.compacting import Compacting
+    from workflows.events import RunEvents
     from workflows.handlers import RunHandlers
     from workflows.handoff import Handoffs
     from workflows.held import WORKFLOW_REV
@@ -76,6 +77,9 @@ class AgentRun(ToolCalls, Compacting, RunHandlers, Children, Handoffs, Planning)
         now = workflow.now()
         self._s = RunData(started_at=now, sa_upserted_at=now)
         self._input = decode(raw, RunRequest, "start input")
+        carry = self._input.carry if isinstance(self._input, RunRequest) else None
+        # the run's event stream (workflows/events.py), carried through continue-as-new
+        self._events = RunEvents(carry.events if carry is not None else None)
         self._deadline: asyncio.Future[None] | None = None
         self._deadline_waited = 0.0
         self._deadline_waits = 0
@@ -94,7 +98,14 @@ class AgentRun(ToolCalls, Compacting, RunHandlers, Children, Handoffs, Planning)
         req = self._input
         if isinstance(req, Invalid):
             workflow.logger.warning("invalid start input", extra={"problem": req.problem})
-            return self._finish("failed", "invalid start input", error=req.problem)
+            result = self._finish("failed", "invalid start input", error=req.problem)
+        else:
+            result = await self._run(req)
+        # released stream subscribers finish in this run (no command, replay-safe)
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        return result
+
+    async def _run(self, req: RunRequest) -> RunResult:
         workflow.deprecate_patch(PATCH_V2)
         started_with_sa = workflow.info().typed_search_attributes.get(SA_AGENT) is not None
         try:
@@ -203,6 +214,7 @@ class AgentRun(ToolCalls, Compacting, RunHandlers, Children, Handoffs, Planning)
             self._after_tools(turn.after_tools(s, limits))
             await self._checkpoint()
             if self._should_continue_as_new():
+                self._events.detach()  # waiting subscribers follow to the next run
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 self._continue_as_new()
 
@@ -245,7 +257,7 @@ class AgentRun(ToolCalls, Compacting, RunHandlers, Children, Handoffs, Planning)
             )
             return None
         s.usage = s.usage.add(reply.usage)
-        self._emit("model_finished", model=reply.model or inp.model, usage=reply.usage, reply=reply)
+        self._emit("model_finished", reply=reply)
         # TotalTokens and CostUsd stay current in listings: each upsert is an event and a
         # visibility write on the server, so not one every turn.
         if self._rev3():  # by turns: a workflow.now() difference must not change commands
@@ -363,7 +375,9 @@ class AgentRun(ToolCalls, Compacting, RunHandlers, Children, Handoffs, Planning)
     def _continue_as_new(self) -> None:
         self._drop_parked()
         s = self._s
-        carry = s.model_copy(update={"continued_runs": s.continued_runs + 1})
+        carry = s.model_copy(
+            update={"continued_runs": s.continued_runs + 1, "events": self._events.carry()}
+        )
         workflow.continue_as_new(self._req().model_copy(update={"carry": carry}))
 
     def _finish(self, status: RunStatus, reason: str, error: str | None = None) -> RunResult:
@@ -385,11 +399,27 @@ class AgentRun(ToolCalls, Compacting, RunHandlers, Children, Handoffs, Planning)
         return result
 
     def _set_status(self, status: Any) -> None:
-        if status != self._s.status:
-            self._s.status = status
-            self._emit("status", status=status)
+        self._s.status = status
+        self._emit("status", status=status)  # RunEvents emits it only when it changed
+
+    def _emit(self, type: str, **fields: Any) -> None:
+        """One event of the run's stream (CONTRACT.md "Event stream"); creates no command."""
+        turn = self._s.turn
+        if type == "status":
+            self._events.status(turn, fields["status"])
+        elif type == "model_finished":
+            reply: ModelReply = fields["reply"]
+            usage = reply.usage.model_dump()
+            self._events.model_finished(
+                turn, reply.model, usage, reply.content, reply.streamed_chars
+            )
+        elif type == "run_finished":
+            self._events.finish(turn, fields["result"].model_dump(mode="json"))
+        else:
+            self._events.emit(type, turn, **fields)
 
     def _publish(self) -> None:
+        self._emit("status", status=self._s.status)
         details = state.details(self._s)
         if details is not None:
             workflow.set_current_details(details)

@@ -16,6 +16,7 @@ from temporalio.exceptions import ActivityError
 with workflow.unsafe.imports_passed_through():
     import workflows.activity_options as options
     import workflows.turn as turn
+    from activities.contracts import ModelReply
     from activities.interfaces import model_complete, tokens_count
     from activities.spec import PinnedSpec
     from workflows.compaction import (
@@ -33,6 +34,7 @@ class Compacting:
     _s: RunData
     _pinned: Callable[[], PinnedSpec]
     _req: Callable[[], RunRequest]
+    _emit: Callable[..., None]
 
     async def _maybe_compact(self) -> None:
         """Compact if needed, counting only messages not counted before.
@@ -108,9 +110,13 @@ class Compacting:
         inp, opts = options.model_step(
             self._pinned(), self._req(), s.turn, summary_request(dropped), summary_of=len(dropped)
         )
+        # the summary is a model step of the event stream too (its text deltas are bracketed)
+        self._emit("model_started", model=inp.model, purpose="summary")
         try:
             reply = await workflow.execute_activity(model_complete, inp, **opts)
         except ActivityError:
+            self._emit("model_finished", reply=ModelReply(model=inp.model))
             return None
+        self._emit("model_finished", reply=reply)
         s.usage = s.usage.add(reply.usage)
         return reply.content

@@ -115,7 +115,9 @@ class RunHandlers(HeldDecisions):
             "approval_decided",
             tool_call_id=tool_call_id,
             name=pending.name if pending else "",
-            arguments=arguments if arguments is not None else (pending and pending.arguments),
+            arguments=arguments
+            if arguments is not None
+            else (pending.arguments if pending else {}),
             decision=decision,
             principal_id=principal_id,
         )

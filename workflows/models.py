@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+from temporalio.contrib.workflow_streams import WorkflowStreamState
 
 from activities.contracts import Usage
 from activities.spec import PinnedSpec
@@ -301,6 +302,9 @@ class RunData(BaseModel):
     )
     lineage: list[str] = Field(default_factory=list, description="agents of the run (handoffs)")
     plan: PlanView | None = Field(None, description="plan mode: the plan and its steps' status")
+    events: WorkflowStreamState | None = Field(
+        None, description="the event stream's retained items (workflows.events.RunEvents.carry)"
+    )
     # one execution only (not carried)
     child_pending: dict[str, list[PendingApproval]] = Field(
         default_factory=dict, exclude=True, description="child run id -> calls it waits on"

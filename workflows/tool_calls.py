@@ -183,7 +183,7 @@ class ToolCalls:
         inp, opts = options.tool_call(
             self._pinned(), self._req(), self._s.turn, call, arguments, info
         )
-        self._emit("tool_started", tool_call_id=call.id, name=call.name, arguments=arguments)
+        self._emit("tool_started", tool_call_id=call.id, name=call.name, arguments=rec.arguments)
         try:
             out = await workflow.execute_activity(tool_invoke, inp, **opts)
         except ActivityError as e:

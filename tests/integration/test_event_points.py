@@ -72,7 +72,8 @@ async def test_every_event_of_the_contract_is_emitted_in_order(client: Client, t
     decided = next(e for e in emitted if e["type"] == "approval_decided")
     assert decided["decision"] == "approve" and decided["name"] == "deploy"
     statuses = [e["status"] for e in emitted if e["type"] == "status"]
-    assert statuses == ["running", "awaiting_approval", "running", "completed"]
+    changes = [st for i, st in enumerate(statuses) if i == 0 or st != statuses[i - 1]]
+    assert changes == ["running", "awaiting_approval", "running", "completed"]  # RunEvents dedups
     # the approved call runs after the decision; the answer ends the run
     assert types.index("approval_decided") < max(
         i for i, t in enumerate(types) if t == "tool_started"
