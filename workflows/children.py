@@ -321,7 +321,7 @@ class Children:
             run_id=record.run_id,
             agent=agent,
             status=result.status,
-            usage=result.usage,
+            usage=result.usage.model_dump(),
         )
         self._publish()
         if cancelled is not None:
