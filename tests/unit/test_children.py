@@ -9,6 +9,7 @@ from workflows.children import (
     child_limits,
     child_request,
     child_workflow_id,
+    children_markdown,
     task_of,
     with_child_approvals,
 )
@@ -73,3 +74,15 @@ def test_child_approvals_show_with_run_id_and_are_found():
     assert [(p.tool_call_id, p.run_id) for p in shown] == [("c1", None), ("k1", "p.writer-1")]
     assert child_holding(theirs, "k1") == "p.writer-1"
     assert child_holding(theirs, "c1") is None
+
+
+def test_children_markdown_lists_children_and_handoffs():
+    kids = [
+        ChildRecord(
+            run_id="p.reader-1", agent="reader", status="completed", usage=Usage(total_tokens=12)
+        )
+    ]
+    md = children_markdown(kids, ["triage", "reader"])
+    assert "| `p.reader-1` | reader | completed | 12 |" in md
+    assert "`triage` → `reader`" in md
+    assert children_markdown([], []) == ""

@@ -162,3 +162,11 @@ def test_planning_prompt_names_agents_tools_and_schema():
 def test_find_cycle_ignores_outside_ids():
     assert P.find_cycle({"a": ["x"], "b": ["a"]}) is None
     assert P.find_cycle({"a": ["b"], "b": ["c"], "c": ["a"]}) == ["a", "b", "c", "a"]
+
+
+def test_plan_markdown_shows_the_graph():
+    view = run(adopted(), "A")
+    md = P.plan_markdown(view)
+    assert "| A | agent reader | - | ok |" in md
+    assert "| D | agent writer | B, C | pending |" in md
+    assert P.plan_markdown(None) == ""
