@@ -112,6 +112,7 @@ class RuntimeActivities:
             call_id=req.call_id,
             tenant_id=req.tenant_id,
             principal_id=req.principal_id,
+            idempotency_key=f"{req.run_id}/{req.call_id}",  # run_id is the workflow id
         )  # the activity itself heartbeats while the tool runs (activities/heartbeat.py)
         started = time.perf_counter()
         try:

@@ -80,6 +80,13 @@ class ToolContext:
     ``workspace`` is the absolute root the workspace tools are confined to (made absolute and
     resolved on creation). ``heartbeat(*details)`` tells Temporal a long tool is still alive;
     it is a no-op outside an activity.
+
+    ``idempotency_key`` is ``<workflow id>/<tool_call_id>``: the same for every attempt of one
+    tool call (Temporal retries, a worker killed mid-call, continue-as-new) and different for
+    every other call. Temporal runs a call at least once, so a tool with side effects uses it to
+    apply them once: pass it to an API that deduplicates (an ``Idempotency-Key`` header), or wrap
+    the effect in :func:`activities.tools.ledger.run_once` as ``write_file`` does. It is ``""``
+    when the tool is called outside an activity.
     """
 
     workspace: Path
@@ -89,6 +96,7 @@ class ToolContext:
     tenant_id: str = "default"
     principal_id: str = "anonymous"
     heartbeat: Callable[..., None] = _no_heartbeat
+    idempotency_key: str = ""
 
     def __post_init__(self) -> None:
         self.workspace = Path(self.workspace).expanduser().resolve()
