@@ -7,7 +7,6 @@ Both read worker-side configuration (the tool registry, the spec file), so they 
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from pathlib import Path
 
@@ -24,24 +23,13 @@ from activities.contracts import (
     ToolOutcome,
 )
 from activities.heartbeat import await_with_heartbeats
+from activities.redaction import ALWAYS_SECRET, REDACTED, add_secret_names
 from activities.spec import PinnedSpec, SpecError, resolve_agent, spec_hash
 from activities.tools import REGISTRY, ToolContext, ToolRegistry, UnknownToolError
 
 log = structlog.get_logger("activities.runtime")
 
-REDACTED = "[REDACTED]"
-
-
-def redact(text: str, secret_env_names: list[str]) -> str:
-    """Replace the values of the named environment variables in ``text`` by ``[REDACTED]``.
-
-    Values shorter than 4 characters are left alone (they would match everywhere).
-    """
-    for name in secret_env_names:
-        value = os.environ.get(name)
-        if value and len(value) >= 4 and value in text:
-            text = text.replace(value, REDACTED)
-    return text
+__all__ = ["REDACTED", "RuntimeActivities"]
 
 
 class RuntimeActivities:
@@ -51,8 +39,12 @@ class RuntimeActivities:
         spec_file: default agent spec file (``AGENT_SPEC_FILE``).
         default_model: model used when a spec names none (``AGENT_MODEL``).
         registry: the tool registry (default: the process-wide one that ``@tool`` fills).
-        always_secret: environment variables always redacted from tool output
-            (by default ``OPENAI_API_KEY`` and ``TEMPORAL_API_KEY``).
+        always_secret: environment variables whose values are always secret (by default
+            ``OPENAI_API_KEY`` and ``TEMPORAL_API_KEY``), besides the spec's ``secrets:``.
+
+    Secrets are redacted from everything an activity returns, raises, heartbeats or logs by
+    :class:`activities.redaction.RedactingInterceptor`, which ``build_worker`` installs; tool
+    output is redacted before it is truncated (``ToolRegistry.invoke``).
     """
 
     def __init__(
@@ -60,12 +52,12 @@ class RuntimeActivities:
         spec_file: str,
         default_model: str,
         registry: ToolRegistry | None = None,
-        always_secret: tuple[str, ...] = ("OPENAI_API_KEY", "TEMPORAL_API_KEY"),
+        always_secret: tuple[str, ...] = ALWAYS_SECRET,
     ) -> None:
         self._spec_file = spec_file
         self._default_model = default_model
         self._registry = registry or REGISTRY
-        self._always_secret = list(always_secret)
+        add_secret_names(always_secret)
 
     @activity.defn(name=SPEC_RESOLVE)
     async def resolve_spec(self, req: ResolveSpecInput) -> PinnedSpec:
@@ -96,7 +88,9 @@ class RuntimeActivities:
         """Run one tool call; heartbeats while it runs and honours cancellation.
 
         Business errors (bad arguments, unknown tool, a ``ToolError``) come back as
-        ``status="error"`` for the model; any other exception propagates so Temporal retries it.
+        ``status="error"`` for the model; any other exception propagates so Temporal retries it
+        (as an ``ApplicationError`` of the same type name, redacted, by the worker's
+        interceptor). The tool gets ``ctx.idempotency_key = "<workflow id>/<call id>"``.
         """
         bound = log.bind(
             run_id=req.run_id,
@@ -130,10 +124,9 @@ class RuntimeActivities:
                 "tool_infrastructure_error",
                 duration_ms=round((time.perf_counter() - started) * 1000, 2),
                 error_type=type(exc).__name__,
-                error=redact(str(exc), self._secret_names(req)),
+                error=str(exc),  # redacted by the logging chain (activities/redaction.py)
             )
             raise
-        outcome.content = redact(outcome.content, self._secret_names(req))
         bound.info(
             "tool_call",
             status=outcome.status,
@@ -142,6 +135,3 @@ class RuntimeActivities:
             truncated=outcome.truncated,
         )
         return outcome
-
-    def _secret_names(self, req: InvokeToolInput) -> list[str]:
-        return self._always_secret + list(req.secrets)

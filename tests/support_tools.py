@@ -83,3 +83,34 @@ def journal_events(path: str | Path) -> list[dict]:
     if not p.exists():
         return []
     return [json.loads(line) for line in p.read_text().splitlines() if line.strip()]
+
+
+def _model_key() -> str:
+    return os.environ.get("OPENAI_API_KEY", "")
+
+
+@tool(max_attempts=2)
+def leak_in_exception() -> str:
+    """Fail with a plain exception whose message holds $OPENAI_API_KEY (redaction tests)."""
+    raise RuntimeError(f"upstream refused key {_model_key()}")
+
+
+@tool(max_attempts=2)
+def leak_in_cause() -> str:
+    """Fail with an exception whose cause's message holds $OPENAI_API_KEY (redaction tests)."""
+    try:
+        raise ValueError(f"inner detail: key={_model_key()}")
+    except ValueError as e:
+        raise ConnectionError("the upstream call failed") from e
+
+
+@tool
+def secret_at(position: int, total: int) -> str:
+    """Return ``total`` characters with $OPENAI_API_KEY starting at ``position`` (redaction tests).
+
+    Args:
+        position: where the key starts.
+        total: length of the text.
+    """
+    key = _model_key()
+    return ("x" * position + key + "y" * total)[:total]

@@ -18,6 +18,7 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from activities.model import ModelActivities
+from activities.redaction import RedactingInterceptor
 from activities.runtime import RuntimeActivities
 from activities.spec import SpecError, load_spec_file
 from activities.tokens import count_tokens
@@ -86,6 +87,8 @@ def build_worker(client: Client, settings: Settings, **overrides: Any) -> Worker
         task_queue=settings.task_queue,
         workflows=[AgentRun],
         activities=[model.complete, runtime.resolve_spec, runtime.invoke_tool, count_tokens],
+        # Secrets are redacted from every result, error, heartbeat of an activity (one place).
+        interceptors=[RedactingInterceptor()],
         max_concurrent_activities=t.max_concurrent_activities,
         max_concurrent_workflow_tasks=t.max_concurrent_workflow_tasks,
         max_cached_workflows=t.max_cached_workflows,

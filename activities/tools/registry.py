@@ -34,6 +34,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
+from activities import redaction
 from activities.contracts import ToolInfo, ToolOutcome
 
 Risk = Literal["read", "write", "exec", "network"]
@@ -474,7 +475,8 @@ class ToolRegistry:
             arguments: the model's raw JSON text, or an already-parsed dict.
             ctx: the call's context; ``ctx.call_id`` becomes the outcome's ``call_id``.
             max_output_chars: content longer than this (characters, > 0) is cut to its head plus
-                a note, and the outcome marked ``truncated``.
+                a note, and the outcome marked ``truncated``. Secrets are redacted first
+                (:func:`activities.redaction.redact`), so none is cut in half and leaks in part.
 
         Returns:
             The outcome: ``ok`` with the tool's output as text, or ``error`` (unknown tool,
@@ -506,6 +508,7 @@ class ToolRegistry:
             text = _to_text(result)
         except ToolError as e:
             status, text = "error", f"Error: {e}"
+        text = redaction.redact(text)
         full_chars = len(text)
         content, truncated = _truncate(text, max_output_chars)
         return ToolOutcome(
