@@ -176,11 +176,23 @@ async def _count(client: Any, query: str) -> int | None:
 
 
 async def _faults(fleet: Fleet, client: Any, tq: str, runs: int, every: float) -> None:
-    """Kill a worker every ``every`` s; kill the server at 1/3 and 2/3 of the runs closed."""
+    """Kill a worker every ``every`` s; kill the server at 1/3 and 2/3 of the runs closed.
+
+    Also a supervisor: a worker that exited by itself (it cannot start while the server is
+    down: ``ServerUnreachable``) is started again within a second, as systemd would.
+    """
     thresholds = [runs / 3, 2 * runs / 3]
     n = 0
+    next_kill = time.monotonic() + every
     while True:
-        await asyncio.sleep(every)
+        await asyncio.sleep(1.0)
+        for k, w in enumerate(fleet.workers):
+            if w.proc.poll() is not None:
+                fleet.worker_exits += 1
+                fleet.spawn_worker(k)
+        if time.monotonic() < next_kill:
+            continue
+        next_kill = time.monotonic() + every
         closed = await _count(client, f"TaskQueue = '{tq}' AND ExecutionStatus != 'Running'")
         if thresholds and closed is not None and closed >= thresholds[0]:
             thresholds.pop(0)
@@ -289,9 +301,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def _quiet_client_retries() -> None:
+    """Keep the SDK core's retry warnings (expected while the server is down) off the report."""
+    from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
+
+    quiet = LoggingConfig(filter=TelemetryFilter(core_level="ERROR", other_level="ERROR"))
+    Runtime.set_default(Runtime(telemetry=TelemetryConfig(logging=quiet)))
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run one chaos session; exit 0 when every run completed with nothing lost or duplicated."""
     args = parse_args(argv)
+    _quiet_client_retries()
     workdir = Path(tempfile.mkdtemp(prefix="chaos-"))
     fleet = Fleet(workdir, port=args.port, ui_port=args.ui_port)
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))

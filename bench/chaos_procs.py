@@ -60,6 +60,7 @@ class Fleet:
     server_starts: int = 0
     worker_kills: int = 0
     server_kills: int = 0
+    worker_exits: int = 0  # workers that exited by themselves (restarted by the supervisor)
     last_fault: float = 0.0  # time.monotonic() of the last kill
 
     @property

@@ -106,6 +106,7 @@ async def collect(
         },  # fmt: skip
         "worker_kills": fleet.worker_kills,
         "server_kills": fleet.server_kills,
+        "worker_exits": fleet.worker_exits,
         "client_errors": dict(approver.errors),
     }
     report["ok"] = (
@@ -133,7 +134,8 @@ def print_report(r: dict[str, Any]) -> None:
     p(f"drain time:                  {drain if drain is not None else 'not drained'} s after "
       f"the last fault; wall {r.get('wall_seconds')} s")  # fmt: skip
     p(f"faults:                      {r['worker_kills']} worker SIGKILLs, "
-      f"{r['server_kills']} dev-server SIGKILL+restarts")  # fmt: skip
+      f"{r['server_kills']} dev-server SIGKILL+restarts; {r['worker_exits']} workers exited "
+      f"by themselves (server down at start) and were restarted")  # fmt: skip
     if r["completed_runs_missing_their_file"]:
         p(f"completed runs without their written file: {r['completed_runs_missing_their_file']}")
     for label in ("approvals_lost", "calls_run_without_approval", "duplicated_side_effects"):

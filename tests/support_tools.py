@@ -114,3 +114,13 @@ def secret_at(position: int, total: int) -> str:
     """
     key = _model_key()
     return ("x" * position + key + "y" * total)[:total]
+
+
+@tool
+def big_output(chars: int) -> str:
+    """Return ``chars`` characters of text (oversized-output tests).
+
+    Args:
+        chars: how many characters.
+    """
+    return ("0123456789abcdef" * (chars // 16 + 1))[:chars]
