@@ -205,10 +205,22 @@ class RedactingFilter(logging.Filter):
     _formatter = logging.Formatter()
 
     def filter(self, record: logging.LogRecord) -> bool:
-        """Redact ``record`` in place; never drops it."""
+        """Redact ``record`` in place; never drops it and never raises.
+
+        Logging runs everywhere, inside workflow code too, where an exception would fail the
+        workflow task.
+        """
         r = current()
         if not r:
             return True
+        try:
+            self._redact(record, r)
+        except Exception as e:  # noqa: BLE001 - e.g. a message whose %-arguments do not match
+            record.msg, record.args = f"unrenderable log record ({type(e).__name__})", None
+            record.exc_info = record.exc_text = record.stack_info = None
+        return True
+
+    def _redact(self, record: logging.LogRecord, r: Redactor) -> None:
         if isinstance(record.msg, str) or record.args:
             record.msg = r.redact(record.getMessage())
             record.args = None
@@ -224,7 +236,6 @@ class RedactingFilter(logging.Filter):
         for key, value in list(vars(record).items()):
             if key not in _STD_ATTRS and isinstance(value, (str, dict, list, tuple)):
                 setattr(record, key, r.value(value))
-        return True
 
 
 _STD_ATTRS = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message"}

@@ -148,3 +148,9 @@ def test_logging_filter_redacts_message_args_extra_and_traceback():
 def test_spec_secret_names_seen_by_an_activity_are_redacted_from_later_logs():
     redaction.add_secret_names(["SPEC_TOKEN"])
     assert redaction.redact("tok-123456") == "[REDACTED]"
+
+
+def test_logging_filter_never_raises():
+    record = logging.LogRecord("x", logging.INFO, __file__, 1, "%s and %s", (KEY,), None)
+    assert RedactingFilter().filter(record)  # too few %-arguments: still emitted, redacted
+    assert KEY not in record.getMessage()
