@@ -102,23 +102,34 @@ class Approver:
         self.index = index
         self.decisions: dict[tuple[str, str], dict[str, Any]] = {}
         self.errors: Counter[str] = Counter()
+        self.invisible: set[str] = set()
         self._sem = asyncio.Semaphore(8)
 
     async def loop(self) -> None:
-        """Poll every second until cancelled."""
-        query = (
-            f"TaskQueue = '{self.task_queue}' AND ExecutionStatus = 'Running' "
-            "AND AgentStatus = 'awaiting_approval'"
-        )
+        """Poll every second until cancelled; every 15 s also sweep every open run.
+
+        The sweep finds runs waiting for approval that visibility does not show as such (a run
+        started without its search attributes never sets ``AgentStatus``); they are counted in
+        ``invisible``.
+        """
+        running = f"TaskQueue = '{self.task_queue}' AND ExecutionStatus = 'Running'"
+        awaiting = f"{running} AND AgentStatus = 'awaiting_approval'"
+        tick = 0
         while True:
             try:
-                ids = [wf.id async for wf in self.client.list_workflows(query, page_size=500)]
-                await asyncio.gather(*(self._one(wid) for wid in ids))
+                seen = {wf.id async for wf in self.client.list_workflows(awaiting, page_size=500)}
+                await asyncio.gather(*(self._one(wid) for wid in seen))
+                if tick % 15 == 14:
+                    rest = [wf.id async for wf in self.client.list_workflows(running)]
+                    found = await asyncio.gather(*(self._one(w) for w in rest if w not in seen))
+                    self.invisible.update(w for w, f in zip(rest, found, strict=False) if f)
             except Exception as e:  # noqa: BLE001 - the server may be down: try again
                 self.errors[type(e).__name__] += 1
+            tick += 1
             await asyncio.sleep(1.0)
 
-    async def _one(self, wid: str) -> None:
+    async def _one(self, wid: str) -> bool:
+        """Decide the run's pending calls; True when it had any."""
         from workers import client as api
 
         async with self._sem:
@@ -126,9 +137,11 @@ class Approver:
                 st = await api.handle(self.client, wid).query("state", rpc_timeout=_td(5))
             except Exception as e:  # noqa: BLE001 - worker or server down
                 self.errors[f"query {type(e).__name__}"] += 1
-                return
-            for p in st.get("pending_approvals", []) if isinstance(st, dict) else []:
+                return False
+            pending = st.get("pending_approvals") or [] if isinstance(st, dict) else []
+            for p in pending:
                 await self._decide(wid, p)
+            return bool(pending)
 
     async def _decide(self, wid: str, pending: dict[str, Any]) -> None:
         from workers import client as api

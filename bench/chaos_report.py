@@ -108,6 +108,7 @@ async def collect(
         "server_kills": fleet.server_kills,
         "worker_exits": fleet.worker_exits,
         "client_errors": dict(approver.errors),
+        "runs_awaiting_approval_without_AgentStatus": sorted(approver.invisible),
     }
     report["ok"] = (
         report["completed"] == report["runs"]
@@ -149,6 +150,9 @@ def print_report(r: dict[str, Any]) -> None:
         p(f"runs still open ({len(r['stuck_runs'])}):")
         for w, errs in r["stuck_runs"].items():
             p(f"  {w}: {'; '.join(errs) or 'no WorkflowTaskFailed in its history'}")
+    if r["runs_awaiting_approval_without_AgentStatus"]:
+        p(f"runs awaiting approval that visibility did not show as such (found by the sweep): "
+          f"{r['runs_awaiting_approval_without_AgentStatus']}")  # fmt: skip
     if r["client_errors"]:
         p(f"client errors while faults ran (retried): {r['client_errors']}")
     p("OK" if r["ok"] else "NOT OK")
