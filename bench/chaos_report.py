@@ -151,8 +151,9 @@ def print_report(r: dict[str, Any]) -> None:
         for w, errs in r["stuck_runs"].items():
             p(f"  {w}: {'; '.join(errs) or 'no WorkflowTaskFailed in its history'}")
     if r["runs_awaiting_approval_without_AgentStatus"]:
-        p(f"runs awaiting approval that visibility did not show as such (found by the sweep): "
-          f"{r['runs_awaiting_approval_without_AgentStatus']}")  # fmt: skip
+        p(f"runs found awaiting approval by the sweep, not (yet) by the AgentStatus listing "
+          f"(visibility lag, or no search attributes): "
+          f"{len(r['runs_awaiting_approval_without_AgentStatus'])}")  # fmt: skip
     if r["client_errors"]:
         p(f"client errors while faults ran (retried): {r['client_errors']}")
     p("OK" if r["ok"] else "NOT OK")
