@@ -159,6 +159,18 @@ def redact_error(exc: BaseException, r: Redactor, depth: int = 0) -> Application
     return new
 
 
+def _secret_names_of(arg: Any) -> list[str]:
+    """Secret variable names an activity input carries: the spec's ``secrets`` and, for an MCP
+    tool call, the variables its server's settings refer to (``${VAR}``)."""
+    names = [n for n in (getattr(arg, "secrets", None) or []) if isinstance(n, str)]
+    mcp = getattr(arg, "mcp", None)
+    if mcp is not None:
+        from activities.mcp.config import referenced_vars
+
+        names += referenced_vars(mcp.server)
+    return names
+
+
 class _Outbound(ActivityOutboundInterceptor):
     def heartbeat(self, *details: Any) -> None:
         self.next.heartbeat(*current().value(list(details)))
@@ -169,7 +181,7 @@ class _Inbound(ActivityInboundInterceptor):
         super().init(_Outbound(outbound))
 
     async def execute_activity(self, input: ExecuteActivityInput) -> Any:
-        names = [n for a in input.args for n in (getattr(a, "secrets", None) or [])]
+        names = [n for a in input.args for n in _secret_names_of(a)]
         add_secret_names(names)  # so log lines outside the activity redact them too
         r = redactor_for(names)
         token = _current.set(r)

@@ -15,16 +15,20 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.contracts import (
+    ERR_MCP_UNAVAILABLE,
     ERR_SPEC_INVALID,
     SPEC_RESOLVE,
     TOOL_INVOKE,
     InvokeToolInput,
     ResolveSpecInput,
+    ToolInfo,
     ToolOutcome,
 )
 from activities.heartbeat import await_with_heartbeats
+from activities.mcp.pool import McpPool
+from activities.mcp.tools import McpToolsError, idempotency_key, invoke_mcp, pin_server_tools
 from activities.redaction import ALWAYS_SECRET, REDACTED, add_secret_names
-from activities.spec import PinnedSpec, SpecError, resolve_agent, spec_hash
+from activities.spec import AgentSpec, PinnedSpec, SpecError, resolve_agent, spec_hash
 from activities.tools import REGISTRY, ToolContext, ToolRegistry, UnknownToolError
 
 log = structlog.get_logger("activities.runtime")
@@ -40,11 +44,14 @@ class RuntimeActivities:
         default_model: model used when a spec names none (``AGENT_MODEL``).
         registry: the tool registry (default: the process-wide one that ``@tool`` fills).
         always_secret: environment variables whose values are always secret (by default
-            ``OPENAI_API_KEY`` and ``TEMPORAL_API_KEY``), besides the spec's ``secrets:``.
+            ``OPENAI_API_KEY`` and ``TEMPORAL_API_KEY``), besides the spec's ``secrets:`` and
+            the variables an MCP server's settings refer to.
+        mcp_pool: the worker's MCP connections (a new pool when omitted); :meth:`aclose` stops
+            its stdio servers.
 
     Secrets are redacted from everything an activity returns, raises, heartbeats or logs by
     :class:`activities.redaction.RedactingInterceptor`, which ``build_worker`` installs; tool
-    output is redacted before it is truncated (``ToolRegistry.invoke``).
+    output is redacted before it is truncated (``ToolRegistry.invoke``, ``invoke_mcp``).
     """
 
     def __init__(
@@ -53,25 +60,34 @@ class RuntimeActivities:
         default_model: str,
         registry: ToolRegistry | None = None,
         always_secret: tuple[str, ...] = ALWAYS_SECRET,
+        mcp_pool: McpPool | None = None,
     ) -> None:
         self._spec_file = spec_file
         self._default_model = default_model
         self._registry = registry or REGISTRY
         add_secret_names(always_secret)
+        self.mcp_pool = mcp_pool or McpPool()
+
+    async def aclose(self) -> None:
+        """Stop the MCP stdio servers this worker started."""
+        await self.mcp_pool.aclose()
 
     @activity.defn(name=SPEC_RESOLVE)
     async def resolve_spec(self, req: ResolveSpecInput) -> PinnedSpec:
         """Read, validate and hash one agent of the spec file.
 
+        MCP servers' tool lists are read here, once, and pinned with the spec.
+
         Raises:
             ApplicationError: non-retryable ``AgentSpecInvalid`` naming the file and field, or an
-                unknown tool (with the available ones).
+                unknown tool (with the available ones); retryable ``McpServerUnavailable`` naming
+                the server when an MCP server cannot be reached.
         """
         path = req.spec_file or self._spec_file
         try:
             spec = resolve_agent(path, req.agent, self._default_model)
-            tools = self._registry.infos(spec.tools)
-        except (SpecError, UnknownToolError) as e:
+            tools = await self._pin_tools(spec)
+        except (SpecError, UnknownToolError, McpToolsError) as e:
             raise ApplicationError(str(e), type=ERR_SPEC_INVALID, non_retryable=True) from None
         if not Path(spec.workspace).is_dir():
             raise ApplicationError(
@@ -82,6 +98,34 @@ class RuntimeActivities:
         return PinnedSpec(
             spec=spec, tools=tools, spec_hash=spec_hash(spec, tools), source=str(path)
         )
+
+    async def _pin_tools(self, spec: AgentSpec) -> list[ToolInfo]:
+        """The worker's tools named by the spec, then every MCP server's (listed concurrently)."""
+        tools = self._registry.infos(spec.tool_names())
+        for info in tools:
+            info.task_queue = spec.tool_queues.get(info.name)
+        servers = list(spec.mcp_servers)
+        listed = await asyncio.gather(*(self._pin_server(spec, name) for name in servers))
+        for name, pinned in zip(servers, listed, strict=True):
+            clash = [t.name for t in pinned if t.name in {t.name for t in tools}]
+            if clash:
+                raise McpToolsError(
+                    f"agents.{spec.name}.mcp_servers.{name}: tool(s) {', '.join(clash)} "
+                    "clash with tools of the same name"
+                )
+            tools += pinned
+        return tools
+
+    async def _pin_server(self, spec: AgentSpec, name: str) -> list[ToolInfo]:
+        server = spec.mcp_servers[name]
+        try:
+            return await pin_server_tools(self.mcp_pool, name, server)
+        except McpToolsError as e:
+            raise McpToolsError(f"agents.{spec.name}.{e}") from None
+        except ApplicationError as e:
+            names = self._always_secret + spec.secrets + referenced_vars(server.pinned(name))
+            msg = redact(f"agents.{spec.name}.mcp_servers.{name}: {e.message}", names)
+            raise ApplicationError(msg, type=ERR_MCP_UNAVAILABLE) from None
 
     @activity.defn(name=TOOL_INVOKE)
     async def invoke_tool(self, req: InvokeToolInput) -> ToolOutcome:
@@ -106,16 +150,18 @@ class RuntimeActivities:
             call_id=req.call_id,
             tenant_id=req.tenant_id,
             principal_id=req.principal_id,
-            idempotency_key=f"{req.run_id}/{req.call_id}",  # run_id is the workflow id
+            idempotency_key=idempotency_key(req),
         )  # the activity itself heartbeats while the tool runs (activities/heartbeat.py)
         started = time.perf_counter()
-        try:
-            outcome = await await_with_heartbeats(
-                self._registry.invoke(
-                    req.name, req.arguments, ctx, max_output_chars=req.max_output_chars
-                ),
-                lambda ms: {"running_ms": ms},
+        run = (
+            invoke_mcp(self.mcp_pool, req, timeout=None)
+            if req.mcp is not None
+            else self._registry.invoke(
+                req.name, req.arguments, ctx, max_output_chars=req.max_output_chars
             )
+        )
+        try:
+            outcome = await await_with_heartbeats(run, lambda ms: {"running_ms": ms})
         except asyncio.CancelledError:
             bound.info("tool_cancelled")
             raise
@@ -126,7 +172,7 @@ class RuntimeActivities:
                 error_type=type(exc).__name__,
                 error=str(exc),  # redacted by the logging chain (activities/redaction.py)
             )
-            raise
+            raise  # its message and causes are redacted by the worker's interceptor
         bound.info(
             "tool_call",
             status=outcome.status,
