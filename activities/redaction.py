@@ -160,8 +160,11 @@ def redact_error(exc: BaseException, r: Redactor, depth: int = 0) -> Application
 
 
 def _secret_names_of(arg: Any) -> list[str]:
-    """Secret variable names an activity input carries: the spec's ``secrets`` and, for an MCP
-    tool call, the variables its server's settings refer to (``${VAR}``)."""
+    """Secret variable names an activity input carries.
+
+    The spec's ``secrets`` and, for an MCP tool call, the variables its server's settings refer
+    to (``${VAR}``).
+    """
     names = [n for n in (getattr(arg, "secrets", None) or []) if isinstance(n, str)]
     mcp = getattr(arg, "mcp", None)
     if mcp is not None:

@@ -25,9 +25,10 @@ from activities.contracts import (
     ToolOutcome,
 )
 from activities.heartbeat import await_with_heartbeats
+from activities.mcp.config import referenced_vars
 from activities.mcp.pool import McpPool
 from activities.mcp.tools import McpToolsError, idempotency_key, invoke_mcp, pin_server_tools
-from activities.redaction import ALWAYS_SECRET, REDACTED, add_secret_names
+from activities.redaction import ALWAYS_SECRET, REDACTED, add_secret_names, redactor_for
 from activities.spec import AgentSpec, PinnedSpec, SpecError, resolve_agent, spec_hash
 from activities.tools import REGISTRY, ToolContext, ToolRegistry, UnknownToolError
 
@@ -123,8 +124,11 @@ class RuntimeActivities:
         except McpToolsError as e:
             raise McpToolsError(f"agents.{spec.name}.{e}") from None
         except ApplicationError as e:
-            names = self._always_secret + spec.secrets + referenced_vars(server.pinned(name))
-            msg = redact(f"agents.{spec.name}.mcp_servers.{name}: {e.message}", names)
+            # These secrets become known only now, from the spec just read: the interceptor's
+            # redactor of this activity predates them, so this message is redacted here.
+            names = [*spec.secrets, *referenced_vars(server.pinned(name))]
+            add_secret_names(names)  # log lines from now on
+            msg = redactor_for(names).redact(f"agents.{spec.name}.mcp_servers.{name}: {e.message}")
             raise ApplicationError(msg, type=ERR_MCP_UNAVAILABLE) from None
 
     @activity.defn(name=TOOL_INVOKE)
