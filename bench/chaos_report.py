@@ -56,20 +56,15 @@ async def _outcome(client: Any, wid: str) -> dict[str, Any]:
     return out
 
 
-async def collect(
-    client: Any, index: dict[str, int], approver: Any, journal: Path, fleet: Any
-) -> dict[str, Any]:
-    """Every figure of the report (a JSON-able dict; ``ok`` when nothing was lost or doubled)."""
-    outcomes = {wid: await _outcome(client, wid) for wid in index}
-    statuses = Counter(o.get("status") or o["execution"] for o in outcomes.values())
-    lines = read_journal(journal)
-    effects = Counter(x["key"] for x in lines if x["kind"] == "effect")
-    attempts = Counter(x["key"] for x in lines if x["kind"] == "attempt")
-    approved = {
-        f"{w}/{c}" for (w, c), d in approver.decisions.items() if d["decision"] == "approve"
-    }
+def _decisions_check(
+    decisions: dict[tuple[str, str], dict[str, Any]],
+    outcomes: dict[str, dict[str, Any]],
+    effects: Counter[str],
+) -> tuple[list[str], list[str]]:
+    """(acknowledged decisions missing from their run's result, calls run without approval)."""
+    approved = {f"{w}/{c}" for (w, c), d in decisions.items() if d["decision"] == "approve"}
     lost, unapproved = [], [k for k in effects if k not in approved]
-    for (wid, cid), d in approver.decisions.items():
+    for (wid, cid), d in decisions.items():
         o = outcomes[wid]
         if not d.get("ever_acked") or "decisions" not in o:
             continue
@@ -80,6 +75,19 @@ async def collect(
             key = f"{o['wid']}/{tc.id}"
             if tc.status == "ok" and tc.policy == "approve" and key not in approved:
                 unapproved.append(key)
+    return lost, unapproved
+
+
+async def collect(
+    client: Any, index: dict[str, int], approver: Any, journal: Path, fleet: Any
+) -> dict[str, Any]:
+    """Every figure of the report (a JSON-able dict; ``ok`` when nothing was lost or doubled)."""
+    outcomes = {wid: await _outcome(client, wid) for wid in index}
+    statuses = Counter(o.get("status") or o["execution"] for o in outcomes.values())
+    lines = read_journal(journal)
+    effects = Counter(x["key"] for x in lines if x["kind"] == "effect")
+    attempts = Counter(x["key"] for x in lines if x["kind"] == "attempt")
+    lost, unapproved = _decisions_check(approver.decisions, outcomes, effects)
     ws = Path(fleet.worker_args["spec_file"]).parent / "ws"
     missing_files = [
         w for w, i in index.items()

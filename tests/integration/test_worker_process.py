@@ -27,6 +27,23 @@ from workflows.models import ApproveSignal, RunRequest, RunResult
 KEY = "sk-proc-" + "Q" * 36  # the worker's OPENAI_API_KEY
 
 
+def worker_env(address: str, tq: str, model_url: str, spec: Path, state: Path) -> dict[str, str]:
+    """Environment of an ``agentctl worker`` on the test server, holding the key ``KEY``."""
+    return {
+        **os.environ,
+        "TEMPORAL_ADDRESS": address,
+        "AGENT_TASK_QUEUE": tq,
+        "OPENAI_BASE_URL": model_url,
+        "OPENAI_API_KEY": KEY,
+        "AGENT_SPEC_FILE": str(spec),
+        "AGENT_MODEL": "scripted",
+        "AGENT_PAYLOAD_STORE": "none",
+        "AGENT_STATE_DIR": str(state),
+        "AGENT_TOOL_MODULES": "tests.support_tools",
+        "PYTHONPATH": str(PROJECT_ROOT),
+    }
+
+
 async def test_worker_log_is_json_lines_and_holds_no_secret(
     client: Client, dev_server_address: str, tmp_path: Path
 ):
@@ -44,19 +61,7 @@ async def test_worker_log_is_json_lines_and_holds_no_secret(
     ).start()
     log = tmp_path / "worker.log"
     tq = f"proc-{os.getpid()}-{id(tmp_path)}"
-    env = {
-        **os.environ,
-        "TEMPORAL_ADDRESS": dev_server_address,
-        "AGENT_TASK_QUEUE": tq,
-        "OPENAI_BASE_URL": model.base_url,
-        "OPENAI_API_KEY": KEY,
-        "AGENT_SPEC_FILE": str(spec),
-        "AGENT_MODEL": "scripted",
-        "AGENT_PAYLOAD_STORE": "none",
-        "AGENT_STATE_DIR": str(tmp_path / "state"),
-        "AGENT_TOOL_MODULES": "tests.support_tools",
-        "PYTHONPATH": str(PROJECT_ROOT),
-    }
+    env = worker_env(dev_server_address, tq, model.base_url, spec, tmp_path / "state")
     agentctl = str(Path(sys.executable).with_name("agentctl"))
     with log.open("wb") as fh:
         proc = subprocess.Popen(
