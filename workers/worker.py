@@ -118,7 +118,9 @@ def build_worker(
         sticky_queue_schedule_to_start_timeout=t.sticky_queue_schedule_to_start_timeout,
         graceful_shutdown_timeout=t.graceful_shutdown_timeout,
     )
+    extra = list(overrides.pop("interceptors", None) or [])
     options.update(overrides)
+    options["interceptors"] = [*options["interceptors"], *extra]  # redaction always stays
     return Worker(client, **options)
 
 
