@@ -143,7 +143,10 @@ async def test_a_broken_model_answer_forever_ends_the_run_failed(
 
 
 async def test_a_3_mib_model_answer_ends_cleanly(client: Client, tmp_path: Path):
-    model = ScriptedModel(default=text("x" * (3 * MiB)))
+    # streamed in 64 KiB chunks: at the default 4 characters a chunk, streaming 3 MiB takes the
+    # scripted server and the client longer than the model step's 120 s timeout (the run then
+    # ends failed with "activity StartToClose timeout" after its attempts: clean, but slow)
+    model = ScriptedModel(default=text("x" * (3 * MiB)), chunk_chars=64 * 1024)
     async with Harness(client, tmp_path, model, agents={"default": {"model_max_attempts": 2}}) as h:
         res = await run_clean(h)
     # With this client's plain converter the reply cannot be recorded: the run fails saying so
