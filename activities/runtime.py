@@ -12,11 +12,14 @@ from pathlib import Path
 
 import structlog
 from temporalio import activity
+from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
 from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError
 
 from activities.contracts import (
     ERR_MCP_UNAVAILABLE,
     ERR_SPEC_INVALID,
+    SEARCH_ATTRIBUTES,
     SPEC_RESOLVE,
     TOOL_INVOKE,
     InvokeToolInput,
@@ -67,6 +70,7 @@ class RuntimeActivities:
         self._default_model = default_model
         self._registry = registry or REGISTRY
         add_secret_names(always_secret)
+        self._search_attributes: bool | None = None  # the namespace's answer, once known
         self.mcp_pool = mcp_pool or McpPool()
 
     async def aclose(self) -> None:
@@ -101,8 +105,29 @@ class RuntimeActivities:
             tools=tools,
             spec_hash=spec_hash(spec, tools),
             source=str(path),
+            search_attributes=await self._namespace_has_search_attributes(),
             workflow_rev=req.workflow_rev,
         )
+
+    async def _namespace_has_search_attributes(self) -> bool | None:
+        """Whether the namespace has every run search attribute (asked once per worker).
+
+        Returns None when it cannot be known (no client in this activity context, or the
+        operator service refused): the run then keeps the start-time gate.
+        """
+        if self._search_attributes is not None:
+            return self._search_attributes
+        try:
+            client = activity.client()
+            resp = await client.operator_service.list_search_attributes(
+                ListSearchAttributesRequest(namespace=client.namespace)
+            )
+        except (RuntimeError, RPCError) as e:
+            log.warning("search_attributes_unknown", error=str(e))
+            return None
+        names = set(resp.custom_attributes.keys())
+        self._search_attributes = all(n in names for n in SEARCH_ATTRIBUTES)
+        return self._search_attributes
 
     async def _pin_tools(self, spec: AgentSpec) -> list[ToolInfo]:
         """The worker's tools named by the spec, then every MCP server's (listed concurrently)."""

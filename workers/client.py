@@ -17,6 +17,7 @@ from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
 from temporalio.service import RPCError, RPCStatusCode
 
+from activities.contracts import SEARCH_ATTRIBUTES
 from workers.config import Settings, load_settings, temporal_connect_config
 from workers.converter import build_data_converter
 from workers.telemetry import temporal_plugins
@@ -42,15 +43,7 @@ from workflows.models import (
 )
 from workflows.render import static_details, static_summary
 
-REQUIRED_SEARCH_ATTRIBUTES = (
-    "AgentName",
-    "TenantId",
-    "PrincipalId",
-    "AgentStatus",
-    "TotalTokens",
-    "CostUsd",
-    "SpecHash",
-)
+REQUIRED_SEARCH_ATTRIBUTES = SEARCH_ATTRIBUTES
 
 
 class ServerUnreachable(RuntimeError):
