@@ -261,8 +261,8 @@ class Children:
     ) -> str:
         """Run the child of one ``ask_*`` call; returns the text for the model.
 
-        Never raises for the child's outcome; re-raises the parent's own cancellation once the
-        interrupted child has ended (its usage counted).
+        Never raises for the child's outcome; when the call is cancelled (interrupt, deadline) the
+        child is interrupted and the call ends once the child has (its usage counted).
         """
         agent = info.agent or info.name
         task = task_of(rec.arguments if isinstance(rec.arguments, dict) else call.arguments)
@@ -288,18 +288,23 @@ class Children:
         )
         self._emit("child_started", run_id=child_id, agent=agent, tool_call_id=call.id, task=task)
         self._publish()
-        result, cancelled = await self._child_result(handle)
-        return self._child_ended(record, rec, agent, result, cancelled)
+        result = await self._child_result(handle)
+        return self._child_ended(record, rec, agent, result)
 
     async def _child_result(
         self, handle: workflow.ChildWorkflowHandle[Any, RunResult]
-    ) -> tuple[RunResult, asyncio.CancelledError | None]:
-        """The child's result; when the parent is cancelled meanwhile, interrupt the child first."""
+    ) -> RunResult:
+        """The child's result; when this call is cancelled meanwhile, interrupt the child first.
+
+        The cancellation is not re-raised: the call ends normally once the child has, so that
+        ``asyncio.gather`` over a turn's calls waits for every child (one cancelled call would
+        end the gather at once) and each child's usage is counted before the run stops.
+        """
         try:
-            return await asyncio.shield(handle), None
-        except asyncio.CancelledError as e:
+            return await asyncio.shield(handle)
+        except asyncio.CancelledError:
             await handle.signal("interrupt", {"reason": "the parent run was interrupted"})
-            return await asyncio.shield(handle), e
+            return await asyncio.shield(handle)
 
     def _child_ended(
         self,
@@ -307,7 +312,6 @@ class Children:
         rec: ToolCallRecord,
         agent: str,
         result: RunResult,
-        cancelled: asyncio.CancelledError | None,
     ) -> str:
         s = self._s
         record.status = result.status
@@ -324,8 +328,6 @@ class Children:
             usage=result.usage.model_dump(),
         )
         self._publish()
-        if cancelled is not None:
-            raise cancelled
         return text
 
     def _child_search_attributes(self, child: RunRequest) -> TypedSearchAttributes | None:
