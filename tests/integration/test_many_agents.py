@@ -247,3 +247,48 @@ async def test_worker_killed_while_children_run(
     assert res.usage.total_tokens == sum(c.usage.total_tokens for c in res.children) + sum(
         usage_of(r) for r in model.requests if "[boss]" in str(r.messages[0])
     )
+
+
+async def test_a_tool_step_denied_by_policy_is_rejected_and_replanned(
+    client: Client, tmp_path: Path
+):
+    first = {
+        "steps": [
+            {
+                "id": "R",
+                "goal": "goal R: read",
+                "tool": "read_file",
+                "arguments": {"path": "README.md"},
+            },
+            {
+                "id": "M",
+                "goal": "goal M: add",
+                "tool": "calculator",
+                "arguments": {"expression": "6*7"},
+            },
+        ]
+    }
+    second = {"steps": [{"id": "L", "goal": "goal L: list", "tool": "list_files", "arguments": {}}]}
+    planner_spec = {
+        **PLANNER,
+        "subagents": [],
+        "tools": ["read_file", "calculator", "list_files"],
+        "policy": {"default": "allow", "tools": {"calculator": {"action": "deny"}}},
+    }
+    model = ScriptedModel(
+        responder=by_agent({"[planner]": planner([json.dumps(first), json.dumps(second)])})
+    )
+    async with Harness(client, tmp_path, model, agents={"planner": planner_spec}) as h:
+        res = await asyncio.wait_for(
+            (await h.start("use tools", agent="planner")).result(), timeout=60
+        )
+    assert res.status == "completed", res
+    assert res.plan is not None and res.plan.replans == 1
+    assert [(s.id, s.status) for s in res.plan.steps] == [("R", "ok"), ("L", "ok")]
+    assert [(c.name, c.status) for c in res.tool_calls] == [
+        ("read_file", "ok"),
+        ("calculator", "denied"),
+        ("list_files", "ok"),
+    ]
+    read = next(s for s in res.plan.steps if s.id == "R")
+    assert "the answer is 42" in (read.result or "")
