@@ -53,6 +53,10 @@ class RuntimeActivities:
         registry: the tool registry (default: the process-wide one that ``@tool`` fills).
         always_secret: environment variables always redacted from tool output
             (by default ``OPENAI_API_KEY`` and ``TEMPORAL_API_KEY``).
+        own_dirs: folders of the runtime's own local state (``AGENT_STATE_DIR``): a spec's
+            workspace inside one of them that does not exist yet is created, empty, on first use
+            (the default agent's ``.agent-runtime/workspace`` on a fresh clone). A missing
+            workspace anywhere else stays an error that says how to create it.
     """
 
     def __init__(
@@ -61,11 +65,13 @@ class RuntimeActivities:
         default_model: str,
         registry: ToolRegistry | None = None,
         always_secret: tuple[str, ...] = ("OPENAI_API_KEY", "TEMPORAL_API_KEY"),
+        own_dirs: tuple[str | Path, ...] = (),
     ) -> None:
         self._spec_file = spec_file
         self._default_model = default_model
         self._registry = registry or REGISTRY
         self._always_secret = list(always_secret)
+        self._own_dirs = tuple(Path(d).expanduser().resolve() for d in own_dirs)
 
     @activity.defn(name=SPEC_RESOLVE)
     async def resolve_spec(self, req: ResolveSpecInput) -> PinnedSpec:
@@ -81,14 +87,38 @@ class RuntimeActivities:
             tools = self._registry.infos(spec.tools)
         except (SpecError, UnknownToolError) as e:
             raise ApplicationError(str(e), type=ERR_SPEC_INVALID, non_retryable=True) from None
-        if not Path(spec.workspace).is_dir():
-            raise ApplicationError(
-                f"agents.{req.agent}.workspace: {spec.workspace} is not a directory",
-                type=ERR_SPEC_INVALID,
-                non_retryable=True,
-            )
+        self._ensure_workspace(req.agent, Path(spec.workspace), path)
         return PinnedSpec(
             spec=spec, tools=tools, spec_hash=spec_hash(spec, tools), source=str(path)
+        )
+
+    def _ensure_workspace(self, agent: str, ws: Path, spec_file: str) -> None:
+        """Create a missing workspace inside the runtime's own folders; else explain the fix.
+
+        Raises:
+            ApplicationError: non-retryable ``AgentSpecInvalid`` when ``ws`` is not a directory
+                and may not be created here (the message names the command to run).
+        """
+        if ws.is_dir():
+            return
+        resolved = ws.resolve()
+        if not ws.exists() and any(resolved.is_relative_to(d) for d in self._own_dirs):
+            try:
+                resolved.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise ApplicationError(
+                    f"agents.{agent}.workspace: cannot create {ws}: {e}",
+                    type=ERR_SPEC_INVALID,
+                    non_retryable=True,
+                ) from None
+            log.info("workspace_created", agent=agent, workspace=str(resolved))
+            return
+        what = "is not a directory" if ws.exists() else "does not exist"
+        raise ApplicationError(
+            f"agents.{agent}.workspace: {ws} {what}; create it (mkdir -p {ws}) or point "
+            f"agents.{agent}.workspace in {spec_file} at an existing folder",
+            type=ERR_SPEC_INVALID,
+            non_retryable=True,
         )
 
     @activity.defn(name=TOOL_INVOKE)

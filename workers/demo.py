@@ -210,7 +210,8 @@ async def demo_runs(ws: Path) -> int:
 def main() -> int:
     """Entry point of ``make demo``; exit status 0 when the first run completed."""
     from workers.dev_server import run_dev_server
-    from workers.model_server import host_port_from_env, is_ready, run_model_server
+    from workers.model_process import host_port_from_env, is_ready
+    from workers.model_server import run_model_server
 
     settings = load_settings()
     state = Path(settings.state_dir)

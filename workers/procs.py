@@ -135,7 +135,7 @@ def start_codec_server(wait_seconds: float = 15.0) -> str:
 def stop_all() -> None:
     """Stop worker, codec server, model server and dev server, in that order."""
     from workers.dev_server import stop_dev_server
-    from workers.model_server import stop_pid_file
+    from workers.model_process import stop_pid_file
 
     for name in ("worker", "codec-server"):
         print(f"{name}: {'stopped' if stop(name) else 'not running'}")

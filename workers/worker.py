@@ -22,7 +22,7 @@ from activities.runtime import RuntimeActivities
 from activities.spec import SpecError, load_spec_file
 from activities.tokens import count_tokens
 from activities.tools import load_tool_modules
-from workers.config import Settings, load_settings
+from workers.config import STATE_DIR_DEFAULT, Settings, load_settings
 from workflows.agent_run import AgentRun
 
 log = structlog.get_logger("workers.worker")
@@ -80,7 +80,9 @@ def build_worker(client: Client, settings: Settings, **overrides: Any) -> Worker
     precompile_workflow_modules()
     load_tool_modules(tool_modules_for(settings))
     model = ModelActivities(settings.openai_base_url, settings.openai_api_key)
-    runtime = RuntimeActivities(settings.spec_file, settings.default_model)
+    runtime = RuntimeActivities(
+        settings.spec_file, settings.default_model, own_dirs=(settings.state_dir, STATE_DIR_DEFAULT)
+    )
     t = WorkerTuning
     options: dict[str, Any] = dict(
         task_queue=settings.task_queue,
