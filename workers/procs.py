@@ -142,6 +142,7 @@ def stop_all() -> None:
     print(
         f"model-server: {'stopped' if stop_pid_file(pid_file('model-server')) else 'not running'}"
     )
+    # `make demo` and `agentctl dev-server --background` record it here (AGENT_STATE_DIR).
     dev_pid = Path(load_settings().state_dir) / "temporal-dev.pid"
     print(f"dev-server: {'stopped' if stop_dev_server(dev_pid) else 'not running'}")
 

@@ -206,7 +206,7 @@ def fallback_setup(tmp_path, monkeypatch):
     monkeypatch.setattr(lbuild, "build_llama_server", fake_build)
     monkeypatch.setattr(lb, "ensure_prebuilt", lambda cache_dir: prebuilt)
     monkeypatch.setattr(lb, "prebuilt_fits", lambda: (True, "this CPU fits (stand-in)"))
-    monkeypatch.setattr(ms, "ensure_model", lambda cache_dir: model)
+    monkeypatch.setattr(ms, "ensure_model", lambda cache_dir, progress=None: model)
     return calls, builds
 
 
