@@ -34,6 +34,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -272,23 +273,50 @@ def progress_percent(line: str) -> int | None:
 
 
 def _run_logged(
-    cmd: list[str], log: TextIO, progress: ProgressFn | None = None, step: int = 5
+    cmd: list[str],
+    log: TextIO,
+    progress: ProgressFn | None = None,
+    step: int = 5,
+    quiet_seconds: float = 60.0,
 ) -> int:
-    """Run ``cmd``, copy its output to ``log``, report every ``step`` percent; returns the exit code."""
+    """Run ``cmd``, copy its output to ``log``, report progress; returns the exit code.
+
+    A line goes to ``progress`` every ``step`` percent, and a "still building" line when
+    ``quiet_seconds`` pass without one (some files take minutes to compile on 2 cores).
+    """
     log.write(f"$ {' '.join(cmd)}\n")
     log.flush()
     proc = subprocess.Popen(  # noqa: S603
         cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace"
     )
-    last = -step
+    t0 = time.monotonic()
+    seen = {"pct": -step, "at": t0}
+    done = threading.Event()
+
+    def report(text: str) -> None:
+        seen["at"] = time.monotonic()
+        progress(f"building llama-server: {text}")  # type: ignore[misc]
+
+    def heartbeat() -> None:
+        while not done.wait(5.0):
+            if time.monotonic() - seen["at"] >= quiet_seconds:
+                report(
+                    f"{max(seen['pct'], 0):3d}%  still compiling, {time.monotonic() - t0:.0f}s so far"
+                )
+
+    if progress:
+        threading.Thread(target=heartbeat, daemon=True).start()
     assert proc.stdout is not None
-    for line in proc.stdout:
-        log.write(line)
-        pct = progress_percent(line) if progress else None
-        if progress and pct is not None and pct >= last + step:
-            last = pct - pct % step
-            progress(f"building llama-server: {pct:3d}%  {line.strip()[:90]}")
-    return proc.wait()
+    try:
+        for line in proc.stdout:
+            log.write(line)
+            pct = progress_percent(line) if progress else None
+            if pct is not None and pct >= seen["pct"] + step:
+                seen["pct"] = pct - pct % step
+                report(f"{pct:3d}%  {line.strip()[:90]}")
+        return proc.wait()
+    finally:
+        done.set()
 
 
 def _log_tail(path: Path, lines: int = 25) -> str:

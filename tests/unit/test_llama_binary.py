@@ -284,3 +284,15 @@ def test_build_without_compiler_says_what_to_install(tmp_path, monkeypatch):
     with pytest.raises(ms.ModelServerError, match="C\\+\\+ compiler") as e:
         lbuild.build_llama_server(tmp_path, lambda _m: None)
     assert "AGENT_LLAMA_SERVER" in str(e.value)
+
+
+def test_build_output_is_logged_and_reported_in_percent_steps(tmp_path):
+    script = "for i in range(1, 41): print(f'[{i}/40] Building CXX object f{i}.o')"
+    lines: list[str] = []
+    log_path = tmp_path / "build.log"
+    with open(log_path, "w") as log:
+        code = lbuild._run_logged([sys.executable, "-c", script], log, lines.append, step=25)
+    assert code == 0
+    assert log_path.read_text().count("] Building CXX object") == 40  # all output is kept
+    pcts = [int(line.split(":")[1].split("%")[0]) for line in lines]
+    assert pcts == [2, 25, 50, 75, 100]
