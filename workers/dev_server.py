@@ -22,7 +22,6 @@ import json
 import logging
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -45,6 +44,8 @@ from pydantic import (
     model_validator,
 )
 from temporalio.common import SearchAttributeKey
+
+from workers import supervisor
 
 __all__ = [
     "DEFAULT_CONFIG_FILE",
@@ -544,8 +545,7 @@ def start_dev_server(
     logger.info("started Temporal dev server pid %d at %s", proc.pid, cfg.address)
     pid_path = Path(pid_file) if pid_file is not None else None
     if pid_path is not None:
-        pid_path.parent.mkdir(parents=True, exist_ok=True)
-        pid_path.write_text(f"{proc.pid}\n", encoding="utf-8")
+        supervisor.write_pid_file(pid_path, proc.pid)  # the pid alone, as `kill $(cat FILE)` wants
     if wait:
         try:
             elapsed = _wait_ready(proc, cfg, log_path, timeout)
@@ -558,45 +558,12 @@ def start_dev_server(
     return proc
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        # Reap it if it is our own exited child, so it does not linger as a zombie.
-        done, _ = os.waitpid(pid, os.WNOHANG)
-        if done == pid:
-            return False
-    except ChildProcessError:
-        pass
-    except OSError:
-        pass
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _looks_like_dev_server(pid: int) -> bool:
-    """Guard against a reused pid: on Linux, check the command line; elsewhere trust the pid."""
-    if not Path("/proc/self/cmdline").exists():
-        return True
-    try:
-        parts = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return False
-    return b"server" in parts and b"start-dev" in parts
+DEV_SERVER_MARKER = "start-dev"
+"""What the dev server's command line (``temporal server start-dev ...``) always contains."""
 
 
 def _terminate(proc: subprocess.Popen[bytes], timeout: float) -> None:
-    if proc.poll() is not None:
-        return
-    proc.terminate()
-    try:
-        proc.wait(timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(5.0)
+    supervisor.terminate(proc, timeout)
 
 
 def stop_dev_server(
@@ -617,31 +584,10 @@ def stop_dev_server(
         running = target.poll() is None
         _terminate(target, timeout)
         return running
-    pid_path: Path | None = None
     if isinstance(target, int):
-        pid = target
-    else:
-        pid_path = Path(target)
-        try:
-            pid = int(pid_path.read_text(encoding="utf-8").strip())
-        except (FileNotFoundError, ValueError):
-            return False
-    stopped = False
-    try:
-        if _pid_alive(pid) and _looks_like_dev_server(pid):
-            os.kill(pid, signal.SIGTERM)
-            deadline = time.monotonic() + timeout
-            while _pid_alive(pid):
-                if time.monotonic() >= deadline:
-                    os.kill(pid, signal.SIGKILL)
-                    deadline = time.monotonic() + 5.0
-                time.sleep(0.05)
-            stopped = True
-    except ProcessLookupError:
-        pass
-    if pid_path is not None:
-        pid_path.unlink(missing_ok=True)
-    return stopped
+        proc = supervisor.find(supervisor.PidRecord(target), DEV_SERVER_MARKER)
+        return supervisor.terminate(proc, timeout) if proc is not None else False
+    return supervisor.stop(target, timeout, DEV_SERVER_MARKER)
 
 
 # --------------------------------------------------------------------------- CLI entry point

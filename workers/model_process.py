@@ -5,10 +5,8 @@ Importing this module has no side effects.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import signal
 import subprocess
 import time
 import urllib.error
@@ -16,6 +14,7 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
+from workers import supervisor
 from workers.llama_binary import BinaryCannotRun, describe_exit
 from workers.model_files import MODEL_NAME, ModelServerError
 
@@ -101,13 +100,7 @@ def wait_until_ready(
 
 
 def _log_tail(log_path: Path | None, lines: int = 30) -> str:
-    if log_path is None:
-        return ""
-    try:
-        text = Path(log_path).read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError:
-        return ""
-    return f"\n--- last lines of {log_path} ---\n" + "\n".join(text[-lines:])
+    return supervisor.log_tail(log_path, lines)
 
 
 def _port_in_use(host: str, port: int) -> bool:
@@ -119,38 +112,23 @@ def _port_in_use(host: str, port: int) -> bool:
         return s.connect_ex((host, port)) == 0
 
 
+LLAMA_SERVER_MARKER = "llama-server"
+"""What the model server's command line always contains (its binary's name)."""
+
+
 def stop_process(proc: subprocess.Popen, timeout: float = 10.0) -> None:
     """Terminate a server we started (SIGTERM, then SIGKILL)."""
-    if proc.poll() is not None:
-        return
-    proc.terminate()
-    try:
-        proc.wait(timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout)
+    supervisor.terminate(proc, timeout)
 
 
 def stop_pid_file(pid_file: Path, timeout: float = 10.0) -> bool:
-    """Stop the server whose pid is in ``pid_file`` (written by :func:`serve`). True if stopped."""
-    try:
-        pid = int(Path(pid_file).read_text(encoding="utf-8").strip())
-    except (OSError, ValueError):
-        return False
-    try:
-        os.kill(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        Path(pid_file).unlink(missing_ok=True)
-        return False
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            break
-        time.sleep(0.1)
-    else:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-    Path(pid_file).unlink(missing_ok=True)
-    return True
+    """Stop the server recorded in ``pid_file`` (by :func:`write_pid_file`); True if stopped.
+
+    Only a live process whose command line contains ``llama-server`` is signalled.
+    """
+    return supervisor.stop(pid_file, timeout, LLAMA_SERVER_MARKER)
+
+
+def write_pid_file(pid_file: Path, pid: int) -> None:
+    """Record the model server's pid in ``pid_file`` (the pid alone; stops check the marker)."""
+    supervisor.write_pid_file(pid_file, pid)

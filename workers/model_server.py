@@ -63,6 +63,7 @@ from workers.model_process import (
     stop_pid_file,
     stop_process,
     wait_until_ready,
+    write_pid_file,
 )
 
 TEMPLATE_PATH = Path(__file__).resolve().parent / "templates" / "qwen2.5-tools.jinja"
@@ -228,8 +229,7 @@ def start_server(
         binary = build_binary(cache_dir, progress=progress, jobs=settings.llama_build_jobs)
         handle = _launch(model, binary, **launch)
     if pid_file is not None:
-        Path(pid_file).parent.mkdir(parents=True, exist_ok=True)
-        Path(pid_file).write_text(f"{handle.process.pid}\n", encoding="utf-8")
+        write_pid_file(Path(pid_file), handle.process.pid)
     return handle
 
 
