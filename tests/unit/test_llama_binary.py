@@ -113,7 +113,25 @@ def test_cache_key_follows_cpu_and_version():
     assert a == lbuild.cpu_key("x86_64", frozenset({"sse2", "avx2"}))  # order does not matter
     assert a != lbuild.cpu_key("x86_64", frozenset({"avx2", "sse2", "avx512f"}))
     assert a != lbuild.cpu_key("arm64", frozenset({"avx2", "sse2"}))
-    assert a.startswith(f"{lbuild.SOURCE_VERSION}-x86_64-")
+    assert a.startswith(f"{lbuild.SOURCE_VERSION}-r{lbuild.BUILD_RECIPE}-x86_64-")
+
+
+def test_amx_is_kept_out_of_native_builds_on_amx_cpus_only(tmp_path):
+    cml = tmp_path / "ggml" / "src" / "ggml-cpu" / "CMakeLists.txt"
+    cml.parent.mkdir(parents=True)
+    original = "if (GGML_NATIVE)\n    list(APPEND ARCH_FLAGS -march=native)\nendif()\n"
+    cml.write_text(original)
+    lines: list[str] = []
+    avx2 = frozenset({"avx2", "fma"})
+    assert lbuild.patch_source(tmp_path, lines.append, avx2, "x86_64") == []
+    amx = avx2 | {"avx512f", "amx_tile", "amx_int8"}
+    assert lbuild.patch_source(tmp_path, lines.append, amx, "arm64") == []
+    assert cml.read_text() == original
+    done = lbuild.patch_source(tmp_path, lines.append, amx, "x86_64")
+    assert len(done) == 1
+    assert "-march=native -mno-amx-tile -mno-amx-int8 -mno-amx-bf16)" in cml.read_text()
+    assert lbuild.patch_source(tmp_path, lines.append, amx, "x86_64") == done  # idempotent
+    assert cml.read_text().count("-mno-amx-tile") == 1
 
 
 def test_describe_exit_names_sigill():
