@@ -5,9 +5,10 @@ Steps: copy a few of the Python standard library's own source files into the dem
 the local model server (built for this CPU on first use where the prebuilt one cannot run) and a
 worker, then
 
-1. ask the default agent a question about those files that needs two tool calls (find a function
-   with ``search_files``, then read it with ``read_file``), print the answer, the tool calls, the
-   tokens and the Web UI address, and check the answer against the files themselves;
+1. ask the default agent a two-part question about one of those files that needs two tool calls
+   (its length from ``read_file``, where a function is defined from ``search_files``), print the
+   answer, the tool calls, the tokens and the Web UI address, and check both numbers against the
+   file itself;
 2. ask it to write a note, which the policy holds for a person's approval; show how to approve
    from ``agentctl``, the ``temporal`` CLI and the Web UI, then approve with ``agentctl``, and
    check that the note was written.
@@ -46,9 +47,10 @@ STDLIB_FILES = ["textwrap.py", "shlex.py", "fnmatch.py", "glob.py", "csv.py", "j
 QUESTION_FILE = "textwrap.py"
 QUESTION_FUNCTION = "dedent"
 QUESTION = (
-    f"On which line of {QUESTION_FILE} is the function {QUESTION_FUNCTION} defined, and what does "
-    "the first line of its docstring say? First find the line with search_files, then read the "
-    "function with read_file."
+    f"How many lines does {QUESTION_FILE} have, and on which line is the function "
+    f"{QUESTION_FUNCTION} defined? Read the first 3 lines of {QUESTION_FILE} with read_file (the "
+    "header of its output gives the total number of lines), and use search_files with the query "
+    f'"def {QUESTION_FUNCTION}" to find the line.'
 )
 NOTE_PATH = "notes/textwrap.md"
 NOTE_REQUEST = (
@@ -73,35 +75,46 @@ def prepare_workspace(ws: Path) -> Path:
     return ws
 
 
-def expected_answer(ws: Path) -> tuple[int, str]:
-    """``(line, first docstring line)`` of the asked function, read from the file itself."""
-    tree = ast.parse((ws / QUESTION_FILE).read_text(encoding="utf-8"))
-    for node in tree.body:
+def expected_answer(ws: Path) -> tuple[int, int]:
+    """``(lines in the file, line where the function is defined)``, read from the file itself."""
+    text = (ws / QUESTION_FILE).read_text(encoding="utf-8")
+    for node in ast.parse(text).body:
         if isinstance(node, ast.FunctionDef) and node.name == QUESTION_FUNCTION:
-            doc = (ast.get_docstring(node) or "").strip().splitlines()
-            return node.lineno, doc[0] if doc else ""
+            return len(text.splitlines()), node.lineno
     raise LookupError(f"{QUESTION_FUNCTION} is not defined in {QUESTION_FILE}")
 
 
-def _words(text: str) -> list[str]:
-    return re.findall(r"[a-z0-9]+", text.lower())
+_CLAUSE_END = re.compile(r"[.;,!?](?:\s|$)|\n|\band\b|\bwhile\b")
 
 
 def check_answer(answer: str, ws: Path) -> tuple[bool, str]:
-    """Whether the answer names the right line and quotes the docstring's first line.
+    """Whether the answer gives both numbers, each where it belongs.
 
-    The line number must appear as a number of its own; the docstring line counts as quoted when
-    its words appear in order in the answer (case, quotes and backticks aside).
+    The answer is cut into clauses (at sentence punctuation, "and", "while"). The line count must
+    stand in a clause that does not speak of the function (its name or "defined"), and the
+    definition's line in one that does, neither with the other number: an answer that swaps or
+    merges the two numbers fails.
     """
-    line, doc = expected_answer(ws)
-    numbers = {int(n) for n in re.findall(r"\d+", answer or "")}
-    has_line = line in numbers
-    has_doc = " ".join(_words(doc)) in " ".join(_words(answer or ""))
-    verdict = (
-        f"expected line {line} ({'found' if has_line else 'MISSING'}) and the docstring "
-        f"{doc!r} ({'found' if has_doc else 'MISSING'})"
+    total, line = expected_answer(ws)
+    clauses = [c for c in _CLAUSE_END.split(answer or "") if c.strip()]
+
+    def numbers(clause: str) -> set[int]:
+        return {int(n) for n in re.findall(r"\b\d+\b", clause)}
+
+    def about_function(clause: str) -> bool:
+        return QUESTION_FUNCTION in clause or "defined" in clause.lower()
+
+    has_total = any(
+        total in numbers(c) and line not in numbers(c) and not about_function(c) for c in clauses
     )
-    return has_line and has_doc, verdict
+    has_line = any(
+        line in numbers(c) and total not in numbers(c) and about_function(c) for c in clauses
+    )
+    verdict = (
+        f"expected {total} lines ({'found' if has_total else 'MISSING'}) and {QUESTION_FUNCTION} "
+        f"defined on line {line} ({'found' if has_line else 'MISSING'})"
+    )
+    return has_total and has_line, verdict
 
 
 def step(title: str) -> None:

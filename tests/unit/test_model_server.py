@@ -186,8 +186,10 @@ def test_template_renders_tool_conversation():
     assert call_line in out
     # the tool result, labelled with the function that produced it, then the instruction
     result_at = out.index("Result of read_file:\nbuy milk\n")
-    instr_at = out.index("Reply to the user in plain text using the function results above.")
-    assert result_at < instr_at
+    asked_at = out.index("The question was: What is in notes.txt?\n")
+    instr_at = out.index("Reply to the user in plain text using the function results above,")
+    assert result_at < asked_at < instr_at
+    assert "answering every part of the question" in out
     assert "only if information you need is still missing" in out
     assert out.endswith("<|im_start|>assistant\n")
     assert out.count("<|im_start|>") == out.count("<|im_end|>") + 1
@@ -222,7 +224,10 @@ def test_template_object_arguments_and_several_results():
         "<|im_end|>"
     ) in out
     # both results in one user turn, each named, one instruction after the last
-    assert "Result of calculator:\n4\nResult of read_file:\nhello\nReply to the user" in out
+    assert (
+        "Result of calculator:\n4\nResult of read_file:\nhello\n"
+        "The question was: two things\nReply to the user"
+    ) in out
     assert out.count("Reply to the user in plain text") == 1
     assert not out.endswith("<|im_start|>assistant\n")
     # default system turn when none is given
@@ -489,3 +494,21 @@ def test_recover_tool_call_accepts_call_shapes(content):
 )
 def test_recover_tool_call_leaves_answers_alone(content):
     assert ms.recover_tool_call(content, NAMES) is None
+
+
+def test_template_repeats_the_latest_question_before_the_results():
+    call = {"id": "c", "type": "function", "function": {"name": "calculator", "arguments": "{}"}}
+    msgs = [
+        {"role": "user", "content": "first question"},
+        {"role": "assistant", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c", "content": "1"},
+        {"role": "assistant", "content": "one"},
+        {"role": "user", "content": "second question"},
+        {"role": "assistant", "tool_calls": [{**call, "id": "d"}]},
+        {"role": "tool", "tool_call_id": "d", "content": "2"},
+    ]
+    out = _render(msgs, TOOLS)
+    first, second = out.split("Result of calculator:\n")[1:]
+    assert "The question was: first question\n" in first
+    assert "The question was: second question\n" in second
+    assert "first question" not in second
