@@ -216,21 +216,38 @@ def start_server(
         "ready_timeout": ready_timeout,
         "detach": detach,
     }
-    try:
-        handle = _launch(model, binary, **launch)
-    except BinaryCannotRun as e:
-        if binary.origin != "prebuilt" or settings.llama_build == "prebuilt":
-            raise
-        mark_prebuilt_unusable(cache_dir, str(e).splitlines()[0])
-        progress(
-            f"{str(e).splitlines()[0]}: this CPU cannot run the prebuilt llama-server; "
-            "building it from source (once per machine)"
-        )
-        binary = build_binary(cache_dir, progress=progress, jobs=settings.llama_build_jobs)
-        handle = _launch(model, binary, **launch)
+    handle = _launch_or_build(model, binary, cache_dir, settings, progress, launch)
     if pid_file is not None:
         write_pid_file(Path(pid_file), handle.process.pid)
     return handle
+
+
+def _launch_or_build(
+    model: Path,
+    binary: ServerBinary,
+    cache_dir: Path,
+    settings: Settings,
+    progress: Progress,
+    launch: dict,
+) -> ServerHandle:
+    """Launch ``binary``; if it is the prebuilt one and it crashes at start, build and launch that.
+
+    Raises:
+        BinaryCannotRun: a binary that is not the prebuilt one (or a forced prebuilt) crashed.
+    """
+    try:
+        return _launch(model, binary, **launch)
+    except BinaryCannotRun as e:
+        if binary.origin != "prebuilt" or settings.llama_build == "prebuilt":
+            raise
+        first_line = str(e).splitlines()[0]
+        mark_prebuilt_unusable(cache_dir, first_line)
+        progress(
+            f"{first_line}: this CPU cannot run the prebuilt llama-server; "
+            "building it from source (once per machine)"
+        )
+    built = build_binary(cache_dir, progress=progress, jobs=settings.llama_build_jobs)
+    return _launch(model, built, **launch)
 
 
 def _launch(
@@ -369,6 +386,11 @@ def run_model_server(
     if not foreground:
         print(f"model-server: pid file {pid_file}", file=out, flush=True)
         return 0
+    return _serve_until_stopped(handle, pid_file, out)
+
+
+def _serve_until_stopped(handle: ServerHandle, pid_file: Path | None, out) -> int:
+    """Wait for the server to exit, or stop it on Ctrl-C/SIGTERM; returns the exit status."""
 
     def _stop(signum, frame):  # noqa: ARG001
         raise KeyboardInterrupt
