@@ -83,3 +83,17 @@ def journal_events(path: str | Path) -> list[dict]:
     if not p.exists():
         return []
     return [json.loads(line) for line in p.read_text().splitlines() if line.strip()]
+
+
+@tool
+def where(label: str, ctx: ToolContext) -> str:
+    """Say which process and task queue ran this call (journaled too).
+
+    Args:
+        label: a label to record.
+    """
+    from temporalio import activity
+
+    queue = activity.info().task_queue if activity.in_activity() else ""
+    _journal(ctx, {"tool": "where", "label": label, "pid": os.getpid(), "task_queue": queue})
+    return f"pid={os.getpid()} queue={queue}"
