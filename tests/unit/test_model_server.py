@@ -431,6 +431,9 @@ def test_find_server_binary_prefers_real_elf(tmp_path):
     assert os.access(found, os.X_OK)  # exec bit restored
     env = lb.server_env(found, base={"LD_LIBRARY_PATH": "/x"})
     assert env["LD_LIBRARY_PATH"] == f"{real.parent}{os.pathsep}/x"
+    assert env["OMP_WAIT_POLICY"] == "PASSIVE"
+    mine = lb.server_env(found, base={"OMP_WAIT_POLICY": "ACTIVE"})
+    assert mine["OMP_WAIT_POLICY"] == "ACTIVE"
 
 
 def test_find_server_binary_missing(tmp_path):
