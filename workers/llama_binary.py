@@ -172,7 +172,8 @@ def _is_elf(path: Path) -> bool:
 def server_env(binary: Path, base: dict[str, str] | None = None) -> dict[str, str]:
     """Environment for the server: its folder first on ``LD_LIBRARY_PATH``, passive OpenMP waits.
 
-    ``OMP_WAIT_POLICY=PASSIVE`` is set unless the caller's environment sets it. The prebuilt's ggml libraries resolve through RUNPATH already; this makes its bundled
+    ``OMP_WAIT_POLICY=PASSIVE`` is set unless the caller's environment sets it. The prebuilt's
+    ggml libraries resolve through RUNPATH already; the folder first makes its bundled
     ``libvulkan`` and friends win over anything on the system (harmless for a static build).
     """
     env = dict(os.environ if base is None else base)
