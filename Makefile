@@ -24,7 +24,7 @@ install: $(VENV)/.installed ## create .venv and install the project with its tes
 test: install ## run the test suite (real Temporal dev server, scripted model server); not the slow tests
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not slow" tests
 
-test-slow: install ## the slow tests: build llama-server from source in a clean cache and answer a tool call (~15 min)
+test-slow: install ## the slow tests: build llama-server from source in a clean cache and answer a tool call (10-20 min)
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m slow -s tests
 
 test-unit: install ## unit tests only (no server)

@@ -7,7 +7,8 @@ Source: the ``llama-cpp-python==0.3.36`` sdist on PyPI (MIT), which vendors the 
 ``tools/server`` included, under ``vendor/llama.cpp``. We only compile the ``llama-server`` target of
 that tree with CMake (``GGML_NATIVE=ON``: tuned for the CPU it is built on, so the result only runs
 there), statically linked (one file to cache), without network features (no curl, no OpenSSL, no
-prebuilt Web UI download). Measured on 2 cores: about 10 minutes (17.8 min CPU) on AMD Zen 3.
+prebuilt Web UI download). Measured on 2 cores: about 10 minutes (17.8 min CPU) on an idle AMD
+Zen 3; 16-17 minutes on a 2-core Xeon shared with other work (2026-11-23).
 
 Cache layout, under the model cache folder (``AGENT_MODEL_CACHE``, default
 ``~/.cache/agent-runtime/model``)::
@@ -468,7 +469,7 @@ def _compile(
         if _run_logged(configure, log) != 0:
             log.flush()
             raise ModelServerError(f"cmake configure failed; see {log_path}\n{_log_tail(log_path)}")
-        progress(f"compiling the llama-server target with {jobs} jobs (about 10 min on 2 cores)")
+        progress(f"compiling the llama-server target with {jobs} jobs (10-20 min on 2 cores)")
         if _run_logged(build, log, progress) != 0:
             log.flush()
             raise ModelServerError(f"cmake build failed; see {log_path}\n{_log_tail(log_path)}")
