@@ -166,11 +166,25 @@ def _cmake_ok(cmake: str) -> bool:
 
 
 def _pypi_tool(tools_dir: Path, package: str) -> Path | None:
-    """The real executable a ``cmake``/``ninja`` wheel unpacked into ``tools_dir`` ships."""
-    for cand in sorted(tools_dir.glob(f"{package}/data/bin/{package}")):
-        if cand.is_file():
+    """The real executable a ``cmake``/``ninja`` wheel unpacked into ``tools_dir`` ships.
+
+    The cmake wheel keeps it in ``cmake/data/bin/cmake`` (its ``bin/cmake`` is a Python shim);
+    the ninja wheel ships the binary itself as a script, which ``--target`` puts in ``bin/``.
+    """
+    for cand in (tools_dir / package / "data" / "bin" / package, tools_dir / "bin" / package):
+        if cand.is_file() and _is_binary_executable(cand):
             return cand
     return None
+
+
+def _is_binary_executable(path: Path) -> bool:
+    """True for a native executable (ELF or Mach-O), False for a script such as a Python shim."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(4)
+    except OSError:
+        return False
+    return head == b"\x7fELF" or head in (b"\xcf\xfa\xed\xfe", b"\xca\xfe\xba\xbe")
 
 
 def ensure_build_tools(cache_dir: Path, progress: ProgressFn) -> tuple[str, str | None]:

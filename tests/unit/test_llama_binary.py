@@ -8,6 +8,7 @@ without AVX-512/AMX, and a stand-in built server that answers ``/v1/models``.
 
 from __future__ import annotations
 
+import shutil
 import signal
 import socket
 import sys
@@ -315,3 +316,56 @@ def test_build_output_is_logged_and_reported_in_percent_steps(tmp_path):
     assert logged[0].startswith("$ ") and len(logged) == 41  # the command, then all output
     pcts = [int(line.split(":")[1].split("%")[0]) for line in lines]
     assert pcts == [2, 25, 50, 75, 100]
+
+
+def _fake_tool(path: Path, version_line: str) -> Path:
+    """A stand-in for a native tool: `/bin/echo` copied (an ELF binary), printing its argv."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy("/bin/echo", path)
+    path.chmod(0o755)
+    return path
+
+
+def test_build_tools_come_from_pypi_when_the_machine_has_none(tmp_path, monkeypatch):
+    monkeypatch.setattr(lbuild.shutil, "which", lambda name: None)
+    installed: list[list[str]] = []
+
+    def fake_pip(target, reqs):  # what `pip install --target` leaves for the two wheels
+        installed.append(list(reqs))
+        _fake_tool(target / "cmake" / "data" / "bin" / "cmake", "cmake version 3.31.6")
+        (target / "bin").mkdir(parents=True, exist_ok=True)
+        (target / "bin" / "cmake").write_text("#!/usr/bin/python\n")  # the shim: not used
+        _fake_tool(target / "bin" / "ninja", "1.13.0")
+
+    monkeypatch.setattr(lbuild, "pip_install", fake_pip)
+    lines: list[str] = []
+    cmake, ninja = lbuild.ensure_build_tools(tmp_path, lines.append)
+    tools = tmp_path / "build-tools"
+    assert cmake == str(tools / "cmake" / "data" / "bin" / "cmake")
+    assert ninja == str(tools / "bin" / "ninja")
+    assert installed == [["cmake", "ninja"]] and "from PyPI" in lines[0]
+    # second time: already in the cache, pip is not run again
+    assert lbuild.ensure_build_tools(tmp_path, lines.append) == (cmake, ninja)
+    assert len(installed) == 1
+
+
+def test_too_old_cmake_on_path_is_replaced(tmp_path, monkeypatch):
+    old = tmp_path / "bin" / "cmake"  # on PATH: a script that says it is 3.10
+    old.parent.mkdir()
+    old.write_text("#!/bin/sh\necho 'cmake version 3.10.2'\n")
+    old.chmod(0o755)
+    assert not lbuild._cmake_ok(str(old))
+    ninja = _fake_tool(tmp_path / "bin" / "ninja", "1.11.1")
+    monkeypatch.setattr(
+        lbuild.shutil, "which", lambda name: {"cmake": str(old), "ninja": str(ninja)}.get(name)
+    )
+    installed: list[list[str]] = []
+
+    def fake_pip(target, reqs):
+        installed.append(list(reqs))
+        _fake_tool(target / "cmake" / "data" / "bin" / "cmake", "cmake version 3.31.6")
+
+    monkeypatch.setattr(lbuild, "pip_install", fake_pip)
+    cmake, got_ninja = lbuild.ensure_build_tools(tmp_path / "cache", lambda _m: None)
+    assert installed == [["cmake"]] and got_ninja == str(ninja)
+    assert cmake.endswith("cmake/data/bin/cmake")
