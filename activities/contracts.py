@@ -17,6 +17,17 @@ SPEC_RESOLVE = "spec.resolve"
 TOKENS_COUNT = "tokens.count"
 ACTIVITY_NAMES = (MODEL_COMPLETE, TOOL_INVOKE, SPEC_RESOLVE, TOKENS_COUNT)
 
+SEARCH_ATTRIBUTES = (
+    "AgentName",
+    "TenantId",
+    "PrincipalId",
+    "AgentStatus",
+    "TotalTokens",
+    "CostUsd",
+    "SpecHash",
+)
+"""Custom search attributes every run sets when the namespace has them all (temporal-dev.yml)."""
+
 # Error types raised as ``ApplicationError(type=...)`` by activities; the workflow matches on them.
 ERR_MODEL_OUTPUT_INVALID = "ModelOutputInvalid"
 ERR_MODEL_REQUEST_REJECTED = "ModelRequestRejected"
@@ -97,6 +108,9 @@ class ModelReply(BaseModel):
     finish_reason: str | None = None
     model: str = ""
     latency_ms: float = 0.0
+    streamed_chars: int = 0
+    """How many characters of ``content`` the activity published as ``text_delta`` events (the
+    workflow emits the rest, so a step's deltas always add up to its reply text)."""
 
     def assistant_message(self) -> dict[str, Any]:
         """The reply as an OpenAI-format assistant message for the transcript."""
@@ -219,6 +233,9 @@ class ResolveSpecInput(BaseModel):
 
     agent: str
     spec_file: str | None = None
+    workflow_rev: int = 0
+    """The workflow code's revision, echoed into :attr:`PinnedSpec.workflow_rev` so the run's
+    history records which behaviour it started with (0: a workflow before revision 3)."""
 
 
 class CountTokensInput(BaseModel):

@@ -10,13 +10,16 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from datetime import timedelta
 from typing import Any
 
 from temporalio.client import Client, WorkflowHandle, WorkflowQueryFailedError
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
-from temporalio.service import RPCError
+from temporalio.contrib.workflow_streams import WorkflowStreamClient
+from temporalio.service import RPCError, RPCStatusCode
 
+from activities.contracts import SEARCH_ATTRIBUTES
 from workers.config import Settings, load_settings, temporal_connect_config
 from workers.converter import build_data_converter
 from workers.telemetry import temporal_plugins
@@ -27,6 +30,7 @@ from workflows.agent_run import (
     SA_TENANT,
     AgentRun,
 )
+from workflows.events import TOPIC as EVENTS_TOPIC
 from workflows.models import (
     ApproveSignal,
     DecideResult,
@@ -41,15 +45,7 @@ from workflows.models import (
 )
 from workflows.render import static_details, static_summary
 
-REQUIRED_SEARCH_ATTRIBUTES = (
-    "AgentName",
-    "TenantId",
-    "PrincipalId",
-    "AgentStatus",
-    "TotalTokens",
-    "CostUsd",
-    "SpecHash",
-)
+REQUIRED_SEARCH_ATTRIBUTES = SEARCH_ATTRIBUTES
 
 
 class ServerUnreachable(RuntimeError):
@@ -99,15 +95,38 @@ def _short_reason(e: BaseException) -> str:
     return text.splitlines()[0][:160] if text else type(e).__name__
 
 
+_TRANSIENT = frozenset(
+    {
+        RPCStatusCode.UNAVAILABLE,
+        RPCStatusCode.DEADLINE_EXCEEDED,
+        RPCStatusCode.RESOURCE_EXHAUSTED,
+        RPCStatusCode.ABORTED,
+        RPCStatusCode.CANCELLED,
+    }
+)
+
+
 async def search_attributes_registered(client: Client) -> bool:
-    """True when the namespace has every search attribute the run sets (see temporal-dev.yml)."""
+    """True when the namespace has every search attribute the run sets (see temporal-dev.yml).
+
+    False when the server says they are not there or will not list them (e.g. no operator
+    service).
+
+    Raises:
+        temporalio.service.RPCError: the server did not answer (unavailable, restarting, timed
+            out). Answering False then would start a run without search attributes, and such a
+            run never sets them: it would stay invisible to ``AgentStatus`` filters for good
+            (seen under ``make chaos`` when a run started while the server restarted).
+    """
     from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
 
     try:
         resp = await client.operator_service.list_search_attributes(
             ListSearchAttributesRequest(namespace=client.namespace)
         )
-    except RPCError:
+    except RPCError as e:
+        if e.status in _TRANSIENT:
+            raise
         return False
     names = set(resp.custom_attributes.keys())
     return all(n in names for n in REQUIRED_SEARCH_ATTRIBUTES)
@@ -292,3 +311,41 @@ async def list_runs(client: Client, query: str, limit: int = 50) -> Sequence[Any
     async for wf in client.list_workflows(query, limit=limit):
         out.append(wf)
     return out
+
+
+async def follow(
+    client: Client,
+    run_id: str,
+    from_offset: int = 0,
+    *,
+    poll_cooldown: timedelta = timedelta(milliseconds=100),
+) -> AsyncIterator[dict[str, Any]]:
+    """The run's events (CONTRACT.md "Event stream") from ``from_offset`` on, as they happen.
+
+    Each item is the event's JSON object plus ``"offset"``, its position in the stream: after a
+    disconnect, call again with ``from_offset=last["offset"] + 1`` and nothing is missed (unless
+    the run truncated those items, see :mod:`workflows.events`; then it resumes at the oldest
+    retained item). Follows continue-as-new; ends after ``run_finished``. On a finished run it
+    drains the retained items (a worker must be up to answer the query).
+
+    Args:
+        client: a connected client (:func:`connect`).
+        run_id: the run's workflow id.
+        from_offset: the first offset wanted (0: from the start).
+        poll_cooldown: least time between two polls once caught up (each poll is an Update, i.e.
+            two events in the run's history when it returns items).
+
+    Raises:
+        temporalio.service.RPCError: no such run (``NOT_FOUND``) or the server is unreachable.
+        temporalio.client.WorkflowUpdateFailedError: the run has no event stream (started by a
+            worker older than the stream).
+    """
+    stream = WorkflowStreamClient.create(client, run_id)
+    async for item in stream.subscribe(
+        [EVENTS_TOPIC], from_offset=from_offset, poll_cooldown=poll_cooldown
+    ):
+        event = dict(item.data) if isinstance(item.data, dict) else {"type": "unknown"}
+        event["offset"] = item.offset
+        yield event
+        if event.get("type") == "run_finished":
+            return
