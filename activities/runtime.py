@@ -131,7 +131,7 @@ class RuntimeActivities:
                 ) from None
             log.info("workspace_created", agent=agent, workspace=str(resolved))
             return
-        what = "is not a directory" if ws.exists() else "does not exist"
+        what = "is not a directory" if ws.exists() else "is not a directory (it does not exist)"
         raise ApplicationError(
             f"agents.{agent}.workspace: {ws} {what}; create it (mkdir -p {ws}) or point "
             f"agents.{agent}.workspace in {spec_file} at an existing folder",
