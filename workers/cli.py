@@ -488,7 +488,8 @@ def dev_server(
     """Start the local Temporal dev server (with Web UI) as temporal-dev.yml says."""
     from workers.dev_server import run_dev_server
 
-    raise typer.Exit(run_dev_server(config, foreground=not background) or 0)
+    state = load_settings().state_dir
+    raise typer.Exit(run_dev_server(config, foreground=not background, state_dir=state) or 0)
 
 
 @app.command("model-server")
