@@ -8,7 +8,7 @@ Names and defaults are pinned by ``shared/CONTRACT.md``. Connection to Temporal 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import (
@@ -43,6 +43,7 @@ class Settings(BaseSettings):
     names are case-sensitive; no ``.env`` file is read.
     """
 
+    _reads_environment: ClassVar[bool] = False
     model_config = SettingsConfigDict(
         case_sensitive=True,
         env_ignore_empty=True,
@@ -154,8 +155,8 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        """Arguments only; :class:`_FromEnvironment` adds the environment."""
-        return (init_settings,)
+        """The arguments; then the environment for :class:`_FromEnvironment` only."""
+        return (init_settings, env_settings) if cls._reads_environment else (init_settings,)
 
     @property
     def payload_path(self) -> Path:
@@ -169,18 +170,7 @@ class _FromEnvironment(Settings):
     model_config = SettingsConfigDict(
         title="Settings", populate_by_name=False, validate_by_name=False
     )
-
-    @classmethod
-    def settings_customise_sources(
-        cls,
-        settings_cls: type[BaseSettings],
-        init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource,
-        dotenv_settings: PydanticBaseSettingsSource,
-        file_secret_settings: PydanticBaseSettingsSource,
-    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        """Arguments first, then the environment."""
-        return (init_settings, env_settings)
+    _reads_environment: ClassVar[bool] = True
 
 
 def load_settings() -> Settings:
