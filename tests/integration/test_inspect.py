@@ -1,4 +1,4 @@
-"""See, audit, replay and fork runs: workers/inspect_history.py and `agentctl audit|replay|fork`."""
+"""See, audit, replay and fork runs: workers/history/ and `agentctl audit|replay|fork`."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from typer.testing import CliRunner
 
 from tests.harness import Harness
 from workers import client as rc
-from workers import inspect_history as ih
+from workers import history as ih
 from workers.cli import app
 from workers.testing.env import start_local_env
 from workers.testing.scripted_model import ScriptedModel, text, tool_call, tool_calls
