@@ -83,3 +83,14 @@ def journal_events(path: str | Path) -> list[dict]:
     if not p.exists():
         return []
     return [json.loads(line) for line in p.read_text().splitlines() if line.strip()]
+
+
+@tool(timeout_seconds=1, max_attempts=1)
+async def sleepy(seconds: float) -> str:
+    """Sleep longer than its one-second start-to-close timeout allows (one attempt).
+
+    Args:
+        seconds: how long to sleep.
+    """
+    await asyncio.sleep(seconds)
+    return "woke up"

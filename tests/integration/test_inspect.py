@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 from temporalio.api.common.v1 import Payload
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.converter import ExternalStorage, StorageDriver, StorageDriverClaim
 from temporalio.testing import WorkflowEnvironment
@@ -321,6 +321,24 @@ async def test_continue_as_new_chain_is_audited_replayed_and_forked_across_execu
     assert not partial.chain_complete and [s.turn for s in partial.model_steps] == [5]
     assert report.compatible and report.run_ids == a.run_ids
     assert model.requests[5].messages == model.requests[3].messages
+
+
+async def test_a_tool_timeout_is_audited_as_the_workflow_records_it(client: Client, tmp_path: Path):
+    model = ScriptedModel([tool_call("sleepy", {"seconds": 30}), text("gave up")])
+    async with Harness(client, tmp_path, model, agents={"default": {"tools": ["sleepy"]}}) as h:
+        handle = await h.start("sleep")
+        res = await handle.result()
+        history = await ih.fetch_history(client, handle.id)
+    assert [c.status for c in res.tool_calls] == ["timed_out"]  # the workflow's own record
+    # Without the result (as while the run is open) the audit derives the status from the
+    # activity's failure: a start-to-close timeout (timeoutFailureInfo), not a message.
+    last = history.events[-1]
+    assert last.HasField("workflow_execution_completed_event_attributes")
+    open_run = ih.audit(WorkflowHistory(history.workflow_id, list(history.events)[:-1]))
+    (call,) = open_run.tool_calls
+    assert (call.name, call.status, call.ran, call.attempts) == ("sleepy", "timed_out", True, 1)
+    assert call.error and "timeout" in call.error.lower()
+    assert ih.audit(history).tool_calls[0].status == "timed_out"
 
 
 async def test_a_secret_given_to_a_tool_never_reaches_the_history_or_logs(

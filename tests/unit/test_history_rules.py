@@ -1,0 +1,113 @@
+"""workers/history/_rules.py: the workflow's rules as the audit applies them, without a server."""
+
+import pytest
+from temporalio.api.failure.v1 import ApplicationFailureInfo, Failure, TimeoutFailureInfo
+
+from activities.spec import Policy
+from workers.history._rules import (
+    decision_problem,
+    failure_text,
+    signal_verdict,
+    status_after_decision,
+    status_after_policy,
+    tool_failure_status,
+)
+
+
+def _app(message: str, type_: str = "RuntimeError", cause: Failure | None = None) -> Failure:
+    f = Failure(message=message, application_failure_info=ApplicationFailureInfo(type=type_))
+    if cause is not None:
+        f.cause.CopyFrom(cause)
+    return f
+
+
+def _activity_failure(cause: Failure) -> Failure:
+    f = Failure(message="Activity task failed")
+    f.cause.CopyFrom(cause)
+    return f
+
+
+def test_timeouts_are_read_from_the_failure_structure():
+    start_to_close = Failure(message="activity StartToClose timeout")
+    start_to_close.timeout_failure_info.CopyFrom(TimeoutFailureInfo())
+    assert tool_failure_status(False, _activity_failure(start_to_close)) == "timed_out"
+    assert tool_failure_status(True, Failure()) == "timed_out"  # ActivityTaskTimedOut
+    own = _app("read timed out", "TimeoutError")
+    assert tool_failure_status(False, _activity_failure(own)) == "timed_out"
+
+
+def test_a_message_that_mentions_a_timeout_is_not_a_timeout():
+    failure = _activity_failure(_app("bad config: timeout must be positive", "ValueError"))
+    assert tool_failure_status(False, failure) == "error"
+    assert tool_failure_status(False, Failure(message="boom")) == "error"
+
+
+def test_failure_text_joins_the_first_five_messages_of_the_chain():
+    chain = _app("e", cause=_app("", cause=_app("f", cause=_app("g"))))
+    for m in "dcba":
+        chain = _app(m, cause=chain)
+    assert failure_text(chain) == "a: b: c: d: e"
+    assert failure_text(Failure()) == "failed"
+
+
+POLICY = Policy(approvers=["alice", "role:ops"], roles={"ops": ["olga"]})
+
+
+@pytest.mark.parametrize(
+    ("call_id", "principal", "known", "expected"),
+    [
+        ("c1", "alice", True, None),
+        ("c1", "olga", True, None),
+        ("c2", "alice", True, "tool call c2 was already decided (reject)"),
+        ("c3", "alice", True, "tool call c3 is not waiting for approval"),
+        ("c9", "alice", False, "tool call c9 is unknown"),
+    ],
+)
+def test_decision_problem(call_id, principal, known, expected):
+    got = decision_problem(
+        call_id,
+        principal,
+        verdicts={"c2": "reject"},
+        waiting={"c1": ["alice", "role:ops"], "c2": ["alice"]},
+        known=known,
+        policy=POLICY,
+    )
+    assert got == expected
+
+
+def test_a_principal_who_is_not_an_approver_is_refused():
+    why = decision_problem(
+        "c1", "mallory", verdicts={}, waiting={"c1": ["alice"]}, known=True, policy=POLICY
+    )
+    assert why and "mallory" in why
+
+
+def test_statuses():
+    assert [status_after_policy(a) for a in ("allow", "deny", "approve")] == [
+        "pending",
+        "denied",
+        "awaiting_approval",
+    ]
+    assert [status_after_decision(d) for d in ("approve", "reject", "timeout")] == [
+        "approved",
+        "rejected",
+        "timed_out",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("name", "interrupted", "paused", "budget", "expected"),
+    [
+        ("interrupt", False, False, False, (True, None)),
+        ("interrupt", True, False, False, (False, "already interrupted")),
+        ("pause", False, True, False, (False, "already paused")),
+        ("resume", False, False, False, (False, "not paused")),
+        ("resume", False, True, False, (True, None)),
+        ("pause", False, True, True, (None, None)),  # a budget pause is not in the history
+        ("send_message", False, False, False, (True, None)),
+        ("no_such_signal", False, False, False, (None, None)),
+    ],
+)
+def test_signal_verdict(name, interrupted, paused, budget, expected):
+    got = signal_verdict(name, interrupted=interrupted, paused=paused, budget_may_pause=budget)
+    assert got == expected
