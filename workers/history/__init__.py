@@ -23,22 +23,9 @@ This package reads it without running any workflow code, one job a module:
   K``); :func:`lineage` walks a fork back to its root.
 """
 
+from workers.history import _entries
 from workers.history._audit import audit, audit_run
-from workers.history._entries import (
-    ActivityEntry,
-    ApprovalRequestedEntry,
-    AskedToolCall,
-    Audit,
-    ContinuedAsNewEntry,
-    DecisionEntry,
-    ModelStepEntry,
-    RunFinishedEntry,
-    RunStartedEntry,
-    SignalEntry,
-    SpecResolvedEntry,
-    TimelineEntry,
-    ToolCallEntry,
-)
+from workers.history._entries import *  # noqa: F403 - the audit's data, listed in its __all__
 from workers.history._fetch import (
     MAX_CHAIN,
     fetch_chain,
@@ -52,21 +39,8 @@ from workers.history._replay import ReplayReport, replay, replay_file, replay_hi
 
 __all__ = [
     "MAX_CHAIN",
-    "ActivityEntry",
-    "ApprovalRequestedEntry",
-    "AskedToolCall",
-    "Audit",
-    "ContinuedAsNewEntry",
-    "DecisionEntry",
     "ForkError",
-    "ModelStepEntry",
     "ReplayReport",
-    "RunFinishedEntry",
-    "RunStartedEntry",
-    "SignalEntry",
-    "SpecResolvedEntry",
-    "TimelineEntry",
-    "ToolCallEntry",
     "audit",
     "audit_run",
     "fetch_chain",
@@ -81,3 +55,4 @@ __all__ = [
     "replay_file",
     "replay_histories",
 ]
+__all__ += _entries.__all__

@@ -6,9 +6,9 @@ them apart in JSON (``agentctl audit --json`` prints ``Audit.model_dump_json()``
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Generic, Literal, TypeVar, overload
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from activities.contracts import Usage
 from workflows.models import RunResult
@@ -58,6 +58,9 @@ class RunStartedEntry(_Entry):
         None, description="previous execution's run id (continue-as-new)"
     )
     turn: int = Field(0, description="turns already taken when it started (continue-as-new)")
+
+
+_E = TypeVar("_E", bound=_Entry)
 
 
 class SpecResolvedEntry(_Entry):
@@ -243,6 +246,21 @@ TimelineEntry = Annotated[
 ]
 
 
+class _Kind(Generic[_E]):
+    """A read-only attribute of :class:`Audit`: its timeline's entries of one kind, in order."""
+
+    def __init__(self, kind: type[_E], doc: str) -> None:
+        self.kind = kind
+        self.__doc__ = doc
+
+    @overload
+    def __get__(self, audit: None, owner: type[Audit] | None = None) -> _Kind[_E]: ...
+    @overload
+    def __get__(self, audit: Audit, owner: type[Audit] | None = None) -> list[_E]: ...
+    def __get__(self, audit: Audit | None, owner: type[Audit] | None = None) -> Any:
+        return self if audit is None else audit.entries(self.kind)
+
+
 class Audit(BaseModel):
     """What a run did, from its history: identity, lineage, outcome and a timeline.
 
@@ -252,6 +270,8 @@ class Audit(BaseModel):
     ``RunResult.status``, ``running`` while the run is open, or the Temporal outcome when the
     workflow did not return a result. ``events`` counts the history events read.
     """
+
+    model_config = ConfigDict(ignored_types=(_Kind,))
 
     workflow_id: str
     run_ids: list[str]
@@ -267,25 +287,16 @@ class Audit(BaseModel):
     events: int = 0
     timeline: list[TimelineEntry] = Field(default_factory=list)
 
-    @property
-    def model_steps(self) -> list[ModelStepEntry]:
-        """The model steps, in order."""
-        return [e for e in self.timeline if isinstance(e, ModelStepEntry)]
+    def entries(self, kind: type[_E]) -> list[_E]:
+        """The timeline's entries of one kind (a class, e.g. :class:`ModelStepEntry`), in order."""
+        return [e for e in self.timeline if isinstance(e, kind)]
 
-    @property
-    def tool_calls(self) -> list[ToolCallEntry]:
-        """The tool calls, in timeline order."""
-        return [e for e in self.timeline if isinstance(e, ToolCallEntry)]
-
-    @property
-    def decisions(self) -> list[DecisionEntry]:
-        """Every approve/reject (accepted or ignored) and approval timeout, in order."""
-        return [e for e in self.timeline if isinstance(e, DecisionEntry)]
-
-    @property
-    def signals(self) -> list[SignalEntry]:
-        """The other signals, in order."""
-        return [e for e in self.timeline if isinstance(e, SignalEntry)]
+    model_steps = _Kind(ModelStepEntry, "The model steps, in order.")
+    tool_calls = _Kind(ToolCallEntry, "The tool calls, in timeline order.")
+    decisions = _Kind(
+        DecisionEntry, "Every approve/reject (accepted or ignored) and approval timeout, in order."
+    )
+    signals = _Kind(SignalEntry, "The other signals, in order.")
 
     @property
     def ignored(self) -> list[DecisionEntry | SignalEntry]:

@@ -41,6 +41,21 @@ def _approved_arguments(decision: str, p: dict[str, Any]) -> dict[str, Any] | No
     return args if decision == "approve" and isinstance(args, dict) else None
 
 
+def _decision_entry(
+    at: At, via: str, decision: str, p: dict[str, Any], identity: str, **fields: Any
+) -> DecisionEntry:
+    """A decision entry for payload ``p`` (its ``tool_call_id`` and ``principal_id``)."""
+    return DecisionEntry(
+        **at.mark,
+        via=via,  # type: ignore[arg-type]
+        decision=decision,  # type: ignore[arg-type]
+        tool_call_id=str(p.get("tool_call_id", "")),
+        who=str(p.get("principal_id", "anonymous")),
+        identity=identity,
+        **fields,
+    )
+
+
 def _decision_signal(w: Walk, at: At, name: str, p: dict[str, Any], identity: str) -> None:
     who = str(p.get("principal_id", "anonymous"))
     call_id = str(p.get("tool_call_id", ""))
@@ -54,13 +69,12 @@ def _decision_signal(w: Walk, at: At, name: str, p: dict[str, Any], identity: st
     )
     args = _approved_arguments(name, p)
     w.timeline.append(
-        DecisionEntry(
-            **at.mark,
-            via="signal",
-            decision=name,  # type: ignore[arg-type]
-            tool_call_id=call_id,
-            who=who,
-            identity=identity,
+        _decision_entry(
+            at,
+            "signal",
+            name,
+            p,
+            identity,
             arguments=args,
             comment=p.get("comment") if name == "approve" else p.get("reason", "rejected"),
             accepted=problem is None,
@@ -115,13 +129,12 @@ def on_update_accepted(w: Walk, at: At) -> None:
     args = _approved_arguments(decision, p)
     comment = p.get("comment") if decision == "approve" else (p.get("reason") or p.get("comment"))
     w.timeline.append(
-        DecisionEntry(
-            **at.mark,
-            via="update",
-            decision=decision,  # type: ignore[arg-type]
-            tool_call_id=call_id,
-            who=who,
-            identity=req.meta.identity,
+        _decision_entry(
+            at,
+            "update",
+            decision,
+            p,
+            req.meta.identity,
             arguments=args,
             comment=comment,
             accepted=True,
@@ -139,13 +152,12 @@ def on_update_rejected(w: Walk, at: At) -> None:
         return
     p = first_object(w.conv, req.input.args)
     w.timeline.append(
-        DecisionEntry(
-            **at.mark,
-            via="update",
-            decision="reject" if p.get("decision") == "reject" else "approve",
-            tool_call_id=str(p.get("tool_call_id", "")),
-            who=str(p.get("principal_id", "anonymous")),
-            identity=req.meta.identity,
+        _decision_entry(
+            at,
+            "update",
+            "reject" if p.get("decision") == "reject" else "approve",
+            p,
+            req.meta.identity,
             accepted=False,
             ignored_reason=failure_text(a.failure),
             update_id=req.meta.update_id or None,

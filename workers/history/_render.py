@@ -6,19 +6,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from workers.history._entries import (
-    ActivityEntry,
-    ApprovalRequestedEntry,
-    Audit,
-    ContinuedAsNewEntry,
-    DecisionEntry,
-    ModelStepEntry,
-    RunFinishedEntry,
-    RunStartedEntry,
-    SignalEntry,
-    SpecResolvedEntry,
-    ToolCallEntry,
-)
+from workers.history import _entries as en
 from workers.history._payloads import as_dict
 
 
@@ -42,7 +30,7 @@ def _verdict(accepted: bool | None, ignored_reason: str | None) -> str:
     return "accepted" if accepted else f"IGNORED: {ignored_reason}"
 
 
-def _run_started(e: RunStartedEntry) -> str:
+def _run_started(e: en.RunStartedEntry) -> str:
     if e.continued_from:
         return f"continued    execution {e.run_id} (from {e.continued_from}) at turn {e.turn}"
     lineage = (
@@ -57,7 +45,7 @@ def _run_started(e: RunStartedEntry) -> str:
     )
 
 
-def _spec_resolved(e: SpecResolvedEntry) -> str:
+def _spec_resolved(e: en.SpecResolvedEntry) -> str:
     if e.status != "completed":
         return f"spec         {e.agent}: {e.status}{': ' + e.error if e.error else ''}"
     return (
@@ -66,7 +54,7 @@ def _spec_resolved(e: SpecResolvedEntry) -> str:
     )
 
 
-def _model_step(e: ModelStepEntry) -> str:
+def _model_step(e: en.ModelStepEntry) -> str:
     asks = ", ".join(f"{c.name}({c.id})" for c in e.tool_calls)
     what = (
         f"-> asks {asks}"
@@ -84,7 +72,7 @@ def _model_step(e: ModelStepEntry) -> str:
     ).rstrip()
 
 
-def _approval_requested(e: ApprovalRequestedEntry) -> str:
+def _approval_requested(e: en.ApprovalRequestedEntry) -> str:
     who = ", ".join(e.approvers) or "anyone"
     return (
         f"approval     {e.tool_call_id} {e.name}({_args_text(e.arguments)}) waits for a person"
@@ -92,7 +80,7 @@ def _approval_requested(e: ApprovalRequestedEntry) -> str:
     )
 
 
-def _tool_call(e: ToolCallEntry) -> str:
+def _tool_call(e: en.ToolCallEntry) -> str:
     parts = [f"tool call    {e.tool_call_id} {e.name}({_args_text(e.arguments)}) -> {e.status}"]
     if e.requested_arguments is not None and e.ran and e.requested_arguments != e.arguments:
         parts.append(f"(model asked {_args_text(e.requested_arguments)})")
@@ -113,30 +101,30 @@ def _tool_call(e: ToolCallEntry) -> str:
     return " ".join(parts)
 
 
-def _decision(e: DecisionEntry) -> str:
+def _decision(e: en.DecisionEntry) -> str:
     args = f" args={_args_text(e.arguments)}" if e.arguments is not None else ""
     note = f" ({_clip(e.comment, 80)})" if e.comment else ""
     what = f"{e.decision} {e.tool_call_id} by {e.who} via {e.via}"
     return f"decision     {what}{args}{note} -> {_verdict(e.accepted, e.ignored_reason)}"
 
 
-def _signal(e: SignalEntry) -> str:
+def _signal(e: en.SignalEntry) -> str:
     detail = {k: v for k, v in as_dict(e.payload).items() if k != "principal_id"}
     verdict = _verdict(e.accepted, e.ignored_reason)
     return f"signal       {e.name} by {e.who} {_args_text(detail)} -> {verdict}"
 
 
-def _activity(e: ActivityEntry) -> str:
+def _activity(e: en.ActivityEntry) -> str:
     return f"activity     {e.activity_type} [{e.status}, {e.attempts} attempt(s)]" + (
         f" error: {e.error}" if e.error else ""
     )
 
 
-def _continued(e: ContinuedAsNewEntry) -> str:
+def _continued(e: en.ContinuedAsNewEntry) -> str:
     return f"continue-as-new after turn {e.turn} -> execution {e.new_run_id}"
 
 
-def _run_finished(e: RunFinishedEntry) -> str:
+def _run_finished(e: en.RunFinishedEntry) -> str:
     u = e.usage
     err = f" error: {e.error}" if e.error else ""
     return (
@@ -147,16 +135,16 @@ def _run_finished(e: RunFinishedEntry) -> str:
 
 
 _LINES: dict[type, Callable[[Any], str]] = {
-    RunStartedEntry: _run_started,
-    SpecResolvedEntry: _spec_resolved,
-    ModelStepEntry: _model_step,
-    ApprovalRequestedEntry: _approval_requested,
-    ToolCallEntry: _tool_call,
-    DecisionEntry: _decision,
-    SignalEntry: _signal,
-    ActivityEntry: _activity,
-    ContinuedAsNewEntry: _continued,
-    RunFinishedEntry: _run_finished,
+    en.RunStartedEntry: _run_started,
+    en.SpecResolvedEntry: _spec_resolved,
+    en.ModelStepEntry: _model_step,
+    en.ApprovalRequestedEntry: _approval_requested,
+    en.ToolCallEntry: _tool_call,
+    en.DecisionEntry: _decision,
+    en.SignalEntry: _signal,
+    en.ActivityEntry: _activity,
+    en.ContinuedAsNewEntry: _continued,
+    en.RunFinishedEntry: _run_finished,
 }
 
 
@@ -166,7 +154,7 @@ def entry_line(e: Any) -> str:
     return line(e) if line is not None else f"{getattr(e, 'kind', '?')}"
 
 
-def render_audit_text(a: Audit) -> str:
+def render_audit_text(a: en.Audit) -> str:
     """A readable timeline: a header, one line per entry (time, what, details), a summary."""
     lines = [
         f"run {a.workflow_id}: {a.status}; agent {a.agent}; tenant {a.tenant_id};"
