@@ -18,7 +18,6 @@ the old files too when runs recorded with the old code may still be in flight.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import sys
@@ -27,6 +26,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import typer
 from temporalio.client import Client, WorkflowHandle
 
 from tests.harness import Harness
@@ -219,15 +219,12 @@ async def _main(out: Path) -> None:
         await env.shutdown()
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Entry point: ``python -m tests.record_histories [--out DIR]``."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--out", type=Path, default=HISTORIES, help=f"output folder (default {HISTORIES})"
-    )
-    args = parser.parse_args(argv)
-    asyncio.run(_main(args.out))
+def main(
+    out: Path = typer.Option(HISTORIES, help="output folder"),  # noqa: B008 - typer's idiom
+) -> None:
+    """Regenerate the stored workflow histories under ``tests/histories/`` (or ``--out DIR``)."""
+    asyncio.run(_main(out))
 
 
 if __name__ == "__main__":
-    main()
+    typer.run(main)
