@@ -32,13 +32,13 @@ def test_timeouts_are_read_from_the_failure_structure():
     start_to_close.timeout_failure_info.CopyFrom(TimeoutFailureInfo())
     assert tool_failure_status(False, _activity_failure(start_to_close)) == "timed_out"
     assert tool_failure_status(True, Failure()) == "timed_out"  # ActivityTaskTimedOut
-    own = _app("read timed out", "TimeoutError")
-    assert tool_failure_status(False, _activity_failure(own)) == "timed_out"
 
 
 def test_a_message_that_mentions_a_timeout_is_not_a_timeout():
     failure = _activity_failure(_app("bad config: timeout must be positive", "ValueError"))
     assert tool_failure_status(False, failure) == "error"
+    own = _app("read timed out", "TimeoutError")  # the tool's own error, not Temporal's timeout
+    assert tool_failure_status(False, _activity_failure(own)) == "error"
     assert tool_failure_status(False, Failure(message="boom")) == "error"
 
 
@@ -67,9 +67,9 @@ def test_decision_problem(call_id, principal, known, expected):
     got = decision_problem(
         call_id,
         principal,
-        verdicts={"c2": "reject"},
+        decided={"c2": "reject"},
         waiting={"c1": ["alice", "role:ops"], "c2": ["alice"]},
-        known=known,
+        known={"c1", "c2", "c3"} if known else {"c1", "c2", "c3"} - {call_id},
         policy=POLICY,
     )
     assert got == expected
@@ -77,9 +77,14 @@ def test_decision_problem(call_id, principal, known, expected):
 
 def test_a_principal_who_is_not_an_approver_is_refused():
     why = decision_problem(
-        "c1", "mallory", verdicts={}, waiting={"c1": ["alice"]}, known=True, policy=POLICY
+        "c1", "mallory", decided={}, waiting={"c1": ["alice"]}, known={"c1"}, policy=POLICY
     )
     assert why and "mallory" in why
+
+
+def test_no_pinned_policy_means_nothing_waits():
+    got = decision_problem("c1", "alice", decided={}, waiting={"c1": []}, known={"c1"}, policy=None)
+    assert got == "tool call c1 is not waiting for approval"
 
 
 def test_statuses():

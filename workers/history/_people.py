@@ -62,9 +62,9 @@ def _decision_signal(w: Walk, at: At, name: str, p: dict[str, Any], identity: st
     problem = decision_problem(
         call_id,
         who,
-        verdicts=w.verdicts,
+        decided=w.verdicts,
         waiting=w.waiting,
-        known=call_id in w.tools,
+        known=w.tools,
         policy=w.policy(),
     )
     args = _approved_arguments(name, p)

@@ -8,7 +8,7 @@ pure functions of their own.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Container, Iterator, Mapping
 from itertools import islice
 from typing import Any, Literal
 
@@ -25,29 +25,30 @@ AGENT_RUN_SIGNALS = ("interrupt", "pause", "resume", "send_message", "raise_budg
 # shared-with-workflow: AgentRun._decision_problem (workflows/agent_run.py)
 def decision_problem(
     call_id: str,
-    principal: str,
+    principal_id: str,
     *,
-    verdicts: Mapping[str, str],
+    decided: Mapping[str, str],
     waiting: Mapping[str, list[str]],
-    known: bool,
-    policy: Policy,
+    known: Container[str],
+    policy: Policy | None,
 ) -> str | None:
-    """Why an approve/reject of tool call ``call_id`` by ``principal`` is ignored, or None.
+    """Why a person's decision on ``call_id`` is ignored, or None when it is taken.
 
     Args:
-        call_id: the tool call decided.
-        principal: who decided it.
-        verdicts: decisions already taken in this execution, ``{call id: decision}``.
-        waiting: calls waiting for approval, ``{call id: approvers}``.
-        known: whether the run has a tool call of that id at all.
-        policy: the run's pinned policy (who may decide).
+        call_id: the tool call the decision names.
+        principal_id: who decides.
+        decided: call id -> the decision already taken in this execution (``approve``,
+            ``reject``, ``timeout``).
+        waiting: call id -> its approvers, for the calls waiting for a person now.
+        known: every tool call id of the run.
+        policy: the pinned policy (who may decide); None before the spec is pinned.
     """
-    if call_id in verdicts:
-        return f"tool call {call_id} was already decided ({verdicts[call_id]})"
+    if call_id in decided:
+        return f"tool call {call_id} was already decided ({decided[call_id]})"
     approvers = waiting.get(call_id)
-    if approvers is None:
-        return f"tool call {call_id} is {'not waiting for approval' if known else 'unknown'}"
-    allowed, why = may_decide(policy, approvers, principal)
+    if approvers is None or policy is None:
+        return f"tool call {call_id} is {'not waiting for approval' if call_id in known else 'unknown'}"
+    allowed, why = may_decide(policy, approvers, principal_id)
     return None if allowed else why
 
 
@@ -79,19 +80,17 @@ def tool_failure_status(timed_out: bool, failure: Any) -> Literal["timed_out", "
     """``timed_out`` or ``error`` for a tool activity that closed without a result.
 
     Classified from the history's structure, not from message text: the activity closed as
-    ``ActivityTaskTimedOut`` (``timed_out``), or a failure of its cause chain carries
-    ``timeout_failure_info`` (an attempt's start-to-close or heartbeat timeout) or is an
-    application failure of type ``TimeoutError`` (the tool itself timed out).
+    ``ActivityTaskTimedOut``, or a failure of its cause chain carries ``timeout_failure_info``
+    (a start-to-close, schedule-to-close or heartbeat timeout of Temporal's). A tool that
+    raised an error of its own (even Python's ``TimeoutError``) is an ``error``.
     """
     if timed_out:
         return "timed_out"
-    for f in _failure_chain(failure):
-        if f.HasField("timeout_failure_info"):
-            return "timed_out"
-        info = f.application_failure_info if f.HasField("application_failure_info") else None
-        if info is not None and info.type == "TimeoutError":
-            return "timed_out"
-    return "error"
+    return (
+        "timed_out"
+        if any(f.HasField("timeout_failure_info") for f in _failure_chain(failure))
+        else "error"
+    )
 
 
 def failure_text(failure: Any) -> str:
