@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 MODEL_COMPLETE = "model.complete"
 TOOL_INVOKE = "tool.invoke"
@@ -22,6 +22,7 @@ ERR_MODEL_OUTPUT_INVALID = "ModelOutputInvalid"
 ERR_MODEL_REQUEST_REJECTED = "ModelRequestRejected"
 ERR_MODEL_UNAVAILABLE = "ModelUnavailable"
 ERR_SPEC_INVALID = "AgentSpecInvalid"
+ERR_MCP_UNAVAILABLE = "McpServerUnavailable"
 
 
 class Usage(BaseModel):
@@ -112,12 +113,42 @@ class ModelReply(BaseModel):
         return msg
 
 
+class McpServerConfig(BaseModel):
+    """How to reach one MCP server, as pinned with the spec (``mcp_servers.NAME`` of an agent).
+
+    Exactly one of ``command`` (a stdio server the worker starts: argv, ``python`` meaning the
+    worker's own interpreter) or ``url`` (a streamable-HTTP endpoint). ``env`` and ``headers``
+    values, ``url`` and ``command`` may name worker environment variables as ``${VAR}``: they are
+    expanded on the worker when it connects, so secret values never enter the history.
+    ``cwd`` is an absolute directory (default: the spec file's folder).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    command: list[str] | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+    cwd: str | None = None
+    url: str | None = None
+    headers: dict[str, str] = Field(default_factory=dict)
+
+
+class McpTarget(BaseModel):
+    """Where one MCP tool runs: its server and the server's own name for it (``tool``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    server: McpServerConfig
+    tool: str
+
+
 class InvokeToolInput(BaseModel):
     """Input of ``tool.invoke``: one tool call to run on the worker.
 
     ``arguments`` is the model's raw JSON text, or a dict when a person edited the arguments at
     approval. ``workspace`` is the absolute root the workspace tools are confined to.
     ``max_output_chars`` bounds the tool message returned to the model (characters).
+    ``mcp`` is the pinned :class:`McpTarget` of an MCP tool (``None`` for the worker's own tools).
     """
 
     run_id: str
@@ -130,6 +161,7 @@ class InvokeToolInput(BaseModel):
     tenant_id: str = "default"
     principal_id: str = "anonymous"
     secrets: list[str] = Field(default_factory=list)
+    mcp: McpTarget | None = None
 
 
 class ToolOutcome(BaseModel):
@@ -156,6 +188,9 @@ class ToolInfo(BaseModel):
     ``timeout_seconds`` is the start-to-close timeout of one attempt; ``max_attempts`` bounds
     Temporal's retries for infrastructure errors; ``risk`` is the tool's own default policy hint
     (``read`` tools are allowed by default, ``write``/``exec``/``network`` tools need approval).
+    ``task_queue``, when set, is the queue the tool's activities run on (a worker started with
+    ``agentctl worker --task-queue Q --tools-only`` serves it); ``None`` means the run's queue.
+    ``mcp``, when set, says the tool is served by an MCP server (``tool.invoke`` routes by it).
     """
 
     name: str
@@ -164,6 +199,8 @@ class ToolInfo(BaseModel):
     timeout_seconds: float = 30.0
     max_attempts: int = 3
     risk: Literal["read", "write", "exec", "network"] = "read"
+    task_queue: str | None = None
+    mcp: McpTarget | None = None
 
     def openai_schema(self) -> dict[str, Any]:
         """The tool as an OpenAI function-tool schema."""

@@ -31,6 +31,7 @@ from activities.contracts import (
     Usage,
 )
 from activities.heartbeat import await_with_heartbeats
+from activities.mcp.config import canonical_tool_name
 
 log = structlog.get_logger("activities.model")
 
@@ -221,6 +222,9 @@ class ModelActivities:
             )
             raise err from None
         reply.latency_ms = round((time.perf_counter() - started) * 1000, 2)
+        offered = {t.get("function", {}).get("name") for t in req.tools}
+        for call in reply.tool_calls:  # MCP tools may be called `server.tool`: `server__tool`
+            call.name = canonical_tool_name(call.name, offered)
         reply.usage.cost_usd = round(
             reply.usage.prompt_tokens * req.prompt_price_per_mtok / 1e6
             + reply.usage.completion_tokens * req.completion_price_per_mtok / 1e6,

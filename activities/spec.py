@@ -33,9 +33,17 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from activities.contracts import ToolInfo
+from activities.mcp.config import McpServerSpec, check_server_name, tool_name
 
 PolicyAction = Literal["allow", "deny", "approve"]
 
@@ -154,15 +162,31 @@ class Compaction(BaseModel):
     encoding: str | None = None
 
 
+class ToolEntry(BaseModel):
+    """A ``tools:`` entry written as a mapping: the tool and the task queue its calls run on."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1)
+    task_queue: str | None = Field(None, min_length=1, pattern=r"^\S+$")
+
+
 class AgentSpec(BaseModel):
-    """One agent, resolved: every default filled, the workspace made absolute."""
+    """One agent, resolved: every default filled, the workspace made absolute.
+
+    ``tools`` holds names once validated; an entry ``{name: N, task_queue: Q}`` moves its queue
+    to ``tool_queues`` (tool name -> queue). ``mcp_servers`` maps a server's name to its
+    :class:`McpServerSpec`; policy entries may name its tools ``server.tool`` or ``server__tool``.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
     name: str
     model: str
     system_prompt: str = "You are a helpful assistant."
-    tools: list[str] = Field(default_factory=list)
+    tools: list[str | ToolEntry] = Field(default_factory=list)
+    tool_queues: dict[str, str] = Field(default_factory=dict)
+    mcp_servers: dict[str, McpServerSpec] = Field(default_factory=dict)
     workspace: str = "."
     limits: Limits = Field(default_factory=Limits)
     policy: Policy = Field(default_factory=Policy)
@@ -191,10 +215,40 @@ class AgentSpec(BaseModel):
 
     @field_validator("tools")
     @classmethod
-    def _unique_tools(cls, v: list[str]) -> list[str]:
-        if len(set(v)) != len(v):
+    def _unique_tools(cls, v: list[str | ToolEntry]) -> list[str | ToolEntry]:
+        names = [t if isinstance(t, str) else t.name for t in v]
+        if len(set(names)) != len(names):
             raise ValueError("tool names must be unique")
         return v
+
+    @field_validator("mcp_servers")
+    @classmethod
+    def _server_names(cls, v: dict[str, McpServerSpec]) -> dict[str, McpServerSpec]:
+        for name in v:
+            check_server_name(name)
+        return v
+
+    @model_validator(mode="after")
+    def _split_tool_entries(self) -> AgentSpec:
+        names: list[str | ToolEntry] = []
+        for entry in self.tools:
+            if isinstance(entry, ToolEntry):
+                if entry.task_queue:
+                    self.tool_queues[entry.name] = entry.task_queue
+                names.append(entry.name)
+            else:
+                names.append(entry)
+        self.tools = names
+        self.policy.tools = {self._policy_key(n): p for n, p in self.policy.tools.items()}
+        return self
+
+    def _policy_key(self, name: str) -> str:
+        server, dot, tool = name.partition(".")
+        return tool_name(server, tool) if dot and server in self.mcp_servers else name
+
+    def tool_names(self) -> list[str]:
+        """The names in ``tools`` (the worker's own tools, not the MCP servers')."""
+        return [t if isinstance(t, str) else t.name for t in self.tools]
 
 
 class PinnedSpec(BaseModel):
@@ -262,6 +316,14 @@ def resolve_agent(path: str | Path, agent: str, default_model: str) -> AgentSpec
         body["workspace"] = _expand(str(body["workspace"]), p.parent.resolve())
     else:
         body["workspace"] = str(p.parent.resolve())
+    servers = body.get("mcp_servers")
+    if isinstance(servers, dict):
+        body["mcp_servers"] = {
+            name: {**entry, "cwd": _expand(str(entry.get("cwd") or "."), p.parent.resolve())}
+            if isinstance(entry, dict) and entry.get("command") is not None
+            else entry
+            for name, entry in servers.items()
+        }
     try:
         return AgentSpec.model_validate(body)
     except ValidationError as e:

@@ -11,6 +11,7 @@ import yaml
 from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import Worker
 
+from activities.runtime import RuntimeActivities
 from workers.client import start_run
 from workers.config import Settings
 from workers.testing.scripted_model import ScriptedModel
@@ -73,6 +74,7 @@ class Harness:
         self._with_worker = worker
         self._worker: Worker | None = None
         self._task: asyncio.Task[None] | None = None
+        self._runtime: RuntimeActivities | None = None
 
     @property
     def settings(self) -> Settings:
@@ -92,7 +94,8 @@ class Harness:
         return self
 
     async def start_worker(self) -> None:
-        self._worker = build_worker(self.client, self.settings)
+        self._runtime = RuntimeActivities(self.settings.spec_file, self.settings.default_model)
+        self._worker = build_worker(self.client, self.settings, runtime=self._runtime)
         self._task = asyncio.ensure_future(self._worker.run())
         await asyncio.sleep(0)
 
@@ -103,6 +106,9 @@ class Harness:
                 await self._task
             self._worker = None
             self._task = None
+        if self._runtime is not None:
+            await self._runtime.aclose()  # stops the MCP stdio servers the worker started
+            self._runtime = None
 
     async def __aexit__(self, *exc: object) -> None:
         await self.stop_worker()

@@ -85,6 +85,20 @@ def journal_events(path: str | Path) -> list[dict]:
     return [json.loads(line) for line in p.read_text().splitlines() if line.strip()]
 
 
+@tool
+def where(label: str, ctx: ToolContext) -> str:
+    """Say which process and task queue ran this call (journaled too).
+
+    Args:
+        label: a label to record.
+    """
+    from temporalio import activity
+
+    queue = activity.info().task_queue if activity.in_activity() else ""
+    _journal(ctx, {"tool": "where", "label": label, "pid": os.getpid(), "task_queue": queue})
+    return f"pid={os.getpid()} queue={queue}"
+
+
 @tool(timeout_seconds=1, max_attempts=1)
 async def sleepy(seconds: float) -> str:
     """Sleep longer than its one-second start-to-close timeout allows (one attempt).

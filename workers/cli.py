@@ -464,15 +464,27 @@ def _read_line(prompt: str) -> str:
 
 
 @app.command()
-def worker() -> None:
-    """Run a worker (JSON logs on stderr; SIGTERM/SIGINT stop it gracefully)."""
+def worker(
+    task_queue: str | None = typer.Option(
+        None, "--task-queue", help="queue to poll (default: AGENT_TASK_QUEUE)"
+    ),
+    tools_only: bool = typer.Option(
+        False, "--tools-only", help="serve only tool calls (no workflows, no model)"
+    ),
+) -> None:
+    """Run a worker (JSON logs on stderr; SIGTERM/SIGINT stop it gracefully).
+
+    ``--task-queue Q --tools-only`` serves the tools a spec puts on queue ``Q``.
+    """
     from workers.logging_setup import configure_logging
     from workers.worker import run_worker
 
     settings = load_settings()
+    if task_queue:
+        settings = settings.model_copy(update={"task_queue": task_queue})
     configure_logging(settings.log_level)
     try:
-        asyncio.run(run_worker(settings))
+        asyncio.run(run_worker(settings, tools_only=tools_only))
     except rc.ServerUnreachable as e:
         err.print(f"[red]error:[/red] {e}", highlight=False)
         raise typer.Exit(EXIT_UNREACHABLE) from None

@@ -75,17 +75,40 @@ def precompile_workflow_modules() -> None:
         compileall.compile_dir(folder, maxlevels=0, quiet=2)
 
 
-def build_worker(client: Client, settings: Settings, **overrides: Any) -> Worker:
-    """A :class:`temporalio.worker.Worker` with every workflow and activity of the runtime."""
-    precompile_workflow_modules()
+def build_worker(
+    client: Client,
+    settings: Settings,
+    *,
+    tools_only: bool = False,
+    runtime: RuntimeActivities | None = None,
+    **overrides: Any,
+) -> Worker:
+    """A :class:`temporalio.worker.Worker` with every workflow and activity of the runtime.
+
+    Args:
+        client: the Temporal client.
+        settings: the worker's settings (task queue, spec file, tool modules, model endpoint).
+        tools_only: serve only ``tool.invoke`` (no workflows, no model, no spec): a worker for
+            the tools a spec puts on their own queue (``tools: [{name, task_queue}]``, or
+            ``mcp_servers.NAME.task_queue``).
+        runtime: the tool and spec activities (a new :class:`RuntimeActivities` when omitted);
+            pass one to stop its MCP servers with :meth:`RuntimeActivities.aclose` afterwards.
+        **overrides: any other :class:`~temporalio.worker.Worker` option.
+    """
     load_tool_modules(tool_modules_for(settings))
-    model = ModelActivities(settings.openai_base_url, settings.openai_api_key)
-    runtime = RuntimeActivities(settings.spec_file, settings.default_model)
+    runtime = runtime or RuntimeActivities(settings.spec_file, settings.default_model)
+    activities: list[Any] = [runtime.invoke_tool]
+    workflows: list[Any] = []
+    if not tools_only:
+        precompile_workflow_modules()
+        model = ModelActivities(settings.openai_base_url, settings.openai_api_key)
+        activities = [model.complete, runtime.resolve_spec, runtime.invoke_tool, count_tokens]
+        workflows = [AgentRun]
     t = WorkerTuning
     options: dict[str, Any] = dict(
         task_queue=settings.task_queue,
-        workflows=[AgentRun],
-        activities=[model.complete, runtime.resolve_spec, runtime.invoke_tool, count_tokens],
+        workflows=workflows,
+        activities=activities,
         max_concurrent_activities=t.max_concurrent_activities,
         max_concurrent_workflow_tasks=t.max_concurrent_workflow_tasks,
         max_cached_workflows=t.max_cached_workflows,
@@ -96,13 +119,16 @@ def build_worker(client: Client, settings: Settings, **overrides: Any) -> Worker
     return Worker(client, **options)
 
 
-async def run_worker(settings: Settings | None = None, client: Client | None = None) -> None:
-    """Run a worker until SIGTERM or SIGINT, then shut down gracefully."""
+async def run_worker(
+    settings: Settings | None = None, client: Client | None = None, tools_only: bool = False
+) -> None:
+    """Run a worker until SIGTERM or SIGINT, then shut down gracefully (MCP servers stopped)."""
     from workers.client import connect
 
     settings = settings or load_settings()
     client = client or await connect(settings)
-    worker = build_worker(client, settings)
+    runtime = RuntimeActivities(settings.spec_file, settings.default_model)
+    worker = build_worker(client, settings, tools_only=tools_only, runtime=runtime)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -110,6 +136,7 @@ async def run_worker(settings: Settings | None = None, client: Client | None = N
     log.info(
         "worker_started",
         task_queue=settings.task_queue,
+        tools_only=tools_only,
         temporal=settings.temporal_address,
         model_endpoint=settings.openai_base_url,
         spec_file=settings.spec_file,
@@ -117,8 +144,9 @@ async def run_worker(settings: Settings | None = None, client: Client | None = N
     async with worker:
         await stop.wait()
         log.info("worker_stopping")
+    await runtime.aclose()
     # Drop the client (and the worker holding it) before the event loop closes: a Temporal client
     # still alive at interpreter exit crashed the process in 6 of 20 tries (shared/notes/temporal.md).
-    del worker, client
+    del worker, client, runtime
     gc.collect()
     log.info("worker_stopped")

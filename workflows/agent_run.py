@@ -433,8 +433,10 @@ class AgentRun:
                     tenant_id=self._req.tenant_id,
                     principal_id=self._req.principal_id,
                     secrets=spec.secrets,
+                    mcp=info.mcp if info else None,
                 ),
                 result_type=ToolOutcome,
+                task_queue=info.task_queue if info else None,
                 start_to_close_timeout=timedelta(seconds=timeout),
                 heartbeat_timeout=TOOL_HEARTBEAT,
                 retry_policy=RetryPolicy(
