@@ -64,6 +64,7 @@ from workers.converter import (
     resolve_references,
     store_large_payloads,
 )
+from workers.entrypoints import run_command
 
 __all__ = [
     "CodecServer",
@@ -332,13 +333,6 @@ async def start_codec_server(
     return CodecServer(runner, f"http://{shown}:{bound}")
 
 
-_cli = typer.Typer(
-    add_completion=False,
-    help="Codec server for the Temporal Web UI: resolves external payload references.",
-)
-
-
-@_cli.command()
 def _serve(
     host: str = typer.Option("127.0.0.1", help="address to bind"),
     port: int | None = typer.Option(None, help="port (default AGENT_CODEC_PORT, 8234)"),
@@ -348,6 +342,7 @@ def _serve(
         help="browser origin allowed (repeatable; default: the Web UI of temporal-dev.yml)",
     ),
 ) -> None:
+    """Codec server for the Temporal Web UI: resolves external payload references."""
     settings = load_settings()
     port = settings.codec_port if port is None else port
     logging.basicConfig(level=settings.log_level.upper(), format="%(levelname)s %(message)s")
@@ -379,14 +374,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     Options (parsed by typer; ``--help`` lists them): ``--host``, ``--port``,
     ``--allow-origin`` (repeatable). A usage error returns 2.
     """
-    try:
-        _cli(
-            args=list(argv) if argv is not None else None,
-            prog_name="python -m workers.codec_server",
-        )
-    except SystemExit as e:  # typer's standalone mode always exits
-        return e.code if isinstance(e.code, int) else 0
-    return 0
+    return run_command(_serve, argv, "python -m workers.codec_server")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -52,6 +52,8 @@ from typing import TYPE_CHECKING, Any, Literal
 import typer
 from aiohttp import web
 
+from workers.entrypoints import run_command
+
 if TYPE_CHECKING:  # pragma: no cover
     import openai
 
@@ -892,14 +894,7 @@ class ScriptedModel:
 # --------------------------------------------------------------------------------------------
 
 
-_cli = typer.Typer(
-    add_completion=False,
-    help="A scripted OpenAI-compatible chat-completions server for manual tries.",
-)
-
-
-@_cli.command()
-def _serve(
+def _stand_alone(
     host: str = typer.Option("127.0.0.1", help="interface to bind"),
     port: int = typer.Option(8111, help="TCP port, 0 for any free one"),
     latency: float = typer.Option(0.0, help="seconds before each answer"),
@@ -910,6 +905,7 @@ def _serve(
     arguments: str = typer.Option("{}", help="the tool call's arguments, JSON"),
     answer: str = typer.Option("done", help="the final text answer"),
 ) -> None:
+    """A scripted OpenAI-compatible chat-completions server for manual tries."""
     responder = call_tool_then_answer(tool, arguments, answer) if tool else _always(text(answer))
     server = ScriptedModel(responder=responder, latency=latency, model=model, host=host, port=port)
     try:
@@ -936,11 +932,7 @@ def main(argv: list[str] | None = None) -> int:
     calls that tool once (arguments from ``--arguments``) and then answers. Options are parsed
     by typer (``--help`` lists them); a usage error returns 2.
     """
-    try:
-        _cli(args=argv, prog_name="python -m workers.testing.scripted_model")
-    except SystemExit as e:  # typer's standalone mode always exits
-        return e.code if isinstance(e.code, int) else 0
-    return 0
+    return run_command(_stand_alone, argv, "python -m workers.testing.scripted_model")
 
 
 if __name__ == "__main__":  # pragma: no cover
