@@ -219,6 +219,9 @@ class ResolveSpecInput(BaseModel):
 
     agent: str
     spec_file: str | None = None
+    workflow_rev: int = 0
+    """The workflow code's revision, echoed into :attr:`PinnedSpec.workflow_rev` so the run's
+    history records which behaviour it started with (0: a workflow before revision 3)."""
 
 
 class CountTokensInput(BaseModel):

@@ -104,7 +104,11 @@ class RuntimeActivities:
                 non_retryable=True,
             )
         return PinnedSpec(
-            spec=spec, tools=tools, spec_hash=spec_hash(spec, tools), source=str(path)
+            spec=spec,
+            tools=tools,
+            spec_hash=spec_hash(spec, tools),
+            source=str(path),
+            workflow_rev=req.workflow_rev,
         )
 
     async def _pin_tools(self, spec: AgentSpec) -> list[ToolInfo]:

@@ -258,6 +258,8 @@ class PinnedSpec(BaseModel):
     tools: list[ToolInfo]
     spec_hash: str
     source: str
+    workflow_rev: int = 0
+    """``ResolveSpecInput.workflow_rev`` echoed back (0 in histories recorded before it)."""
 
 
 def _expand(value: str, base: Path) -> str:

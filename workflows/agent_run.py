@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from temporalio import workflow
@@ -89,7 +89,19 @@ at the spec's own thresholds, AgentStatus upserted after a chat message, compact
 new messages. Histories recorded before it replay through the older branches (tests/histories/v1)."""
 SA_REFRESH_SECONDS = 10.0
 """Least workflow time between two search-attribute refreshes within a turn loop (status changes
-and the end of the run always upsert)."""
+and the end of the run always upsert). Revision 2 only: see ``WORKFLOW_REV``."""
+SA_REFRESH_TURNS = 5
+"""Revision 3: TotalTokens and CostUsd are refreshed after every ``SA_REFRESH_TURNS``-th model step."""
+WORKFLOW_REV = 3
+"""Revision of this code's behaviour, recorded in each run's history: ``spec.resolve`` echoes it
+into ``PinnedSpec.workflow_rev`` (0 in runs recorded before; they replay the revision-2 branches).
+Revision 3 takes no decision that changes commands from a ``workflow.now()`` difference, and
+refuses decisions for approval requests not yet in history. Why: sdk-core answers a query on a
+worker without the run cached by applying events the run's next task has not started yet (an
+activity's completion) at the *previous* task's time; the next task on that worker sends the
+resulting commands, so that code saw another ``workflow.now()`` than replay does, and ran before
+an update or signal that replay delivers in the same activation, first
+(tests/histories/chaos/README.md)."""
 MODEL_HEARTBEAT = timedelta(seconds=5)
 TOOL_HEARTBEAT = timedelta(seconds=5)
 PARSE_FAILURE_NOTE = (
@@ -140,7 +152,14 @@ class AgentRun:
         self._output: str | None = None
         self._use_search_attributes = False
         self._v2 = False
+        self._v3 = False
         self._sa_upserted_at = workflow.now()
+        self._seen: tuple[datetime, int] | None = None  # (time, history length) last seen
+        self._outside_task = False  # this activation runs outside a workflow task (v3)
+        self._unconfirmed: set[str] = set()  # approval requests made outside a workflow task
+        self._parked: list[tuple[str, ApproveSignal | RejectSignal, datetime]] = []
+        self._waits = 0  # person waits entered; the deadline is re-armed after one (v3)
+        self._deadline_waits = 0
         self._deadline: asyncio.Future[None] | None = None
         self._deadline_waited = 0.0
         self._token_counts: list[int] = []  # exact tokens of self._messages[:len(...)] (v2)
@@ -174,7 +193,9 @@ class AgentRun:
         try:
             self._pinned = await workflow.execute_activity(
                 SPEC_RESOLVE,
-                ResolveSpecInput(agent=req.agent, spec_file=req.spec_file),
+                ResolveSpecInput(
+                    agent=req.agent, spec_file=req.spec_file, workflow_rev=WORKFLOW_REV
+                ),
                 result_type=PinnedSpec,
                 start_to_close_timeout=timedelta(seconds=30),
                 retry_policy=RetryPolicy(maximum_attempts=3),
@@ -182,6 +203,7 @@ class AgentRun:
             )
         except ActivityError as e:
             raise _Stop("failed", "invalid agent spec", error=_cause_message(e)) from None
+        self._v3 = self._v2 and self._pinned.workflow_rev >= 3
         spec = self._pinned.spec
         if req.model:
             spec.model = req.model
@@ -205,6 +227,7 @@ class AgentRun:
 
     def _restore(self, c: CarriedState) -> None:
         self._pinned = c.pinned
+        self._v3 = self._v2 and c.pinned.workflow_rev >= 3
         self._messages = c.messages
         self._turn = c.turn
         self._usage = c.usage
@@ -309,7 +332,10 @@ class AgentRun:
                 ) from None
             raise _Stop("failed", "model step failed", error=_cause_message(e)) from None
         self._usage = self._usage.add(reply.usage)
-        if self._v2:
+        if self._v3:
+            if self._turn % SA_REFRESH_TURNS == 0:
+                self._upsert_search_attributes()
+        elif self._v2:
             # TotalTokens and CostUsd stay current in listings to within SA_REFRESH_SECONDS; each
             # upsert is an event and a visibility write on the server, so not one every turn.
             since = (workflow.now() - self._sa_upserted_at).total_seconds()
@@ -363,6 +389,10 @@ class AgentRun:
                     approvers=decision.approvers,
                     reason=decision.reason,
                 )
+                if self._v3 and self._outside_task:
+                    # the model's reply was applied outside a workflow task (a query on a
+                    # worker without the run cached): not in history until the next task
+                    self._unconfirmed.add(call.id)
         running: dict[str, asyncio.Task[ToolOutcome | str]] = {}
         for call, rec in zip(calls, records, strict=True):
             if rec.policy == "allow":
@@ -370,6 +400,7 @@ class AgentRun:
                     self._invoke(call, rec, tools.get(call.name))
                 )
         if self._pending:
+            self._settle()
             await self._await_approvals(records)
             for call, rec in zip(calls, records, strict=True):
                 if rec.policy != "approve":
@@ -513,8 +544,9 @@ class AgentRun:
 
         ``what`` names the wait in the timer's summary (Web UI timeline).
         """
+        self._waits += 1
         await workflow.wait_condition(
-            lambda: done() or self._interrupt is not None,
+            lambda: self._settle() or done() or self._interrupt is not None,
             timeout=timeout,
             timeout_summary=f"waiting for {what} (timeout)" if timeout is not None else None,
         )
@@ -523,6 +555,7 @@ class AgentRun:
 
     async def _checkpoint(self) -> None:
         """A safe point: honour interrupt, pause, and the run's deadline."""
+        self._settle()
         if self._interrupt is not None:
             raise _Stop("interrupted", self._interrupt.reason)
         if self._paused:
@@ -537,7 +570,12 @@ class AgentRun:
             self._waited_seconds += (workflow.now() - started).total_seconds()
             self._status = before if before not in ("paused", "budget_paused") else "running"
             self._upsert_search_attributes()
-        if self._remaining_seconds() <= 0:
+        if self._v3:
+            # only the deadline timer (an event in history) ends the run on time
+            if self._deadline is not None and self._deadline.done():
+                if self._deadline_waits == self._waits:
+                    raise _Stop("timeout", "reached max_seconds")
+        elif self._remaining_seconds() <= 0:
             raise _Stop("timeout", "reached max_seconds")
 
     async def _wait_for_message(self) -> None:
@@ -594,10 +632,16 @@ class AgentRun:
         One durable timer for the run instead of one per step: each timer is two events and a
         server task, and almost every step ends long before the deadline.
         """
-        if self._deadline is None or self._deadline_waited != self._waited_seconds:
+        moved = (
+            self._deadline_waits != self._waits
+            if self._v3
+            else self._deadline_waited != self._waited_seconds
+        )
+        if self._deadline is None or moved:
             if self._deadline is not None and not self._deadline.done():
                 self._deadline.cancel()
             self._deadline_waited = self._waited_seconds
+            self._deadline_waits = self._waits
             self._deadline = asyncio.ensure_future(
                 workflow.sleep(
                     max(self._remaining_seconds(), 0.001),
@@ -612,7 +656,7 @@ class AgentRun:
         deadline = self._deadline_timer()
         task: asyncio.Future[T] = asyncio.ensure_future(make())
         await workflow.wait_condition(
-            lambda: task.done() or self._interrupt is not None or deadline.done()
+            lambda: self._observe() or task.done() or self._interrupt is not None or deadline.done()
         )
         if task.done():
             return task.result()
@@ -811,6 +855,7 @@ class AgentRun:
 
     def _continue_as_new(self) -> None:
         assert self._req is not None and self._pinned is not None
+        self._drop_parked()
         carry = CarriedState(
             pinned=self._pinned,
             messages=self._messages,
@@ -839,6 +884,7 @@ class AgentRun:
             if rec.status in ("pending", "running"):
                 rec.status = "cancelled"
         self._pending.clear()
+        self._drop_parked()
         self._status = status
         self._upsert_search_attributes()
         self._publish()
@@ -956,22 +1002,95 @@ class AgentRun:
     @workflow.signal(name="approve")
     def approve(self, sig: ApproveSignal) -> None:
         """Approve a waiting tool call (optionally with edited arguments)."""
-        problem = self._decision_problem(sig.tool_call_id, sig.principal_id)
-        if problem:
-            self._ignore("approve", sig.principal_id, problem, sig.tool_call_id)
-            return
-        self._record(
-            sig.tool_call_id, "approve", sig.principal_id, sig.arguments, sig.comment, "signal"
-        )
+        if not self._park(sig):
+            self._signal_decision(sig)
 
     @workflow.signal(name="reject")
     def reject(self, sig: RejectSignal) -> None:
         """Reject a waiting tool call; the model is told why."""
+        if not self._park(sig):
+            self._signal_decision(sig)
+
+    def _signal_decision(self, sig: ApproveSignal | RejectSignal) -> None:
+        name = "approve" if isinstance(sig, ApproveSignal) else "reject"
         problem = self._decision_problem(sig.tool_call_id, sig.principal_id)
         if problem:
-            self._ignore("reject", sig.principal_id, problem, sig.tool_call_id)
-            return
-        self._record(sig.tool_call_id, "reject", sig.principal_id, None, sig.reason, "signal")
+            self._ignore(name, sig.principal_id, problem, sig.tool_call_id)
+        elif isinstance(sig, ApproveSignal):
+            self._record(
+                sig.tool_call_id, "approve", sig.principal_id, sig.arguments, sig.comment, "signal"
+            )
+        else:
+            self._record(sig.tool_call_id, "reject", sig.principal_id, None, sig.reason, "signal")
+
+    def _park(self, sig: ApproveSignal | RejectSignal) -> bool:
+        """Hold a decision whose call is not (yet) pending in history (v3); True if held.
+
+        The same workflow task may bring the signal and the model reply that asks for the
+        approval, in either order (live vs replay): a signal for an unknown call is held until
+        time moves on, one for a request made outside a workflow task until it is confirmed.
+        """
+        cid = sig.tool_call_id
+        known = cid in self._verdicts or any(r.id == cid for r in self._tool_calls)
+        if not self._v3 or (known and cid not in self._unconfirmed):
+            return False
+        self._parked.append((cid, sig, workflow.now()))
+        return True
+
+    def _drop_parked(self) -> None:
+        """No call waits any more: each held signal is ignored, with why."""
+        held, self._parked = self._parked, []
+        for _, sig, _ in held:
+            self._signal_decision(sig)
+
+    def _held_as_ignored(self) -> list[IgnoredSignal]:
+        """Held signals for unknown calls, as the ``state`` query shows them (ignored, with why)."""
+        return [
+            IgnoredSignal(
+                signal="approve" if isinstance(sig, ApproveSignal) else "reject",
+                principal_id=sig.principal_id,
+                at=at.isoformat(),
+                reason=self._decision_problem(cid, sig.principal_id) or "held",
+                tool_call_id=cid,
+            )
+            for cid, sig, at in self._parked
+            if cid not in self._unconfirmed
+        ]
+
+    def _observe(self) -> bool:
+        """Note whether this activation runs outside a workflow task; returns False.
+
+        Called from wait conditions (evaluated in every activation). Each workflow task has a
+        later time than the one before; an activation sdk-core makes to answer a query on a
+        worker without the run cached, applying events whose task has not started, keeps the
+        last task's time with a longer history. Only what is not a command depends on it.
+        """
+        seen = (workflow.now(), workflow.info().get_current_history_length())
+        if self._seen is None or seen[0] != self._seen[0]:
+            self._outside_task = False
+        elif seen[1] != self._seen[1]:
+            self._outside_task = True
+        self._seen = seen
+        return False
+
+    def _settle(self) -> bool:
+        """Confirm requests made outside a task once time moved; apply or drop held signals.
+
+        Called where the run waits for a person (from the wait's condition); returns False.
+        """
+        self._observe()
+        now = workflow.now()
+        if not self._outside_task:
+            self._unconfirmed.clear()
+        held, self._parked = self._parked, []
+        for cid, sig, at in held:
+            if cid in self._pending and cid not in self._unconfirmed:
+                self._signal_decision(sig)
+            elif at == now or cid in self._unconfirmed:
+                self._parked.append((cid, sig, at))
+            else:
+                self._signal_decision(sig)  # unknown still: ignored with the reason
+        return False
 
     @workflow.update(name="decide")
     def decide(self, upd: DecideUpdate) -> DecideResult:
@@ -988,6 +1107,10 @@ class AgentRun:
 
     @decide.validator
     def _validate_decide(self, upd: DecideUpdate) -> None:
+        if upd.tool_call_id in self._unconfirmed:
+            raise ValueError(
+                f"tool call {upd.tool_call_id} is not recorded in the run's history yet; retry"
+            )
         problem = self._decision_problem(upd.tool_call_id, upd.principal_id)
         if problem:
             raise ValueError(problem)
@@ -1044,7 +1167,7 @@ class AgentRun:
             pending_approvals=list(self._pending.values()),
             usage=self._usage,
             tool_calls=self._tool_calls,
-            ignored_signals=self._ignored,
+            ignored_signals=self._ignored + self._held_as_ignored(),
             decisions=self._decisions,
             paused=self._paused,
             spec_hash=self._pinned.spec_hash if self._pinned else "",

@@ -17,14 +17,17 @@ from typer.testing import CliRunner
 from activities.contracts import TOKENS_COUNT, CountTokensInput, ModelReply, TokenCounts
 from workers.cli import app
 from workers.history import load_history_file, replay_file, replay_histories
-from workflows.agent_run import PATCH_V2, AgentRun
+from workflows.agent_run import PATCH_V2, WORKFLOW_REV, AgentRun
 from workflows.models import RunRequest, RunResult
 
 HISTORIES = Path(__file__).resolve().parents[1] / "histories"
 # The current version's histories, and those recorded before patch ``agent-run-v2`` (v1/): runs
 # like them may still be in flight when a worker with the current code is deployed.
 V1 = HISTORIES / "v1"
-FILES = sorted(HISTORIES.glob("*.json")) + sorted(V1.glob("*.json"))
+# Recorded with revision 3 of the workflow (``PinnedSpec.workflow_rev``; the top-level files predate
+# it and replay the revision-2 branches): no command depends on a ``workflow.now()`` difference.
+V3 = HISTORIES / "v3"
+FILES = sorted(HISTORIES.glob("*.json")) + sorted(V1.glob("*.json")) + sorted(V3.glob("*.json"))
 EXPECTED = {"tools", "approvals", "interrupt", "continue_as_new", "continue_as_new_first"}
 
 
@@ -58,11 +61,11 @@ class CountsTokensFirst(AgentRun):
 
 
 def _ids(paths: list[Path]) -> list[str]:
-    return [f"{p.parent.name}/{p.stem}" if p.parent == V1 else p.stem for p in paths]
+    return [f"{p.parent.name}/{p.stem}" if p.parent in (V1, V3) else p.stem for p in paths]
 
 
 def test_every_scenario_is_stored_and_small():
-    for folder in (HISTORIES, V1):
+    for folder in (HISTORIES, V1, V3):
         names = {p.stem for p in folder.glob("*.json")}
         assert EXPECTED <= names, f"missing histories in {folder}: {EXPECTED - names}"
     for p in FILES:
@@ -137,3 +140,20 @@ def test_cli_replay_needs_a_run_or_a_file(tmp_path: Path):
     res = CliRunner().invoke(app, ["replay", "--file", str(bad)])
     assert res.exit_code == 2
     assert "not a workflow history" in res.output
+
+
+def _pinned_rev(path: Path) -> int:
+    """``PinnedSpec.workflow_rev`` as ``spec.resolve`` recorded it (0 when absent)."""
+    for e in load_history_file(path).events:
+        if e.HasField("activity_task_completed_event_attributes"):
+            data = json.loads(e.activity_task_completed_event_attributes.result.payloads[0].data)
+            if "spec_hash" in data:
+                return data.get("workflow_rev", 0)
+    raise AssertionError(f"{path}: no spec.resolve result")
+
+
+def test_the_workflow_revision_is_recorded_in_history():
+    """Revision 3's branches are chosen from a value in history, not from a marker."""
+    assert _pinned_rev(V3 / "tools.json") == WORKFLOW_REV == 3
+    assert _pinned_rev(HISTORIES / "tools.json") == 0
+    assert _pinned_rev(V1 / "tools.json") == 0
