@@ -97,6 +97,9 @@ class ModelReply(BaseModel):
     finish_reason: str | None = None
     model: str = ""
     latency_ms: float = 0.0
+    streamed_chars: int = 0
+    """How many characters of ``content`` the activity published as ``text_delta`` events (the
+    workflow emits the rest, so a step's deltas always add up to its reply text)."""
 
     def assistant_message(self) -> dict[str, Any]:
         """The reply as an OpenAI-format assistant message for the transcript."""

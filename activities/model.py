@@ -4,6 +4,11 @@ Temporal owns retries: the ``openai`` client is built with ``max_retries=0`` and
 classified by :func:`classify_error` into an ``ApplicationError`` that Temporal retries or not.
 The activity heartbeats while it waits, so a dead worker is noticed within the heartbeat timeout,
 and it honours cancellation (an interrupt cancels the in-flight HTTP request).
+
+The call is streamed (``stream=True``, usage requested with ``stream_options``) and assembled by
+:class:`activities.streaming.ReplyAssembler`; while someone watches the run, the text is published
+to the run's event stream as it arrives (:class:`activities.streaming.DeltaPublisher`), and
+``ModelReply.streamed_chars`` tells the workflow how much of it was.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from activities.contracts import (
 )
 from activities.heartbeat import await_with_heartbeats
 from activities.mcp.config import canonical_tool_name
+from activities.streaming import DeltaPublisher, ReplyAssembler
 
 log = structlog.get_logger("activities.model")
 
@@ -115,6 +121,18 @@ def classify_error(
             type=ERR_MODEL_REQUEST_REJECTED,
             non_retryable=True,
         )
+    if isinstance(exc, openai.APIError) and not isinstance(
+        exc, (openai.APIConnectionError, openai.APIResponseValidationError)
+    ):
+        # an error event inside a streamed reply (llama-server sends its parse failures this way)
+        message = str(exc.body or exc.message)[:500]
+        if any(m in message.lower() for m in OUTPUT_INVALID_MARKERS):
+            return ApplicationError(
+                f"model output could not be parsed (in stream): {message}",
+                type=ERR_MODEL_OUTPUT_INVALID,
+                non_retryable=attempt >= max_invalid_attempts,
+            )
+        return ApplicationError(f"model stream failed: {message}", type=ERR_MODEL_UNAVAILABLE)
     if isinstance(exc, (openai.APIConnectionError, openai.APITimeoutError)):
         return ApplicationError(f"model server unreachable: {exc}", type=ERR_MODEL_UNAVAILABLE)
     if isinstance(
@@ -206,8 +224,9 @@ class ModelActivities:
         )
         started = time.perf_counter()
         try:
-            completion = await await_with_heartbeats(self._client.chat.completions.create(**kwargs))
-            reply = _normalise(completion, req.model)
+            async with DeltaPublisher(req.turn) as publisher:
+                reply = await await_with_heartbeats(self._stream(kwargs, req, publisher))
+            reply.streamed_chars = publisher.streamed
         except asyncio.CancelledError:
             bound.info("model_step_cancelled")
             raise
@@ -220,6 +239,8 @@ class ModelActivities:
                 error_type=err.type,
                 retryable=not err.non_retryable,
             )
+            # the next attempt names this error in its model_retry event (activities.streaming)
+            activity.heartbeat({"error": str(err)})
             raise err from None
         reply.latency_ms = round((time.perf_counter() - started) * 1000, 2)
         offered = {t.get("function", {}).get("name") for t in req.tools}
@@ -238,5 +259,24 @@ class ModelActivities:
             total_tokens=reply.usage.total_tokens,
             cost_usd=reply.usage.cost_usd,
             tool_calls=[c.name for c in reply.tool_calls],
+            streamed_chars=reply.streamed_chars,
+            stream_batches=publisher.batches,
         )
         return reply
+
+    async def _stream(
+        self, kwargs: dict[str, Any], req: CallModelInput, publisher: DeltaPublisher
+    ) -> ModelReply:
+        """One streamed chat completion, assembled (see :mod:`activities.streaming`).
+
+        Raises:
+            openai.APIError: from the client (classified by the caller).
+            ValueError: the stream carried no choice.
+        """
+        assembler = ReplyAssembler(req.model, publisher.add)
+        stream = await self._client.chat.completions.create(
+            **kwargs, stream=True, stream_options={"include_usage": True}
+        )
+        async for chunk in stream:
+            assembler.add(chunk)
+        return assembler.reply(req.messages)

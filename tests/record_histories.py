@@ -155,11 +155,30 @@ async def continue_as_new_run(h: Harness) -> WorkflowHandle[Any, RunResult]:
 
 
 Scenario = Callable[[Harness], Awaitable[WorkflowHandle[Any, RunResult]]]
+
+
+async def streamed_run(h: Harness) -> WorkflowHandle[Any, RunResult]:
+    """(e) A watched run: the text streamed by the activity (publish signals) to a subscriber
+    (poll updates), a tool call, then the answer."""
+    h.model.extend(
+        [
+            tool_call("read_file", {"path": "README.md"}, content="Reading the README first."),
+            text("The README says the answer is 42, on its third line.").with_chunk_delay(0.03),
+        ]
+    )
+    handle = await _start(h, "hist-streamed", "[streamed] read and answer")
+    async for _ev in rc.follow(h.client, handle.id):
+        pass
+    await handle.result()
+    return handle
+
+
 SCENARIOS: dict[str, Scenario] = {
     "tools": tools_run,
     "approvals": approvals_run,
     "interrupt": interrupt_run,
     "continue_as_new": continue_as_new_run,
+    "streamed": streamed_run,
 }
 
 

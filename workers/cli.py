@@ -22,7 +22,7 @@ from workers import client as rc
 from workers.config import load_settings
 from workers.converter import PayloadStoreConfigError
 from workers.telemetry import TelemetryUnavailableError
-from workflows.models import ApproveSignal, RejectSignal, RunRequest, RunResult, RunState
+from workflows.models import RunRequest, RunResult, RunState
 
 T = TypeVar("T")
 
@@ -130,69 +130,10 @@ def web_ui_url(run_id: str) -> str:
 
 
 async def _follow(client: Client, run_id: str, principal: str, interactive: bool) -> RunResult:
-    """Print the run's progress until it ends; on a terminal, offer approve/reject inline."""
-    h = rc.handle(client, run_id)
-    seen_calls: dict[str, str] = {}
-    last_status, last_turn = "", -1
-    asked: set[str] = set()
-    result_task = asyncio.ensure_future(h.result())
-    while not result_task.done():
-        try:
-            st: RunState = await h.query("state", result_type=RunState)
-        except (RPCError, Exception):  # noqa: BLE001 - the run may be between tasks; poll again
-            st = None  # type: ignore[assignment]
-        if st is not None:
-            if st.status != last_status or st.turn != last_turn:
-                out.print(
-                    f"[dim]turn {st.turn}[/dim] status [bold]{st.status}[/bold] tokens {st.usage.total_tokens}",
-                    highlight=False,
-                )
-                last_status, last_turn = st.status, st.turn
-            for c in st.tool_calls:
-                if seen_calls.get(c.id) != c.status:
-                    seen_calls[c.id] = c.status
-                    out.print(
-                        f"  tool {c.name} {json.dumps(c.arguments)[:100]} -> {c.status}",
-                        highlight=False,
-                        markup=False,
-                    )
-            for p in st.pending_approvals:
-                if p.tool_call_id in asked:
-                    continue
-                asked.add(p.tool_call_id)
-                who = ", ".join(p.approvers) or "anyone"
-                out.print(
-                    f"[yellow]waiting for approval[/yellow] {p.tool_call_id}: {p.name} {json.dumps(p.arguments)[:200]} (approvers: {who})",
-                    highlight=False,
-                )
-                if interactive:
-                    answer = await asyncio.to_thread(
-                        typer.prompt, "approve? [y/n/skip]", default="skip"
-                    )
-                    if answer.lower().startswith("y"):
-                        await rc.approve_signal(
-                            client,
-                            run_id,
-                            ApproveSignal(tool_call_id=p.tool_call_id, principal_id=principal),
-                        )
-                    elif answer.lower().startswith("n"):
-                        reason = await asyncio.to_thread(
-                            typer.prompt, "reason", default="rejected from the CLI"
-                        )
-                        await rc.reject_signal(
-                            client,
-                            run_id,
-                            RejectSignal(
-                                tool_call_id=p.tool_call_id, principal_id=principal, reason=reason
-                            ),
-                        )
-                else:
-                    out.print(
-                        f"  approve with: agentctl approve {run_id} {p.tool_call_id}",
-                        highlight=False,
-                    )
-        await asyncio.wait({result_task}, timeout=0.5)
-    return result_task.result()
+    """Print the run live from its event stream until it ends (:mod:`workers.follow`)."""
+    from workers.follow import follow_run
+
+    return await follow_run(client, run_id, out, principal=principal, interactive=interactive)
 
 
 @app.command()
@@ -241,6 +182,45 @@ def run(
         return _exit_for(res)
 
     raise typer.Exit(_with_client(go))
+
+
+@app.command("follow")
+def follow_cmd(
+    run_id: str,
+    from_offset: int = typer.Option(0, "--from", help="first event offset (resume after it)"),
+    as_json: bool = typer.Option(False, "--json", help="one JSON event per line"),
+    principal: str = PrincipalOpt,
+) -> None:
+    """Print a run live: text as it is written, tool calls, approvals; exit as the run ends."""
+
+    async def go(client: Client) -> int:
+        from workers.follow import follow_run
+
+        res = await follow_run(
+            client, run_id, out, principal=principal, from_offset=from_offset, as_json=as_json
+        )
+        if not as_json:
+            _print_result(res, False, run_id)
+        return _exit_for(res)
+
+    raise typer.Exit(_with_client(go))
+
+
+@app.command()
+def serve(
+    host: str = typer.Option("127.0.0.1", "--host", help="interface to bind"),
+    port: int = typer.Option(8235, "--port", help="TCP port"),
+) -> None:
+    """Serve the run console (/) and the runs' events as Server-Sent Events."""
+    from workers.serve import run_server
+
+    async def go(client: Client) -> None:
+        try:
+            await run_server(client, host, port, web_ui_url)
+        except OSError as e:
+            raise CommandFailed(f"cannot serve on {host}:{port}: {e.strerror or e}") from None
+
+    _with_client(go)
 
 
 @app.command()

@@ -8,11 +8,13 @@ and results are the models of :mod:`workflows.models`.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from datetime import timedelta
 from typing import Any
 
 from temporalio.client import Client, WorkflowHandle
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
+from temporalio.contrib.workflow_streams import WorkflowStreamClient
 from temporalio.service import RPCError
 
 from workers.config import Settings, load_settings, temporal_connect_config
@@ -25,6 +27,7 @@ from workflows.agent_run import (
     SA_TENANT,
     AgentRun,
 )
+from workflows.events import TOPIC as EVENTS_TOPIC
 from workflows.models import (
     ApproveSignal,
     DecideResult,
@@ -257,3 +260,41 @@ async def list_runs(client: Client, query: str, limit: int = 50) -> Sequence[Any
     async for wf in client.list_workflows(query, limit=limit):
         out.append(wf)
     return out
+
+
+async def follow(
+    client: Client,
+    run_id: str,
+    from_offset: int = 0,
+    *,
+    poll_cooldown: timedelta = timedelta(milliseconds=100),
+) -> AsyncIterator[dict[str, Any]]:
+    """The run's events (CONTRACT.md "Event stream") from ``from_offset`` on, as they happen.
+
+    Each item is the event's JSON object plus ``"offset"``, its position in the stream: after a
+    disconnect, call again with ``from_offset=last["offset"] + 1`` and nothing is missed (unless
+    the run truncated those items, see :mod:`workflows.events`; then it resumes at the oldest
+    retained item). Follows continue-as-new; ends after ``run_finished``. On a finished run it
+    drains the retained items (a worker must be up to answer the query).
+
+    Args:
+        client: a connected client (:func:`connect`).
+        run_id: the run's workflow id.
+        from_offset: the first offset wanted (0: from the start).
+        poll_cooldown: least time between two polls once caught up (each poll is an Update, i.e.
+            two events in the run's history when it returns items).
+
+    Raises:
+        temporalio.service.RPCError: no such run (``NOT_FOUND``) or the server is unreachable.
+        temporalio.client.WorkflowUpdateFailedError: the run has no event stream (started by a
+            worker older than the stream).
+    """
+    stream = WorkflowStreamClient.create(client, run_id)
+    async for item in stream.subscribe(
+        [EVENTS_TOPIC], from_offset=from_offset, poll_cooldown=poll_cooldown
+    ):
+        event = dict(item.data) if isinstance(item.data, dict) else {"type": "unknown"}
+        event["offset"] = item.offset
+        yield event
+        if event.get("type") == "run_finished":
+            return

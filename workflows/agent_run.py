@@ -48,6 +48,7 @@ with workflow.unsafe.imports_passed_through():
         token_upper_bound,
         truncate_tool_results,
     )
+    from workflows.events import RunEvents
     from workflows.loop_detection import Signature, detect_loop, turn_signature
     from workflows.models import (
         WORKFLOW_NAME,
@@ -125,7 +126,10 @@ class _Stop(Exception):
 class AgentRun:
     """One agent run. Signals, update and queries are listed in CONTRACT.md."""
 
-    def __init__(self) -> None:
+    @workflow.init
+    def __init__(self, req: RunRequest) -> None:
+        # live: the run's event stream (workflows/events.py), carried through continue-as-new
+        self._events = RunEvents(req.carry.events if req.carry is not None else None)
         self._req: RunRequest | None = None
         self._pinned: PinnedSpec | None = None
         self._messages: list[dict[str, Any]] = []
@@ -183,11 +187,14 @@ class AgentRun:
                 self._restore(req.carry)
             else:
                 await self._start(req)
-            return await self._loop()
+            result = await self._loop()
         except _Stop as stop:
-            return self._finish(stop.status, stop.reason, error=stop.error)
+            result = self._finish(stop.status, stop.reason, error=stop.error)
         except asyncio.CancelledError:
-            return self._finish("interrupted", "the workflow was cancelled")
+            result = self._finish("interrupted", "the workflow was cancelled")
+        # live: released stream subscribers finish in this run (no command, replay-safe)
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        return result
 
     async def _start(self, req: RunRequest) -> None:
         try:
@@ -222,6 +229,7 @@ class AgentRun:
                 {"role": "user", "content": req.input},
             ]
         self._status = "running"
+        self._emit("run_started", agent=req.agent, input=req.input)
         self._upsert_search_attributes(initial=True)
         self._publish()
 
@@ -277,6 +285,7 @@ class AgentRun:
             self._check_budget_after_step()
             await self._checkpoint()
             if self._should_continue_as_new():
+                self._events.detach()  # live
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 self._continue_as_new()
 
@@ -299,6 +308,7 @@ class AgentRun:
             completion_price_per_mtok=spec.pricing.completion_per_mtok,
             tenant_id=self._req.tenant_id,
         )
+        self._emit("model_started", model=spec.model)
         try:
             reply = await self._race(
                 lambda: workflow.execute_activity(
@@ -331,6 +341,7 @@ class AgentRun:
                     "failed", "the model's output could not be parsed", error=_cause_message(e)
                 ) from None
             raise _Stop("failed", "model step failed", error=_cause_message(e)) from None
+        self._emit("model_finished", reply=reply)
         self._usage = self._usage.add(reply.usage)
         if self._v3:
             if self._turn % SA_REFRESH_TURNS == 0:
@@ -389,6 +400,12 @@ class AgentRun:
                     approvers=decision.approvers,
                     reason=decision.reason,
                 )
+                self._emit(
+                    "approval_requested",
+                    tool_call_id=call.id,
+                    name=call.name,
+                    arguments=rec.arguments,
+                )
                 if self._v3 and self._outside_task:
                     # the model's reply was applied outside a workflow task (a query on a
                     # worker without the run cached): not in history until the next task
@@ -440,6 +457,23 @@ class AgentRun:
         self._publish()
 
     async def _invoke(
+        self, call: ToolCallRequest, rec: ToolCallRecord, info: ToolInfo | None
+    ) -> ToolOutcome | str:
+        # live: tool_started / tool_finished around the tool activity
+        self._emit("tool_started", tool_call_id=call.id, name=call.name, arguments=rec.arguments)
+        out = await self._invoke_activity(call, rec, info)
+        self._emit(
+            "tool_finished",
+            tool_call_id=call.id,
+            name=call.name,
+            arguments=rec.arguments,
+            status=rec.status,
+            duration_ms=rec.duration_ms,
+            result=out.content if isinstance(out, ToolOutcome) else out,
+        )
+        return out
+
+    async def _invoke_activity(
         self, call: ToolCallRequest, rec: ToolCallRecord, info: ToolInfo | None
     ) -> ToolOutcome | str:
         assert self._pinned is not None and self._req is not None
@@ -528,6 +562,15 @@ class AgentRun:
                     )
                     self._verdicts[cid] = d
                     self._decisions.append(d)
+                    p = self._pending[cid]
+                    self._emit(
+                        "approval_decided",
+                        tool_call_id=cid,
+                        name=p.name,
+                        arguments=p.arguments,
+                        decision="timeout",
+                        principal_id="system",
+                    )
         else:
             self._waited_seconds += (workflow.now() - started).total_seconds()
         for cid in waiting:
@@ -807,6 +850,8 @@ class AgentRun:
         """A model step of its own that summarises the dropped messages (None if it fails)."""
         assert self._pinned is not None and self._req is not None
         spec = self._pinned.spec
+        # live: the summary is a model step of the stream too (its text deltas are bracketed)
+        self._emit("model_started", model=spec.model, purpose="summary")
         try:
             reply = await workflow.execute_activity(
                 MODEL_COMPLETE,
@@ -829,7 +874,9 @@ class AgentRun:
                 ),
             )
         except ActivityError:
+            self._emit("model_finished", reply=ModelReply(model=spec.model))
             return None
+        self._emit("model_finished", reply=reply)
         self._usage = self._usage.add(reply.usage)
         return reply.content
 
@@ -874,6 +921,7 @@ class AgentRun:
             compactions=self._compactions,
             continued_runs=self._continued + 1,
             output=self._output,
+            events=self._events.carry(),  # live
         )
         workflow.continue_as_new(self._req.model_copy(update={"carry": carry}))
 
@@ -889,7 +937,7 @@ class AgentRun:
         self._upsert_search_attributes()
         self._publish()
         duration = (workflow.now() - self._started_at).total_seconds() * 1000
-        return RunResult(
+        result = RunResult(
             status=status,
             output=self._output,
             turns=self._turn,
@@ -905,8 +953,29 @@ class AgentRun:
             parent_run_id=self._req.parent_run_id if self._req else None,
             fork_turn=self._req.fork_turn if self._req else None,
         )
+        self._emit("run_finished", result=result)  # live
+        return result
+
+    def _emit(self, type: str, **fields: Any) -> None:
+        """live: one event of the run's stream (CONTRACT.md "Event stream"); no command."""
+        if type == "status":
+            self._events.status(self._turn, fields["status"])
+        elif type == "model_finished":
+            reply: ModelReply = fields["reply"]
+            self._events.model_finished(
+                self._turn,
+                reply.model,
+                reply.usage.model_dump(),
+                reply.content,
+                reply.streamed_chars,
+            )
+        elif type == "run_finished":
+            self._events.finish(self._turn, fields["result"].model_dump(mode="json"))
+        else:
+            self._events.emit(type, self._turn, **fields)
 
     def _publish(self) -> None:
+        self._emit("status", status=self._status)  # live
         if self._pinned is None:
             return
         spec = self._pinned.spec
@@ -995,6 +1064,17 @@ class AgentRun:
         )
         self._verdicts[tool_call_id] = d
         self._decisions.append(d)
+        pending = self._pending.get(tool_call_id)
+        self._emit(
+            "approval_decided",
+            tool_call_id=tool_call_id,
+            name=pending.name if pending else "",
+            arguments=arguments
+            if arguments is not None
+            else (pending.arguments if pending else {}),
+            decision=decision,
+            principal_id=principal_id,
+        )
         for rec in self._tool_calls:
             if rec.id == tool_call_id:
                 rec.decided_by = principal_id

@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+from temporalio.contrib.workflow_streams import WorkflowStreamState
 
 from activities.contracts import Usage
 from activities.spec import PinnedSpec
@@ -239,6 +240,9 @@ class CarriedState(BaseModel):
     compactions: int
     continued_runs: int
     output: str | None
+    events: WorkflowStreamState | None = Field(
+        None, description="the event stream's retained items (workflows.events.RunEvents.carry)"
+    )
 
 
 RunRequest.model_rebuild()

@@ -13,6 +13,7 @@ from temporalio.client import Client
 
 from tests.harness import Harness
 from tests.integration.test_people import GATED, deployed, until_state
+from workers import client as rc
 from workers.testing.scripted_model import ScriptedModel, text, tool_call
 from workflows.models import RunResult
 
@@ -123,3 +124,36 @@ async def test_run_follow_shows_progress(client: Client, tmp_path: Path, dev_ser
     assert "tool slow_echo" in r.stdout
     assert "completed" in r.stdout and "all good" in r.stdout
     assert "Web UI: http://127.0.0.1:8233/namespaces/default/workflows/run-" in r.stdout
+
+
+async def test_follow_prints_text_tools_and_the_approval_command(
+    client: Client, tmp_path: Path, dev_server_address: str
+):
+    model = ScriptedModel(
+        [
+            tool_call("deploy", {"target": "staging"}, content="Deploying to staging now."),
+            text("Deployed; all good."),
+        ],
+        chunk_chars=3,
+    )
+    async with Harness(client, tmp_path, model, agents=GATED) as h:
+        env = _env(h, dev_server_address)
+        handle = await h.start("deploy it")
+        follower = asyncio.ensure_future(agentctl("follow", handle.id, "-p", "alice", env=env))
+        st = await until_state(handle, lambda s: s.status == "awaiting_approval")
+        call_id = st.pending_approvals[0].tool_call_id
+        await asyncio.sleep(0.5)
+        await rc.decide(client, handle.id, call_id, "approve", "alice")
+        r = await follower
+        as_json = await agentctl("follow", handle.id, "--json", env=env)
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    assert "Deploying to staging now." in out and "Deployed; all good." in out
+    assert f"approve with: agentctl approve {handle.id} {call_id} -p alice" in out
+    assert "tool deploy" in out and "-> ok" in out
+    assert out.index("Deploying to staging now.") < out.index("approve with:")
+    assert out.index("approve by alice") < out.index("Deployed; all good.")
+    assert "run finished: completed" in out
+    lines = [json.loads(ln) for ln in as_json.stdout.splitlines()]
+    assert lines[0]["type"] == "run_started" and lines[-1]["type"] == "run_finished"
+    assert [ln["offset"] for ln in lines] == list(range(len(lines)))

@@ -72,6 +72,22 @@ def test_every_scenario_is_stored_and_small():
         assert p.stat().st_size < 100_000, f"{p.name} is {p.stat().st_size} bytes"
 
 
+def test_streamed_history_has_stream_signals_and_polls():
+    events = load_history_file(HISTORIES / "streamed.json").events
+    signals = [
+        e.workflow_execution_signaled_event_attributes.signal_name
+        for e in events
+        if e.HasField("workflow_execution_signaled_event_attributes")
+    ]
+    polls = [
+        e.workflow_execution_update_accepted_event_attributes.accepted_request.input.name
+        for e in events
+        if e.HasField("workflow_execution_update_accepted_event_attributes")
+    ]
+    assert signals and set(signals) == {"__temporal_workflow_stream_publish"}
+    assert polls and set(polls) == {"__temporal_workflow_stream_poll"}
+
+
 @pytest.mark.parametrize("path", FILES, ids=_ids(FILES))
 async def test_stored_history_replays_with_the_current_code(path: Path):
     report = await replay_file(path)

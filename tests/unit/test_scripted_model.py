@@ -325,16 +325,43 @@ async def test_recorded_requests_contain_tools_and_messages():
     assert req.reply == text("ok")
 
 
-async def test_streaming_is_rejected_without_consuming_the_script():
-    with ScriptedModel([text("still here")]) as m:
+async def test_streamed_reply_splits_text_and_tool_calls_across_chunks():
+    reply = tool_calls(
+        [("read_file", {"path": "README.md"}), ("list_files", {"path": "."})],
+        content="Let me look.",
+    )
+    with ScriptedModel([reply], chunk_chars=3) as m:
         async with client_for(m) as client:
-            with pytest.raises(openai.BadRequestError) as info:
-                await ask(client, stream=True)
-            after = await ask(client)
-    assert "streaming" in info.value.message
-    assert info.value.body["param"] == "stream"
-    assert after.choices[0].message.content == "still here"
-    assert [r.status for r in m.requests] == [400, 200]
+            stream = await ask(client, stream=True, stream_options={"include_usage": True})
+            chunks = [c async for c in stream]
+    texts = [c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].delta.content]
+    assert len(texts) > 1 and "".join(texts) == "Let me look."
+    args: dict[int, str] = {}
+    names: dict[int, str] = {}
+    for c in chunks:
+        for tc in (c.choices[0].delta.tool_calls if c.choices else None) or []:
+            args[tc.index] = args.get(tc.index, "") + (tc.function.arguments or "")
+            if tc.function.name:
+                names[tc.index] = tc.function.name
+    assert names == {0: "read_file", 1: "list_files"}
+    assert json.loads(args[0]) == {"path": "README.md"} and json.loads(args[1]) == {"path": "."}
+    assert sum(1 for c in chunks if c.choices and len(c.choices[0].delta.tool_calls or []) > 0) > 4
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "tool_calls"
+    assert chunks[-1].choices == [] and chunks[-1].usage.total_tokens > 0
+
+
+async def test_streamed_reply_without_usage_when_not_asked_or_disabled():
+    with ScriptedModel([text("abc"), text("def")], stream_usage=False) as m:
+        async with client_for(m) as client:
+            plain = [c async for c in await ask(client, stream=True)]
+            asked = [
+                c
+                async for c in await ask(
+                    client, stream=True, stream_options={"include_usage": True}
+                )
+            ]
+    assert all(c.usage is None for c in plain + asked)
+    assert [r.status for r in m.requests] == [200, 200]
 
 
 async def test_models_endpoint():

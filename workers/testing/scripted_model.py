@@ -1,7 +1,8 @@
 """A scripted, OpenAI-compatible chat-completions server for tests, benchmarks and demos.
 
 :class:`ScriptedModel` is a real HTTP server (aiohttp) on ``127.0.0.1`` that speaks the subset of
-the OpenAI API an agent needs -- ``POST /v1/chat/completions`` (non-streaming) and
+the OpenAI API an agent needs -- ``POST /v1/chat/completions`` (plain, or streamed as Server-Sent
+Events when the request says ``stream: true``, see :mod:`workers.testing._sse`) and
 ``GET /v1/models`` -- and answers from a script of :class:`Reply` objects instead of a model. Tests
 therefore exercise the real ``openai`` client, its parsing and its error classes::
 
@@ -53,6 +54,7 @@ import typer
 from aiohttp import web
 
 from workers.entrypoints import run_command
+from workers.testing._sse import completion_chunks, write_event_stream
 
 if TYPE_CHECKING:  # pragma: no cover
     import openai
@@ -127,6 +129,8 @@ class Reply:
         content_type: the response ``Content-Type`` for ``"garbage"`` and ``str`` error bodies.
         delay: seconds to wait (asynchronously) before answering, on top of the server's
             ``latency``.
+        chunk_delay: when streamed, seconds between two chunks (None: the server's
+            ``chunk_delay``).
     """
 
     kind: Literal["message", "error", "garbage"] = "message"
@@ -138,6 +142,11 @@ class Reply:
     headers: tuple[tuple[str, str], ...] = ()
     content_type: str | None = None
     delay: float = 0.0
+    chunk_delay: float | None = None
+
+    def with_chunk_delay(self, seconds: float) -> Reply:
+        """A copy whose streamed chunks (``stream: true``) are sent ``seconds`` apart."""
+        return dataclasses.replace(self, chunk_delay=_check_delay(seconds))
 
     def with_delay(self, seconds: float) -> Reply:
         """Return a copy of this reply answered after ``seconds`` (>= 0) of extra delay."""
@@ -466,6 +475,10 @@ class ScriptedModel:
         model: the model id reported by ``GET /v1/models`` and in every completion.
         host: the interface to bind; keep the loopback default.
         port: the TCP port; 0 picks a free one (read :attr:`port` after :meth:`start`).
+        chunk_chars: characters of text (and of tool-call arguments) per streamed chunk.
+        chunk_delay: seconds between two streamed chunks (a reply's ``chunk_delay`` overrides).
+        stream_usage: send the usage chunk when a streamed request asks for it
+            (``stream_options.include_usage``); False plays a server that never sends usage.
 
     At most one of ``script``, ``scripts`` and ``responder`` may be given (none: every request
     gets ``default``); ``default`` cannot be combined with ``responder``.
@@ -489,7 +502,13 @@ class ScriptedModel:
         model: str = "scripted",
         host: str = "127.0.0.1",
         port: int = 0,
+        chunk_chars: int = 4,
+        chunk_delay: float = 0.0,
+        stream_usage: bool = True,
     ) -> None:
+        self.chunk_chars = max(1, int(chunk_chars))
+        self.chunk_delay = _check_delay(chunk_delay)
+        self.stream_usage = stream_usage
         given = [
             n
             for n, v in (("script", script), ("scripts", scripts), ("responder", responder))
@@ -774,6 +793,12 @@ class ScriptedModel:
             return self._next_from(self._scripts[matches[0]], f"the script for {matches[0]!r}")
 
     def _render(self, reply: Reply, body: dict[str, Any]) -> web.Response:
+        """The non-streamed response of ``reply``."""
+        return self._respond(reply, body, None)  # type: ignore[return-value]
+
+    def _respond(
+        self, reply: Reply, body: dict[str, Any], request: web.Request | None
+    ) -> web.Response | Awaitable[web.StreamResponse]:
         headers = dict(reply.headers)
         with self._lock:
             self._completion_counter += 1
@@ -831,6 +856,13 @@ class ScriptedModel:
                 "total_tokens": prompt_tokens + completion_tokens,
             },
         }
+        if request is not None and body.get("stream"):
+            options = body.get("stream_options") or {}
+            chunks = completion_chunks(
+                payload, self.chunk_chars, self.stream_usage and bool(options.get("include_usage"))
+            )
+            delay = self.chunk_delay if reply.chunk_delay is None else reply.chunk_delay
+            return write_event_stream(request, chunks, delay, headers)
         return web.json_response(payload, status=reply.status, headers=headers)
 
     async def _handle_chat(self, request: web.Request) -> web.StreamResponse:
@@ -856,18 +888,12 @@ class ScriptedModel:
 
         reply: Reply | None = None
         try:
-            if body.get("stream"):
-                raise _InternalError(
-                    400,
-                    "ScriptedModel does not support streaming: send stream=false (or omit it)",
-                    "streaming_unsupported",
-                    param="stream",
-                )
             reply = await self._choose_reply(body)
             wait = self._latency + reply.delay
             if wait > 0:
                 await asyncio.sleep(wait)
-            response = self._render(reply, body)
+            rendered = self._respond(reply, body, request)
+            response = await rendered if inspect.isawaitable(rendered) else rendered
         except _InternalError as exc:
             response = web.json_response(
                 _error_body(exc.status, str(exc), exc.code, exc.param), status=exc.status

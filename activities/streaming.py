@@ -1,0 +1,267 @@
+"""Streaming model replies: assemble chat-completion chunks, publish text to the run's stream.
+
+:class:`ReplyAssembler` turns the chunks of ``chat.completions.create(stream=True)`` into a
+:class:`~activities.contracts.ModelReply`: text deltas concatenated, tool-call deltas keyed by
+their ``index`` (id and name from the first chunk that has them, ``arguments`` concatenated),
+usage from the final chunk (``stream_options={"include_usage": true}``) or, when the server sends
+none, estimated at 4 characters a token.
+
+:class:`DeltaPublisher` publishes the text of one attempt as ``text_delta`` items on the run's
+event stream (``workflows.events``), in batches every :data:`BATCH_SECONDS`, but only while
+someone watches the run (query ``__agent_events_watched``, asked at most every
+:data:`WATCH_CHECK_SECONDS`): each batch is a Signal, i.e. an event in the run's history, and a
+run nobody watches should not pay for it. A retry attempt first publishes ``model_retry`` so
+subscribers drop the earlier attempt's partial text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import structlog
+from temporalio import activity
+from temporalio.contrib.workflow_streams import WorkflowStreamClient
+
+from activities.contracts import ModelReply, ToolCallRequest, Usage
+
+log = structlog.get_logger("activities.streaming")
+
+TOPIC = "events"
+"""The event stream's topic (``workflows.events.TOPIC``)."""
+WATCHED_QUERY = "__agent_events_watched"
+"""The workflow's query telling whether anyone watches (``workflows.events.WATCHED_QUERY``)."""
+BATCH_SECONDS = 0.25
+"""Interval between two text batches (one Signal each) while watched; chosen by measurement
+(README "Live runs": 0.25 s keeps a 30 tokens/s model at ~8 tokens a batch and 4 signals a
+second)."""
+WATCH_CHECK_SECONDS = 1.0
+"""How often the activity asks the workflow whether anyone watches."""
+CHARS_PER_TOKEN = 4
+"""Estimate of characters a token when the server reports no usage."""
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat()
+
+
+class ReplyAssembler:
+    """Accumulates streamed chunks; :meth:`reply` returns the whole :class:`ModelReply`.
+
+    Args:
+        requested_model: the model asked for (used when chunks name none).
+        on_text: called with each text delta, in order.
+    """
+
+    def __init__(self, requested_model: str, on_text: Callable[[str], None]) -> None:
+        self._model = requested_model
+        self._on_text = on_text
+        self._text: list[str] = []
+        self._calls: dict[int, dict[str, Any]] = {}
+        self._finish: str | None = None
+        self._usage: Usage | None = None
+        self._choices_seen = False
+
+    def add(self, chunk: Any) -> None:
+        """Take one ``ChatCompletionChunk`` (text, tool-call deltas, finish reason, usage)."""
+        if getattr(chunk, "model", None):
+            self._model = chunk.model
+        u = getattr(chunk, "usage", None)
+        if u is not None:
+            self._usage = Usage(
+                prompt_tokens=u.prompt_tokens or 0,
+                completion_tokens=u.completion_tokens or 0,
+                total_tokens=u.total_tokens or 0,
+            )
+        for choice in chunk.choices or []:
+            if choice.index not in (0, None):
+                continue
+            self._choices_seen = True
+            delta = choice.delta
+            if delta is not None and delta.content:
+                self._text.append(delta.content)
+                self._on_text(delta.content)
+            for tc in (delta.tool_calls if delta is not None else None) or []:
+                self._add_call(tc)
+            if choice.finish_reason:
+                self._finish = choice.finish_reason
+
+    def _add_call(self, tc: Any) -> None:
+        index = tc.index if tc.index is not None else len(self._calls)
+        slot = self._calls.setdefault(index, {"id": None, "name": "", "arguments": []})
+        if tc.id:
+            slot["id"] = tc.id
+        fn = tc.function
+        if fn is None:
+            return
+        if fn.name and fn.name != slot["name"]:
+            slot["name"] += fn.name
+        if fn.arguments:
+            slot["arguments"].append(fn.arguments)
+
+    @property
+    def text(self) -> str:
+        """The text received so far."""
+        return "".join(self._text)
+
+    def reply(self, messages: list[dict[str, Any]]) -> ModelReply:
+        """The assembled reply.
+
+        Args:
+            messages: the request's messages (for the usage estimate when the server sent none).
+
+        Raises:
+            ValueError: the stream carried no choice at all (classified as unreadable output).
+        """
+        if not self._choices_seen:
+            raise ValueError("the streamed reply had no choices")
+        calls = [
+            ToolCallRequest(
+                id=slot["id"] or f"call_{i}",
+                name=slot["name"],
+                arguments="".join(slot["arguments"]) or "{}",
+            )
+            for i, (_, slot) in enumerate(sorted(self._calls.items()))
+        ]
+        content = self.text or None
+        usage = self._usage or self._estimate_usage(messages, content, calls)
+        return ModelReply(
+            content=content,
+            tool_calls=calls,
+            usage=usage,
+            finish_reason=self._finish,
+            model=self._model,
+        )
+
+    @staticmethod
+    def _estimate_usage(
+        messages: list[dict[str, Any]], content: str | None, calls: list[ToolCallRequest]
+    ) -> Usage:
+        prompt = len(json.dumps(messages)) // CHARS_PER_TOKEN
+        out_chars = len(content or "") + sum(len(c.name) + len(c.arguments) for c in calls)
+        completion = max(1, out_chars // CHARS_PER_TOKEN)
+        log.info("usage_estimated", prompt_tokens=prompt, completion_tokens=completion)
+        return Usage(
+            prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion
+        )
+
+
+class DeltaPublisher:
+    """Publishes one model attempt's text to the run's event stream while the run is watched.
+
+    Use as ``async with DeltaPublisher(turn) as pub:``, feed :meth:`add`, and read
+    :attr:`streamed` after the block: the characters published (confirmed by the server). Stream
+    failures are logged and stop publishing; they never fail the model step.
+
+    Args:
+        turn: the turn of the model step (each item's ``turn``).
+        batch_seconds: interval between batches (None: :data:`BATCH_SECONDS`).
+        watch_seconds: interval between two "is anyone watching" queries (None:
+            :data:`WATCH_CHECK_SECONDS`).
+    """
+
+    def __init__(
+        self,
+        turn: int,
+        batch_seconds: float | None = None,
+        watch_seconds: float | None = None,
+    ) -> None:
+        self._turn = turn
+        self._batch = BATCH_SECONDS if batch_seconds is None else batch_seconds
+        self._watch_every = WATCH_CHECK_SECONDS if watch_seconds is None else watch_seconds
+        self._pending: list[str] = []
+        self.streamed = 0
+        self.batches = 0
+        self._watched = False
+        self._checked_at = -1e9
+        self._broken = False
+        self._client: WorkflowStreamClient | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._stop = asyncio.Event()
+
+    async def __aenter__(self) -> DeltaPublisher:
+        info = activity.info()
+        if not info.workflow_id:
+            self._broken = True
+            return self
+        self._client = WorkflowStreamClient.from_within_activity(
+            batch_interval=timedelta(hours=1), max_retry_duration=timedelta(seconds=30)
+        )
+        if info.attempt > 1:
+            await self._retry_notice(info.attempt, info.heartbeat_details)
+        self._task = asyncio.create_task(self._run())
+        return self
+
+    async def __aexit__(self, exc_type: object, *_: object) -> None:
+        if self._task is not None:
+            self._stop.set()
+            if exc_type is not None:
+                self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        if exc_type is None and self.streamed > 0:
+            await self._send()  # the rest of a step that was streamed
+
+    def add(self, text: str) -> None:
+        """Queue ``text`` (the next characters of the reply) for the next batch."""
+        self._pending.append(text)
+
+    async def _retry_notice(self, attempt: int, details: Any) -> None:
+        error = "the previous attempt did not finish (worker lost or timed out)"
+        if details and isinstance(details[0], dict) and details[0].get("error"):
+            error = str(details[0]["error"])
+        self._publish({"type": "model_retry", "attempt": attempt, "error": error})
+        await self._flush()
+
+    async def _run(self) -> None:
+        while not self._stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), self._batch)
+            if self._stop.is_set() or not self._pending or self._broken:
+                continue
+            if time.monotonic() - self._checked_at >= self._watch_every:
+                self._checked_at = time.monotonic()
+                self._watched = await self._ask_watched()
+            if self._watched:
+                await self._send()
+
+    async def _ask_watched(self) -> bool:
+        assert self._client is not None
+        try:
+            handle = activity.client().get_workflow_handle(activity.info().workflow_id or "")
+            return bool(await handle.query(WATCHED_QUERY, result_type=bool))
+        except Exception as exc:  # noqa: BLE001 - an old worker or a busy one: do not stream
+            log.info("stream_watch_query_failed", error=str(exc))
+            return False
+
+    async def _send(self) -> None:
+        if not self._pending or self._broken:
+            return
+        text = "".join(self._pending)
+        self._pending = []
+        self._publish({"type": "text_delta", "delta": text})
+        if await self._flush():
+            self.streamed += len(text)
+            self.batches += 1
+
+    def _publish(self, fields: dict[str, Any]) -> None:
+        assert self._client is not None
+        item = {"type": fields["type"], "turn": self._turn, "at": _now()}
+        item.update(fields)
+        self._client.topic(TOPIC).publish(item)
+
+    async def _flush(self) -> bool:
+        if self._client is None or self._broken:
+            return False
+        try:
+            await self._client.flush()
+            return True
+        except Exception as exc:  # noqa: BLE001 - the stream is best effort; the reply is not
+            self._broken = True
+            log.warning("stream_publish_failed", error=str(exc))
+            return False

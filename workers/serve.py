@@ -1,0 +1,320 @@
+"""``agentctl serve``: the runs' event streams over HTTP, and a run console page.
+
+An aiohttp application (:func:`build_app`) on ``127.0.0.1:8235`` by default:
+
+* ``GET /`` -- the run console (``workers/static/console.html``, plain HTML and JavaScript).
+* ``GET /runs/{run_id}/events`` -- the run's events (CONTRACT.md "Event stream") as Server-Sent
+  Events: ``id`` is the item's offset, ``data`` its JSON; a ``Last-Event-ID`` header (sent by a
+  browser's ``EventSource`` when it reconnects) or ``?from=N`` resumes; an ``end`` event follows
+  ``run_finished``; a comment line keeps idle connections open every :data:`KEEPALIVE_SECONDS`.
+* ``GET /api/runs`` -- recent runs (visibility query, newest first); ``GET /runs/{run_id}`` --
+  the ``state`` query.
+* ``POST /runs`` (``{"input", "agent"?, "mode"?, "principal_id"?, "tenant_id"?}``) starts a run;
+  ``POST /runs/{run_id}/approve`` and ``/reject`` (``{"tool_call_id", "principal_id", "reason"?,
+  "comment"?, "arguments"?}``) decide a pending call through the update ``decide``;
+  ``POST /runs/{run_id}/interrupt`` (``{"principal_id", "reason"?}``) and ``/messages``
+  (``{"content", "principal_id"}``) send those signals.
+
+Errors are JSON ``{"error": message}``: 400 bad input, 404 no such run, 409 a decision the run
+refused (the validator's reason), 503 the Temporal server is unreachable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+from pydantic import BaseModel, Field, ValidationError
+from temporalio.client import Client, WorkflowUpdateFailedError
+from temporalio.service import RPCError, RPCStatusCode
+
+from workers import client as rc
+from workflows.models import RunRequest
+
+STATIC = Path(__file__).parent / "static"
+KEEPALIVE_SECONDS = 15.0
+"""Idle time after which the event stream sends a comment line."""
+CLIENT_KEY = web.AppKey("client", Client)
+WEB_UI_KEY = web.AppKey("web_ui", Callable[[str], str])
+QUEUE_KEY = web.AppKey("task_queue", str)
+
+
+class StartBody(BaseModel):
+    """``POST /runs``."""
+
+    input: str = Field(min_length=1)
+    agent: str = "default"
+    mode: str = "task"
+    principal_id: str = "console"
+    tenant_id: str = "default"
+
+
+class DecideBody(BaseModel):
+    """``POST /runs/{id}/approve`` and ``/reject``."""
+
+    tool_call_id: str = Field(min_length=1)
+    principal_id: str = "console"
+    reason: str | None = None
+    comment: str | None = None
+    arguments: dict[str, Any] | None = None
+
+
+class InterruptBody(BaseModel):
+    """``POST /runs/{id}/interrupt``."""
+
+    principal_id: str = "console"
+    reason: str = "interrupted from the console"
+
+
+class MessageBody(BaseModel):
+    """``POST /runs/{id}/messages``."""
+
+    content: str = Field(min_length=1)
+    principal_id: str = "console"
+
+
+def _error(status: int, message: str) -> web.Response:
+    return web.json_response({"error": message}, status=status)
+
+
+async def _body(request: web.Request, model: type[BaseModel]) -> BaseModel:
+    """The request's JSON body as ``model``; raises an HTTP 400 naming what is wrong."""
+    try:
+        data = json.loads(await request.text() or "{}")
+    except ValueError as e:
+        raise web.HTTPBadRequest(
+            text=json.dumps({"error": f"the body is not JSON: {e}"}),
+            content_type="application/json",
+        ) from None
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        msg = "; ".join(f"{'.'.join(map(str, x['loc'])) or 'body'}: {x['msg']}" for x in e.errors())
+        raise web.HTTPBadRequest(
+            text=json.dumps({"error": f"bad request: {msg}"}), content_type="application/json"
+        ) from None
+
+
+@web.middleware
+async def _errors(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    """Temporal errors as JSON with a status that says what happened."""
+    try:
+        return await handler(request)
+    except RPCError as e:
+        if e.status == RPCStatusCode.NOT_FOUND:
+            return _error(404, f"no such run: {e.message}")
+        if e.status == RPCStatusCode.UNAVAILABLE:
+            return _error(503, f"the Temporal server is unavailable: {e.message}")
+        return _error(400, e.message)
+    except WorkflowUpdateFailedError as e:
+        return _error(409, str(e.cause or e))
+
+
+async def _index(_request: web.Request) -> web.FileResponse:
+    return web.FileResponse(STATIC / "console.html")
+
+
+async def _runs(request: web.Request) -> web.Response:
+    client = request.app[CLIENT_KEY]
+    try:
+        limit = max(1, min(200, int(request.query.get("limit", "30"))))
+    except ValueError:
+        return _error(400, "limit must be an integer")
+    web_ui = request.app[WEB_UI_KEY]
+    out = []
+    for wf in await rc.list_runs(client, rc.list_query(), limit=limit):
+        sa = wf.search_attributes or {}
+        out.append(
+            {
+                "run_id": wf.id,
+                "status": wf.status.name.lower() if wf.status else "unknown",
+                "agent_status": (sa.get("AgentStatus") or [None])[0],
+                "agent": (sa.get("AgentName") or [None])[0],
+                "started_at": wf.start_time.isoformat() if wf.start_time else None,
+                "web_ui": web_ui(wf.id),
+            }
+        )
+    return web.json_response({"runs": out})
+
+
+async def _state(request: web.Request) -> web.Response:
+    run_id = request.match_info["run_id"]
+    st = await rc.state(request.app[CLIENT_KEY], run_id)
+    return web.json_response(
+        {**st.model_dump(mode="json"), "run_id": run_id, "web_ui": request.app[WEB_UI_KEY](run_id)}
+    )
+
+
+async def _start(request: web.Request) -> web.Response:
+    body = await _body(request, StartBody)
+    assert isinstance(body, StartBody)
+    if body.mode not in ("task", "chat"):
+        return _error(400, "mode must be task or chat")
+    req = RunRequest(
+        agent=body.agent,
+        input=body.input,
+        mode=body.mode,  # type: ignore[arg-type]
+        principal_id=body.principal_id,
+        tenant_id=body.tenant_id,
+    )
+    h = await rc.start_run(request.app[CLIENT_KEY], req, task_queue=request.app[QUEUE_KEY] or None)
+    return web.json_response({"run_id": h.id, "web_ui": request.app[WEB_UI_KEY](h.id)}, status=201)
+
+
+def _decider(decision: str) -> Callable[[web.Request], Awaitable[web.Response]]:
+    async def decide(request: web.Request) -> web.Response:
+        body = await _body(request, DecideBody)
+        assert isinstance(body, DecideBody)
+        res = await rc.decide(
+            request.app[CLIENT_KEY],
+            request.match_info["run_id"],
+            body.tool_call_id,
+            decision,
+            body.principal_id,
+            arguments=body.arguments,
+            reason=body.reason,
+            comment=body.comment,
+        )
+        return web.json_response(res.model_dump(mode="json"))
+
+    return decide
+
+
+async def _interrupt(request: web.Request) -> web.Response:
+    body = await _body(request, InterruptBody)
+    assert isinstance(body, InterruptBody)
+    run_id = request.match_info["run_id"]
+    await rc.interrupt(request.app[CLIENT_KEY], run_id, body.principal_id, body.reason)
+    return web.json_response({"run_id": run_id, "sent": "interrupt"}, status=202)
+
+
+async def _message(request: web.Request) -> web.Response:
+    body = await _body(request, MessageBody)
+    assert isinstance(body, MessageBody)
+    run_id = request.match_info["run_id"]
+    await rc.send_message(request.app[CLIENT_KEY], run_id, body.content, body.principal_id)
+    return web.json_response({"run_id": run_id, "sent": "send_message"}, status=202)
+
+
+def _from_offset(request: web.Request) -> int:
+    """Where the stream starts: after ``Last-Event-ID``, else ``?from=``, else 0."""
+    last = request.headers.get("Last-Event-ID")
+    raw = str(int(last) + 1) if last and last.strip().isdigit() else request.query.get("from", "0")
+    if not raw.isdigit():
+        raise web.HTTPBadRequest(
+            text=json.dumps({"error": "from must be a non-negative integer"}),
+            content_type="application/json",
+        )
+    return int(raw)
+
+
+async def _events(request: web.Request) -> web.StreamResponse:
+    client = request.app[CLIENT_KEY]
+    run_id = request.match_info["run_id"]
+    start = _from_offset(request)
+    await rc.handle(client, run_id).describe()  # 404 as JSON before the stream starts
+    resp = web.StreamResponse(
+        headers={
+            "Content-Type": "text/event-stream",
+            "Cache-Control": "no-cache",
+            "X-Accel-Buffering": "no",
+        }
+    )
+    await resp.prepare(request)
+    events = rc.follow(client, run_id, start)
+    nxt: asyncio.Future[dict[str, Any]] | None = None
+    try:
+        while True:
+            nxt = nxt or asyncio.ensure_future(anext(events))
+            done, _ = await asyncio.wait({nxt}, timeout=KEEPALIVE_SECONDS)
+            if not done:
+                await resp.write(b": keepalive\n\n")
+                continue
+            try:
+                ev = nxt.result()
+            except StopAsyncIteration:
+                break
+            nxt = None
+            await resp.write(f"id: {ev['offset']}\ndata: {json.dumps(ev)}\n\n".encode())
+        await resp.write(b"event: end\ndata: {}\n\n")
+    except (RPCError, WorkflowUpdateFailedError) as e:
+        msg = e.message if isinstance(e, RPCError) else str(e.cause or e)
+        await resp.write(f"event: error\ndata: {json.dumps({'error': msg})}\n\n".encode())
+    except ConnectionResetError:
+        pass  # the subscriber went away
+    finally:
+        if nxt is not None and not nxt.done():
+            nxt.cancel()
+            with contextlib.suppress(BaseException):
+                await nxt
+        await events.aclose()
+    return resp
+
+
+def build_app(
+    client: Client, web_ui_url: Callable[[str], str], task_queue: str | None = None
+) -> web.Application:
+    """The application: routes above, ``client`` for Temporal, ``web_ui_url(run_id)`` for links.
+
+    ``task_queue`` is where ``POST /runs`` starts runs (None: ``AGENT_TASK_QUEUE``).
+    """
+    app = web.Application(middlewares=[_errors], client_max_size=1024 * 1024)
+    app[CLIENT_KEY] = client
+    app[WEB_UI_KEY] = web_ui_url
+    app[QUEUE_KEY] = task_queue or ""
+    app.router.add_get("/", _index)
+    app.router.add_static("/static/", STATIC)
+    app.router.add_get("/api/runs", _runs)
+    app.router.add_post("/runs", _start)
+    app.router.add_get("/runs/{run_id}", _state)
+    app.router.add_get("/runs/{run_id}/events", _events)
+    app.router.add_post("/runs/{run_id}/approve", _decider("approve"))
+    app.router.add_post("/runs/{run_id}/reject", _decider("reject"))
+    app.router.add_post("/runs/{run_id}/interrupt", _interrupt)
+    app.router.add_post("/runs/{run_id}/messages", _message)
+    return app
+
+
+async def start_server(
+    client: Client,
+    host: str,
+    port: int,
+    web_ui_url: Callable[[str], str],
+    task_queue: str | None = None,
+) -> tuple[web.AppRunner, str]:
+    """Start serving; returns the runner (``await runner.cleanup()`` stops it) and the base URL.
+
+    Raises:
+        OSError: the address is in use or cannot be bound.
+    """
+    runner = web.AppRunner(
+        build_app(client, web_ui_url, task_queue), access_log=None, shutdown_timeout=1.0
+    )
+    await runner.setup()
+    site = web.TCPSite(runner, host, port)
+    try:
+        await site.start()
+    except BaseException:
+        await runner.cleanup()
+        raise
+    bound = runner.addresses[0][1]
+    return runner, f"http://{host}:{bound}"
+
+
+async def run_server(
+    client: Client, host: str, port: int, web_ui_url: Callable[[str], str]
+) -> None:
+    """Serve until cancelled (Ctrl-C); prints the console's address."""
+    runner, url = await start_server(client, host, port, web_ui_url)
+    print(f"run console: {url}/  (events: {url}/runs/RUN_ID/events; Ctrl-C to stop)", flush=True)
+    try:
+        await asyncio.Event().wait()
+    finally:
+        await runner.cleanup()

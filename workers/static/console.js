@@ -1,0 +1,204 @@
+// The run console: recent runs, one run's events live (Server-Sent Events), approvals.
+// Plain JavaScript, no build step. Every value from a run is shown with textContent (never HTML).
+"use strict";
+
+const $ = (id) => document.getElementById(id);
+const principalBox = $("principal");
+principalBox.value = localStorage.getItem("principal") || "console";
+principalBox.addEventListener("change", () => localStorage.setItem("principal", principalBox.value));
+
+let source = null;   // the EventSource of the selected run
+let current = null;  // the selected run id
+let step = null;     // the element receiving the current model step's text
+const toolCards = {};
+
+function el(tag, cls, text) {
+  const e = document.createElement(tag);
+  if (cls) e.className = cls;
+  if (text !== undefined) e.textContent = text;
+  return e;
+}
+
+function pretty(v) {
+  return typeof v === "string" ? v : JSON.stringify(v, null, 2);
+}
+
+async function call(method, path, body) {
+  const r = await fetch(path, {
+    method,
+    headers: { "Content-Type": "application/json" },
+    body: body ? JSON.stringify(body) : undefined,
+  });
+  const data = await r.json().catch(() => ({ error: `HTTP ${r.status}` }));
+  if (!r.ok) throw new Error(data.error || `HTTP ${r.status}`);
+  return data;
+}
+
+function showError(e) { $("error").textContent = e ? String(e.message || e) : ""; }
+
+async function loadRuns() {
+  try {
+    const { runs } = await call("GET", "/api/runs?limit=30");
+    const ul = $("runs");
+    ul.replaceChildren();
+    for (const r of runs) {
+      const li = el("li", r.run_id === current ? "current" : "");
+      li.append(el("span", "id", r.run_id), el("span", "badge " + (r.agent_status || r.status),
+        r.agent_status || r.status));
+      li.title = `${r.agent || ""} started ${r.started_at || ""}`;
+      li.onclick = () => { location.hash = "run=" + encodeURIComponent(r.run_id); };
+      ul.append(li);
+    }
+  } catch (e) { /* the list refreshes again shortly */ }
+}
+
+function setStatus(status) {
+  const b = $("run-status");
+  b.textContent = status;
+  b.className = "badge " + status;
+}
+
+function newStep(ev) {
+  step = el("div", "step");
+  step.append(el("div", "meta", `turn ${ev.turn} · ${ev.model || "model"}`), el("div", "text"));
+  $("timeline").append(step);
+  return step;
+}
+
+function approvalCard(ev) {
+  const card = el("div", "approval");
+  card.id = "approval-" + ev.tool_call_id;
+  card.append(el("div", "", `Waiting for approval: ${ev.name} (${ev.tool_call_id})`),
+    el("pre", "", pretty(ev.arguments)));
+  const row = el("div", "row");
+  const yes = el("button", "approve", "Approve");
+  const no = el("button", "reject", "Reject");
+  const decide = async (what) => {
+    yes.disabled = no.disabled = true;
+    try {
+      await call("POST", `/runs/${encodeURIComponent(current)}/${what}`, {
+        tool_call_id: ev.tool_call_id, principal_id: principalBox.value,
+        reason: what === "reject" ? "rejected in the console" : undefined,
+      });
+      showError(null);
+    } catch (e) { showError(e); yes.disabled = no.disabled = false; }
+  };
+  yes.onclick = () => decide("approve");
+  no.onclick = () => decide("reject");
+  row.append(yes, no);
+  card.append(row);
+  $("approvals").append(card);
+}
+
+function onEvent(ev) {
+  const tl = $("timeline");
+  switch (ev.type) {
+    case "run_started":
+      tl.append(el("div", "meta", `agent ${ev.agent}: ${ev.input}`));
+      break;
+    case "status": setStatus(ev.status); break;
+    case "model_started": newStep(ev); break;
+    case "model_retry":
+      if (step) step.querySelector(".text").textContent = "";
+      break;
+    case "text_delta":
+      (step || newStep(ev)).querySelector(".text").textContent += ev.delta;
+      break;
+    case "model_finished":
+      if (step) {
+        step.querySelector(".meta").textContent +=
+          ` · ${(ev.usage && ev.usage.total_tokens) || 0} tokens`;
+        if (!step.querySelector(".text").textContent) step.querySelector(".text").remove();
+      }
+      step = null;
+      break;
+    case "tool_started": {
+      const card = el("div", "tool");
+      card.append(el("div", "", `tool ${ev.name} (${ev.tool_call_id}) running…`),
+        el("pre", "", pretty(ev.arguments)));
+      toolCards[ev.tool_call_id] = card;
+      tl.append(card);
+      break;
+    }
+    case "tool_finished": {
+      const card = toolCards[ev.tool_call_id] || tl.appendChild(el("div", "tool"));
+      card.firstChild.textContent =
+        `tool ${ev.name} (${ev.tool_call_id}) → ${ev.status} · ${Math.round(ev.duration_ms || 0)} ms`;
+      if (ev.status !== "ok") card.classList.add("error");
+      card.append(el("pre", "result", pretty(ev.result || "")));
+      break;
+    }
+    case "approval_requested": approvalCard(ev); break;
+    case "approval_decided": {
+      const card = $("approval-" + ev.tool_call_id);
+      if (card) card.remove();
+      tl.append(el("div", "meta", `${ev.decision} by ${ev.principal_id}: ${ev.name} (${ev.tool_call_id})`));
+      break;
+    }
+    case "run_finished": {
+      const r = ev.result || {};
+      setStatus(r.status);
+      $("approvals").replaceChildren();
+      tl.append(el("div", "step finished", `Run ${r.status}: ${r.stopped_reason || ""}`));
+      break;
+    }
+  }
+}
+
+async function select(runId) {
+  if (source) source.close();
+  current = runId;
+  step = null;
+  $("empty").hidden = true;
+  $("detail").hidden = false;
+  $("run-id").textContent = runId;
+  $("timeline").replaceChildren();
+  $("approvals").replaceChildren();
+  showError(null);
+  setStatus("…");
+  try {
+    const st = await call("GET", `/runs/${encodeURIComponent(runId)}`);
+    $("web-ui").href = st.web_ui;
+  } catch (e) { showError(e); }
+  source = new EventSource(`/runs/${encodeURIComponent(runId)}/events`);
+  source.onmessage = (m) => onEvent(JSON.parse(m.data));
+  source.addEventListener("end", () => { source.close(); loadRuns(); });
+  source.addEventListener("error", (m) => {
+    if (m.data) { showError(JSON.parse(m.data).error); source.close(); }
+  });
+  loadRuns();
+}
+
+$("start").onsubmit = async (e) => {
+  e.preventDefault();
+  try {
+    const r = await call("POST", "/runs", {
+      input: $("input").value, agent: $("agent").value, principal_id: principalBox.value,
+    });
+    $("input").value = "";
+    location.hash = "run=" + encodeURIComponent(r.run_id);
+  } catch (err) { showError(err); }
+};
+
+$("interrupt").onclick = async () => {
+  try { await call("POST", `/runs/${encodeURIComponent(current)}/interrupt`, { principal_id: principalBox.value }); }
+  catch (e) { showError(e); }
+};
+
+$("message").onsubmit = async (e) => {
+  e.preventDefault();
+  try {
+    await call("POST", `/runs/${encodeURIComponent(current)}/messages`,
+      { content: $("message-text").value, principal_id: principalBox.value });
+    $("message-text").value = "";
+  } catch (err) { showError(err); }
+};
+
+function fromHash() {
+  const m = location.hash.match(/run=([^&]+)/);
+  if (m && decodeURIComponent(m[1]) !== current) select(decodeURIComponent(m[1]));
+}
+window.addEventListener("hashchange", fromHash);
+fromHash();
+loadRuns();
+setInterval(loadRuns, 5000);

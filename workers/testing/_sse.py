@@ -1,0 +1,85 @@
+"""Server-Sent Events rendering of a chat completion for :mod:`workers.testing.scripted_model`.
+
+A ``stream: true`` request is answered the way OpenAI's API and llama-server answer it: a
+``text/event-stream`` of ``chat.completion.chunk`` objects (a role chunk, the text in pieces of
+``chunk_chars`` characters, each tool call as a first chunk with its id and name followed by its
+``arguments`` in pieces, a chunk with the ``finish_reason``, and a usage chunk with no choices when
+the request asked for ``stream_options.include_usage``), then ``data: [DONE]``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from aiohttp import web
+
+
+def _pieces(text: str, size: int) -> list[str]:
+    size = max(1, size)
+    return [text[i : i + size] for i in range(0, len(text), size)]
+
+
+def completion_chunks(
+    completion: dict[str, Any], chunk_chars: int, include_usage: bool
+) -> list[dict[str, Any]]:
+    """The chunks of a streamed reply equal to the non-streamed ``completion`` (a dict).
+
+    Tool-call arguments are cut into pieces of ``chunk_chars`` characters too, so a client must
+    join them by ``index`` to get them back.
+    """
+    base = {
+        k: completion[k]
+        for k in ("id", "created", "model", "system_fingerprint")
+        if k in completion
+    }
+    base["object"] = "chat.completion.chunk"
+    choice = completion["choices"][0]
+    message = choice["message"]
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return {
+            **base,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}],
+        }
+
+    out = [chunk({"role": "assistant", "content": ""})]
+    out += [chunk({"content": p}) for p in _pieces(message.get("content") or "", chunk_chars)]
+    for i, call in enumerate(message.get("tool_calls") or []):
+        fn = call["function"]
+        head = {"index": i, "id": call["id"], "type": "function"}
+        out.append(
+            chunk({"tool_calls": [{**head, "function": {"name": fn["name"], "arguments": ""}}]})
+        )
+        for p in _pieces(fn["arguments"], chunk_chars):
+            out.append(chunk({"tool_calls": [{"index": i, "function": {"arguments": p}}]}))
+    out.append(chunk({}, choice["finish_reason"]))
+    if include_usage:
+        out.append({**base, "choices": [], "usage": completion["usage"]})
+    return out
+
+
+async def write_event_stream(
+    request: web.Request,
+    chunks: list[dict[str, Any]],
+    delay: float,
+    headers: dict[str, str] | None = None,
+) -> web.StreamResponse:
+    """Send ``chunks`` as SSE ``data:`` lines, ``delay`` seconds apart, then ``data: [DONE]``."""
+    resp = web.StreamResponse(
+        status=200,
+        headers={
+            "Content-Type": "text/event-stream",
+            "Cache-Control": "no-cache",
+            **(headers or {}),
+        },
+    )
+    await resp.prepare(request)
+    for c in chunks:
+        await resp.write(f"data: {json.dumps(c)}\n\n".encode())
+        if delay > 0:
+            await asyncio.sleep(delay)
+    await resp.write(b"data: [DONE]\n\n")
+    await resp.write_eof()
+    return resp
