@@ -497,6 +497,15 @@ def test_audit_of_stored_interrupt_and_partial_chain():
     assert last.timeline[0].continued_from and last.timeline[0].turn == 4
 
 
+def test_audit_of_a_watched_run_leaves_out_the_stream_signals():
+    history = ih.load_history_file(HISTORIES / "streamed.json")
+    names = {e.workflow_execution_signaled_event_attributes.signal_name for e in history.events}
+    assert "__temporal_workflow_stream_publish" in names  # the text deltas reached the run
+    a = ih.audit(history)
+    assert a.signals == [] and a.status == "completed"
+    assert [s.content for s in a.model_steps][-1] == a.result.output
+
+
 def test_cli_audit_file_json():
     res = CliRunner().invoke(app, ["audit", "--file", str(HISTORIES / "tools.json"), "--json"])
     assert res.exit_code == 0, res.output

@@ -14,6 +14,11 @@ from workers.history._rules import (
 )
 from workers.history._walk import At, Walk, iso
 
+SDK_SIGNAL_PREFIX = "__temporal_"
+"""Signals named so are the Temporal SDK's own, e.g. ``__temporal_workflow_stream_publish`` (the
+model activity's text deltas, ``activities/streaming.py``); the audit leaves them out, as it does
+the stream's poll updates."""
+
 
 def settle(
     w: Walk, call_id: str, decision: str, who: str, arguments: dict[str, Any] | None, at: At
@@ -86,8 +91,13 @@ def _decision_signal(w: Walk, at: At, name: str, p: dict[str, Any], identity: st
 
 
 def on_signal(w: Walk, at: At) -> None:
-    """``WorkflowExecutionSignaled``: a decision, or another signal judged by the run's rules."""
+    """``WorkflowExecutionSignaled``: a decision, or another signal judged by the run's rules.
+
+    The SDK's own signals (:data:`SDK_SIGNAL_PREFIX`) are left out.
+    """
     a = at.ev.workflow_execution_signaled_event_attributes
+    if a.signal_name.startswith(SDK_SIGNAL_PREFIX):
+        return  # the SDK's own (e.g. the event stream's publish): no person sent it
     payload = first_value(w.conv, a.input)
     p = as_dict(payload)
     name = a.signal_name
