@@ -498,7 +498,8 @@ def test_audit_of_stored_interrupt_and_partial_chain():
 
 
 def test_audit_of_a_watched_run_leaves_out_the_stream_signals():
-    history = ih.load_history_file(HISTORIES / "streamed.json")
+    # recorded at the top level or, once superseded, under v3/
+    history = ih.load_history_file(sorted(HISTORIES.rglob("streamed.json"))[0])
     names = {e.workflow_execution_signaled_event_attributes.signal_name for e in history.events}
     assert "__temporal_workflow_stream_publish" in names  # the text deltas reached the run
     a = ih.audit(history)
