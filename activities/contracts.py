@@ -17,6 +17,17 @@ SPEC_RESOLVE = "spec.resolve"
 TOKENS_COUNT = "tokens.count"
 ACTIVITY_NAMES = (MODEL_COMPLETE, TOOL_INVOKE, SPEC_RESOLVE, TOKENS_COUNT)
 
+SEARCH_ATTRIBUTES = (
+    "AgentName",
+    "TenantId",
+    "PrincipalId",
+    "AgentStatus",
+    "TotalTokens",
+    "CostUsd",
+    "SpecHash",
+)
+"""Custom search attributes every run sets when the namespace has them all (temporal-dev.yml)."""
+
 # Error types raised as ``ApplicationError(type=...)`` by activities; the workflow matches on them.
 ERR_MODEL_OUTPUT_INVALID = "ModelOutputInvalid"
 ERR_MODEL_REQUEST_REJECTED = "ModelRequestRejected"
