@@ -4,6 +4,7 @@ import pytest
 from temporalio.api.failure.v1 import ApplicationFailureInfo, Failure, TimeoutFailureInfo
 
 from activities.spec import Policy
+from workers.history._entries import AskedToolCall
 from workers.history._rules import (
     decision_problem,
     failure_text,
@@ -12,6 +13,7 @@ from workers.history._rules import (
     status_after_policy,
     tool_failure_status,
 )
+from workflows.policy import PolicyDecision
 
 
 def _app(message: str, type_: str = "RuntimeError", cause: Failure | None = None) -> Failure:
@@ -87,13 +89,21 @@ def test_no_pinned_policy_means_nothing_waits():
     assert got == "tool call c1 is not waiting for approval"
 
 
-def test_statuses():
-    assert [status_after_policy(a) for a in ("allow", "deny", "approve")] == [
-        "pending",
-        "denied",
-        "awaiting_approval",
+def test_statuses_come_from_the_workflows_settlement():
+    call = AskedToolCall(id="c1", name="deploy", arguments='{"target": "eu"}')
+    allow = PolicyDecision(action="allow", reason="read-only tool")
+    deny = PolicyDecision(action="deny", reason="no")
+    approve = PolicyDecision(action="approve", reason="writes", approvers=["alice"])
+    got = [status_after_policy(call, d, 1) for d in (allow, deny, approve)]
+    assert got == [
+        ("pending", {"target": "eu"}),
+        ("denied", {"target": "eu"}),
+        ("awaiting_approval", {"target": "eu"}),
     ]
-    assert [status_after_decision(d) for d in ("approve", "reject", "timeout")] == [
+    bad = AskedToolCall(id="c2", name="deploy", arguments="{not json")
+    assert status_after_policy(bad, allow, 1) == ("pending", "{not json")
+    at = "2026-11-23T00:00:00+00:00"
+    assert [status_after_decision(d, "alice", at) for d in ("approve", "reject", "timeout")] == [
         "approved",
         "rejected",
         "timed_out",

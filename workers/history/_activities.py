@@ -187,7 +187,7 @@ def _announce_call(w: Walk, turn: int, call: AskedToolCall, at: At) -> None:
         w.request_field("tenant_id", "default"),
         w.request_field("principal_id", "anonymous"),
     )
-    args = _args_or_raw(call.arguments)
+    status, args = status_after_policy(call, decision, turn)
     rec = ToolCallEntry(
         **at.mark,
         turn=turn,
@@ -197,7 +197,7 @@ def _announce_call(w: Walk, turn: int, call: AskedToolCall, at: At) -> None:
         requested_arguments=args,
         policy=decision.action,
         policy_reason=decision.reason,
-        status=status_after_policy(decision.action),
+        status=status,
     )
     w.tools[call.id] = rec
     w.timeline.append(rec)

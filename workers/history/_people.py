@@ -30,7 +30,7 @@ def settle(
         return
     if decision != "timeout":
         rec.decided_by = who
-    rec.status = status_after_decision(decision)
+    rec.status = status_after_decision(decision, who, iso(at.ev))
     if decision == "approve":
         if arguments is not None:
             rec.arguments = arguments
@@ -175,8 +175,8 @@ def on_update_rejected(w: Walk, at: At) -> None:
     )
 
 
-# shared-with-workflow: AgentRun._await_approvals (a timer firing while calls wait is the
-# approval timeout)
+# shared-with-workflow: ToolCalls._await_approvals (workflows/tool_calls.py): a timer firing while
+# calls wait is the approval timeout (the deadline timer is not told apart)
 def on_timer_fired(w: Walk, at: At) -> None:
     """``TimerFired`` while calls wait for approval: each waiting call timed out."""
     for cid in [cid for cid in w.waiting if cid not in w.verdicts]:

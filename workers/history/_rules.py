@@ -1,19 +1,32 @@
 """The workflow's own rules, as the audit applies them to a recorded history.
 
-``AgentRun`` decides these while it runs (``workflows/agent_run.py``); the audit derives the same
-answers from the events. Each rule is one function marked ``# shared-with-workflow:`` with the
-workflow code it mirrors, so that both can call one function once the workflow's decisions are
-pure functions of their own.
+``AgentRun`` decides these while it runs; the audit derives the same answers from the events by
+calling the workflow's pure functions (:mod:`workflows.turn`) where they exist. What the audit
+still re-derives itself is marked ``# shared-with-workflow:`` with the workflow code it mirrors.
 """
 
 from __future__ import annotations
 
-from collections.abc import Container, Iterator, Mapping
+from collections.abc import Iterator
 from itertools import islice
 from typing import Any, Literal
 
-from activities.spec import Policy
-from workflows.policy import may_decide
+from activities.contracts import ToolCallRequest
+from workers.history._entries import AskedToolCall
+from workflows import turn
+from workflows.models import Decision
+from workflows.policy import PolicyDecision
+from workflows.turn import decision_problem
+
+__all__ = [
+    "AGENT_RUN_SIGNALS",
+    "decision_problem",
+    "failure_text",
+    "signal_verdict",
+    "status_after_decision",
+    "status_after_policy",
+    "tool_failure_status",
+]
 
 SignalVerdict = tuple[bool | None, str | None]
 """``(accepted, why ignored)``; ``accepted`` is None when the history alone cannot tell."""
@@ -22,50 +35,34 @@ AGENT_RUN_SIGNALS = ("interrupt", "pause", "resume", "send_message", "raise_budg
 """Signals other than approve/reject that ``AgentRun`` has handlers for."""
 
 
-# shared-with-workflow: AgentRun._decision_problem (workflows/agent_run.py)
-def decision_problem(
-    call_id: str,
-    principal_id: str,
-    *,
-    decided: Mapping[str, str],
-    waiting: Mapping[str, list[str]],
-    known: Container[str],
-    policy: Policy | None,
-) -> str | None:
-    """Why a person's decision on ``call_id`` is ignored, or None when it is taken.
+def status_after_policy(
+    call: AskedToolCall, decision: PolicyDecision, turn_no: int
+) -> tuple[str, dict[str, Any] | str]:
+    """Status and arguments of a call the model asked for, once the policy has spoken.
 
-    Args:
-        call_id: the tool call the decision names.
-        principal_id: who decides.
-        decided: call id -> the decision already taken in this execution (``approve``,
-            ``reject``, ``timeout``).
-        waiting: call id -> its approvers, for the calls waiting for a person now.
-        known: every tool call id of the run.
-        policy: the pinned policy (who may decide); None before the spec is pinned.
+    The record is the workflow's own (:func:`workflows.turn.settle_by_policy`): ``denied`` or
+    ``pending`` (allowed: it runs); a call waiting for a person is ``awaiting_approval`` here.
     """
-    if call_id in decided:
-        return f"tool call {call_id} was already decided ({decided[call_id]})"
-    approvers = waiting.get(call_id)
-    if approvers is None or policy is None:
-        return f"tool call {call_id} is {'not waiting for approval' if call_id in known else 'unknown'}"
-    allowed, why = may_decide(policy, approvers, principal_id)
-    return None if allowed else why
+    request = ToolCallRequest(id=call.id, name=call.name, arguments=call.arguments)
+    rec, settled = turn.settle_by_policy(request, decision, turn_no)
+    if settled is not None:
+        return settled.status, rec.arguments
+    return ("awaiting_approval" if decision.action == "approve" else rec.status), rec.arguments
 
 
-# shared-with-workflow: AgentRun._run_tool_calls (a call's status once the policy has spoken)
-def status_after_policy(action: str) -> str:
-    """``ToolCallRecord.status`` of a call the model asked for, by policy action.
+def status_after_decision(decision: str, principal_id: str, at: str) -> str:
+    """Status of a waiting call after ``approve`` (``approved``: it runs), ``reject`` or ``timeout``.
 
-    ``allow`` -> ``pending`` (it runs), ``deny`` -> ``denied``, ``approve`` ->
-    ``awaiting_approval``.
+    As :func:`workflows.turn.settle_by_verdict` settles it.
     """
-    return {"allow": "pending", "deny": "denied", "approve": "awaiting_approval"}[action]
-
-
-# shared-with-workflow: AgentRun._run_tool_calls (a waiting call once it is decided)
-def status_after_decision(decision: str) -> str:
-    """Status of a waiting call after ``approve`` (``approved``), ``reject`` or ``timeout``."""
-    return {"approve": "approved", "reject": "rejected"}.get(decision, "timed_out")
+    verdict = Decision(
+        tool_call_id="",
+        decision=decision,  # type: ignore[arg-type]
+        principal_id=principal_id,
+        at=at,
+    )
+    settled = turn.settle_by_verdict(verdict)
+    return "approved" if settled is None else settled.status
 
 
 def _failure_chain(failure: Any) -> Iterator[Any]:
@@ -75,22 +72,16 @@ def _failure_chain(failure: Any) -> Iterator[Any]:
         f = f.cause if f.HasField("cause") else None
 
 
-# shared-with-workflow: AgentRun._invoke (status of a tool activity that failed for good)
 def tool_failure_status(timed_out: bool, failure: Any) -> Literal["timed_out", "error"]:
     """``timed_out`` or ``error`` for a tool activity that closed without a result.
 
-    Classified from the history's structure, not from message text: the activity closed as
-    ``ActivityTaskTimedOut``, or a failure of its cause chain carries ``timeout_failure_info``
-    (a start-to-close, schedule-to-close or heartbeat timeout of Temporal's). A tool that
-    raised an error of its own (even Python's ``TimeoutError``) is an ``error``.
+    Classified from the history's structure as the workflow classifies the error it gets
+    (:func:`workflows.turn.is_timeout_failure`, the history's side of ``is_timeout_error``): the
+    activity closed as ``ActivityTaskTimedOut``, or a failure of its cause chain carries
+    ``timeout_failure_info`` (a start-to-close, schedule-to-close or heartbeat timeout). A tool
+    that raised an error of its own (even Python's ``TimeoutError``) is an ``error``.
     """
-    if timed_out:
-        return "timed_out"
-    return (
-        "timed_out"
-        if any(f.HasField("timeout_failure_info") for f in _failure_chain(failure))
-        else "error"
-    )
+    return "timed_out" if timed_out or turn.is_timeout_failure(failure) else "error"
 
 
 def failure_text(failure: Any) -> str:
@@ -100,7 +91,7 @@ def failure_text(failure: Any) -> str:
     )
 
 
-# shared-with-workflow: AgentRun.interrupt / pause / resume signal handlers
+# shared-with-workflow: RunHandlers.interrupt / pause / resume (workflows/handlers.py)
 def signal_verdict(
     name: str, *, interrupted: bool, paused: bool, budget_may_pause: bool
 ) -> SignalVerdict:
