@@ -28,6 +28,8 @@ from workers.history._walk import At, Walk
 from workflows.models import RunResult
 
 _OPEN_TOOL_STATUSES = ("pending", "running", "awaiting_approval", "approved")
+_FINISHED_FIELDS = {"status", "stopped_reason", "turns", "output", "error", "duration_ms"}
+"""What :class:`RunFinishedEntry` copies from the ``RunResult`` (with ``usage``)."""
 
 
 def on_run_started(w: Walk, at: At) -> None:
@@ -105,18 +107,8 @@ def on_completed(w: Walk, at: At) -> None:
         apply_record(w, rec.model_dump(), at.mark)
     if isinstance(raw, dict) and isinstance(raw.get("ignored_signals"), list):
         reconcile_ignored(w, raw["ignored_signals"])  # when the workflow reports them
-    w.timeline.append(
-        RunFinishedEntry(
-            **at.mark,
-            status=res.status,
-            stopped_reason=res.stopped_reason,
-            turns=res.turns,
-            usage=res.usage,
-            output=res.output,
-            error=res.error,
-            duration_ms=res.duration_ms,
-        )
-    )
+    outcome = res.model_dump(include=_FINISHED_FIELDS)
+    w.timeline.append(RunFinishedEntry(**at.mark, **outcome, usage=res.usage))
 
 
 def _ended(w: Walk, at: At, status: str, reason: str, who: str = "") -> None:
