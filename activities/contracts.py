@@ -17,6 +17,16 @@ SPEC_RESOLVE = "spec.resolve"
 TOKENS_COUNT = "tokens.count"
 ACTIVITY_NAMES = (MODEL_COMPLETE, TOOL_INVOKE, SPEC_RESOLVE, TOKENS_COUNT)
 
+
+def model_task_queue(task_queue: str, model: str) -> str:
+    """The task queue of a rate-limited model's steps: ``<task queue>.model.<model>``.
+
+    Workers serve it with Temporal's server-side ``max_task_queue_activities_per_second`` set to
+    the model's ``rate_limits`` entry, so the limit holds across every worker of the queue.
+    """
+    return f"{task_queue}.model.{model}"
+
+
 # Error types raised as ``ApplicationError(type=...)`` by activities; the workflow matches on them.
 ERR_MODEL_OUTPUT_INVALID = "ModelOutputInvalid"
 ERR_MODEL_REQUEST_REJECTED = "ModelRequestRejected"
