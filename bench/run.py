@@ -230,12 +230,20 @@ def table_fairness(r: dict[str, Any]) -> Table:
 def table_rate_limit(r: dict[str, Any]) -> Table:
     """Scenario 7: a rate-limited model served by two workers."""
     t = Table(title="7. Model rate limit held across two workers")
-    for col in ("limit", "requests", "observed rate", "most in 1 s", "most in 5 s"):
+    for col in (
+        "limit",
+        "requests",
+        "observed rate",
+        "after the burst",
+        "most in 1 s",
+        "most in 5 s",
+    ):
         t.add_column(col)
     t.add_row(
         _v(r.get("limit_rps"), "/s", 1),
         str(r.get("requests")),
         _v(r.get("observed_rps"), "/s", 2),
+        _v(r.get("steady_rps"), "/s", 2),
         str(r.get("max_in_1s_window")),
         str(r.get("max_in_5s_window")),
     )
