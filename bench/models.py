@@ -199,9 +199,10 @@ async def scenario_rate_limit(opts: Any) -> dict[str, Any]:
                 ]
                 async with _running(workers):
                     reqs = [RunRequest(input=f"r{i}") for i in range(runs)]
-                    handles = [
-                        await start_run(env.client, r, task_queue=settings.task_queue) for r in reqs
-                    ]
+                    # all started at once, so the limit, not the starts, sets the pace
+                    handles = await asyncio.gather(
+                        *(start_run(env.client, r, task_queue=settings.task_queue) for r in reqs)
+                    )
                     await asyncio.gather(*(h.result() for h in handles))
                 times = [r.received_at for r in model.requests]
         finally:
