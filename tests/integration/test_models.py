@@ -129,7 +129,7 @@ async def test_rate_limit_holds_across_two_workers(client: Client, tmp_path: Pat
         workers = build_model_workers(other, h.settings)
         tasks = [asyncio.ensure_future(w.run()) for w in workers]
         try:
-            handles = [await h.start(f"r{i}") for i in range(runs)]
+            handles = await asyncio.gather(*(h.start(f"r{i}") for i in range(runs)))
             results = await asyncio.wait_for(
                 asyncio.gather(*(x.result() for x in handles)), timeout=60
             )
