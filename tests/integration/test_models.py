@@ -94,6 +94,8 @@ async def test_tenant_is_the_fairness_key_of_every_activity(client: Client, tmp_
     types = {a.activity_type.name for a in scheduled}
     assert {"spec.resolve", "model.complete", "tool.invoke"} <= types
     assert [a.priority.fairness_key for a in scheduled] == ["acme"] * len(scheduled)
+    started = (await handle.fetch_history()).events[0].workflow_execution_started_event_attributes
+    assert started.priority.fairness_key == "acme"  # its workflow tasks too (workers.client)
 
 
 async def test_long_tenant_id_gets_a_short_stable_fairness_key(
