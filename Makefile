@@ -7,7 +7,7 @@ STATE := .agent-runtime
 AGENTCTL := $(BIN)/agentctl
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: help install test test-unit demo dev-server codec-server model-server worker stop bench lint clean
+.PHONY: help install test test-unit demo dev-server codec-server model-server worker stop bench chaos lint clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -52,6 +52,9 @@ $(VENV)/.bench-installed: $(VENV)/.installed
 
 bench: $(VENV)/.bench-installed ## benchmarks beside the OpenAI Agents SDK plugin (bench/README.md); BENCH_ARGS=--quick
 	$(BIN)/python -m bench.run $(BENCH_ARGS)
+
+chaos: install ## runs with approvals while workers and the dev server are SIGKILLed (bench/chaos.py); CHAOS_ARGS=--quick
+	$(BIN)/python -m bench.chaos $(CHAOS_ARGS)
 
 lint: install ## ruff
 	$(BIN)/pip install -q ruff 2>&1 | grep -v 'is ignored' || true

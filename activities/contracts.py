@@ -46,6 +46,16 @@ def model_task_queue(task_queue: str, model: str) -> str:
     """
     return f"{task_queue}.model.{model}"
 
+SEARCH_ATTRIBUTES = (
+    "AgentName",
+    "TenantId",
+    "PrincipalId",
+    "AgentStatus",
+    "TotalTokens",
+    "CostUsd",
+    "SpecHash",
+)
+"""Custom search attributes every run sets when the namespace has them all (temporal-dev.yml)."""
 
 # Error types raised as ``ApplicationError(type=...)`` by activities; the workflow matches on them.
 ERR_MODEL_OUTPUT_INVALID = "ModelOutputInvalid"

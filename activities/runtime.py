@@ -7,17 +7,19 @@ Both read worker-side configuration (the tool registry, the spec file), so they 
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from pathlib import Path
 
 import structlog
 from temporalio import activity
+from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
 from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError
 
 from activities.contracts import (
     ERR_MCP_UNAVAILABLE,
     ERR_SPEC_INVALID,
+    SEARCH_ATTRIBUTES,
     SPEC_RESOLVE,
     TOOL_INVOKE,
     InvokeToolInput,
@@ -28,25 +30,14 @@ from activities.contracts import (
 from activities.heartbeat import await_with_heartbeats
 from activities.mcp.config import referenced_vars
 from activities.mcp.pool import McpPool
-from activities.mcp.tools import McpToolsError, invoke_mcp, pin_server_tools
+from activities.mcp.tools import McpToolsError, idempotency_key, invoke_mcp, pin_server_tools
+from activities.redaction import ALWAYS_SECRET, REDACTED, add_secret_names, redactor_for
 from activities.spec import AgentSpec, PinnedSpec, SpecError, resolve_agent, spec_hash
 from activities.tools import REGISTRY, ToolContext, ToolRegistry, UnknownToolError
 
 log = structlog.get_logger("activities.runtime")
 
-REDACTED = "[REDACTED]"
-
-
-def redact(text: str, secret_env_names: list[str]) -> str:
-    """Replace the values of the named environment variables in ``text`` by ``[REDACTED]``.
-
-    Values shorter than 4 characters are left alone (they would match everywhere).
-    """
-    for name in secret_env_names:
-        value = os.environ.get(name)
-        if value and len(value) >= 4 and value in text:
-            text = text.replace(value, REDACTED)
-    return text
+__all__ = ["REDACTED", "RuntimeActivities"]
 
 
 class RuntimeActivities:
@@ -56,10 +47,15 @@ class RuntimeActivities:
         spec_file: default agent spec file (``AGENT_SPEC_FILE``).
         default_model: model used when a spec names none (``AGENT_MODEL``).
         registry: the tool registry (default: the process-wide one that ``@tool`` fills).
-        always_secret: environment variables always redacted from tool output
-            (by default ``OPENAI_API_KEY`` and ``TEMPORAL_API_KEY``).
+        always_secret: environment variables whose values are always secret (by default
+            ``OPENAI_API_KEY`` and ``TEMPORAL_API_KEY``), besides the spec's ``secrets:`` and
+            the variables an MCP server's settings refer to.
         mcp_pool: the worker's MCP connections (a new pool when omitted); :meth:`aclose` stops
             its stdio servers.
+
+    Secrets are redacted from everything an activity returns, raises, heartbeats or logs by
+    :class:`activities.redaction.RedactingInterceptor`, which ``build_worker`` installs; tool
+    output is redacted before it is truncated (``ToolRegistry.invoke``, ``invoke_mcp``).
     """
 
     def __init__(
@@ -67,13 +63,14 @@ class RuntimeActivities:
         spec_file: str,
         default_model: str,
         registry: ToolRegistry | None = None,
-        always_secret: tuple[str, ...] = ("OPENAI_API_KEY", "TEMPORAL_API_KEY"),
+        always_secret: tuple[str, ...] = ALWAYS_SECRET,
         mcp_pool: McpPool | None = None,
     ) -> None:
         self._spec_file = spec_file
         self._default_model = default_model
         self._registry = registry or REGISTRY
-        self._always_secret = list(always_secret)
+        add_secret_names(always_secret)
+        self._search_attributes: bool | None = None  # the namespace's answer, once known
         self.mcp_pool = mcp_pool or McpPool()
 
     async def aclose(self) -> None:
@@ -108,8 +105,29 @@ class RuntimeActivities:
             tools=tools,
             spec_hash=spec_hash(spec, tools),
             source=str(path),
+            search_attributes=await self._namespace_has_search_attributes(),
             workflow_rev=req.workflow_rev,
         )
+
+    async def _namespace_has_search_attributes(self) -> bool | None:
+        """Whether the namespace has every run search attribute (asked once per worker).
+
+        Returns None when it cannot be known (no client in this activity context, or the
+        operator service refused): the run then keeps the start-time gate.
+        """
+        if self._search_attributes is not None:
+            return self._search_attributes
+        try:
+            client = activity.client()
+            resp = await client.operator_service.list_search_attributes(
+                ListSearchAttributesRequest(namespace=client.namespace)
+            )
+        except (RuntimeError, RPCError) as e:
+            log.warning("search_attributes_unknown", error=str(e))
+            return None
+        names = set(resp.custom_attributes.keys())
+        self._search_attributes = all(n in names for n in SEARCH_ATTRIBUTES)
+        return self._search_attributes
 
     async def _pin_tools(self, spec: AgentSpec) -> list[ToolInfo]:
         """The worker's tools named by the spec, then every MCP server's (listed concurrently)."""
@@ -135,8 +153,11 @@ class RuntimeActivities:
         except McpToolsError as e:
             raise McpToolsError(f"agents.{spec.name}.{e}") from None
         except ApplicationError as e:
-            names = self._always_secret + spec.secrets + referenced_vars(server.pinned(name))
-            msg = redact(f"agents.{spec.name}.mcp_servers.{name}: {e.message}", names)
+            # These secrets become known only now, from the spec just read: the interceptor's
+            # redactor of this activity predates them, so this message is redacted here.
+            names = [*spec.secrets, *referenced_vars(server.pinned(name))]
+            add_secret_names(names)  # log lines from now on
+            msg = redactor_for(names).redact(f"agents.{spec.name}.mcp_servers.{name}: {e.message}")
             raise ApplicationError(msg, type=ERR_MCP_UNAVAILABLE) from None
 
     @activity.defn(name=TOOL_INVOKE)
@@ -144,7 +165,9 @@ class RuntimeActivities:
         """Run one tool call; heartbeats while it runs and honours cancellation.
 
         Business errors (bad arguments, unknown tool, a ``ToolError``) come back as
-        ``status="error"`` for the model; any other exception propagates so Temporal retries it.
+        ``status="error"`` for the model; any other exception propagates so Temporal retries it
+        (as an ``ApplicationError`` of the same type name, redacted, by the worker's
+        interceptor). The tool gets ``ctx.idempotency_key = "<workflow id>/<call id>"``.
         """
         bound = log.bind(
             run_id=req.run_id,
@@ -160,6 +183,7 @@ class RuntimeActivities:
             call_id=req.call_id,
             tenant_id=req.tenant_id,
             principal_id=req.principal_id,
+            idempotency_key=idempotency_key(req),
         )  # the activity itself heartbeats while the tool runs (activities/heartbeat.py)
         started = time.perf_counter()
         run = (
@@ -179,15 +203,9 @@ class RuntimeActivities:
                 "tool_infrastructure_error",
                 duration_ms=round((time.perf_counter() - started) * 1000, 2),
                 error_type=type(exc).__name__,
-                error=redact(str(exc), self._secret_names(req)),
+                error=str(exc),  # redacted by the logging chain (activities/redaction.py)
             )
-            if isinstance(exc, ApplicationError) and req.mcp is not None:
-                msg = redact(exc.message, self._secret_names(req))
-                raise ApplicationError(
-                    msg, type=exc.type, non_retryable=exc.non_retryable
-                ) from None
-            raise
-        outcome.content = redact(outcome.content, self._secret_names(req))
+            raise  # its message and causes are redacted by the worker's interceptor
         bound.info(
             "tool_call",
             status=outcome.status,
@@ -196,7 +214,3 @@ class RuntimeActivities:
             truncated=outcome.truncated,
         )
         return outcome
-
-    def _secret_names(self, req: InvokeToolInput) -> list[str]:
-        mcp_vars = referenced_vars(req.mcp.server) if req.mcp is not None else []
-        return self._always_secret + list(req.secrets) + mcp_vars

@@ -328,6 +328,13 @@ class PinnedSpec(BaseModel):
     tools: list[ToolInfo]
     spec_hash: str
     source: str
+    search_attributes: bool | None = Field(
+        None,
+        description="the namespace has every search attribute the run sets "
+        "(activities.contracts.SEARCH_ATTRIBUTES); None: not known (results recorded before "
+        "this field, or the server could not say), the run then sets them only when its "
+        "starter set AgentName",
+    )
     workflow_rev: int = 0
     """``ResolveSpecInput.workflow_rev`` echoed back (0 in histories recorded before it)."""
 

@@ -28,6 +28,7 @@ import structlog
 from temporalio import activity
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
 
+from activities import redaction
 from activities.contracts import ModelReply, ToolCallRequest, Usage
 
 log = structlog.get_logger("activities.streaming")
@@ -253,7 +254,8 @@ class DeltaPublisher:
         assert self._client is not None
         item = {"type": fields["type"], "turn": self._turn, "at": _now()}
         item.update(fields)
-        self._client.topic(TOPIC).publish(item)
+        # leaves the activity by the stream client, not through the interceptor: redact here
+        self._client.topic(TOPIC).publish(redaction.current().value(item))
 
     async def _flush(self) -> bool:
         if self._client is None or self._broken:

@@ -149,7 +149,7 @@ def main() -> None:
     if args.kind == "ours":
         from workers.logging_setup import configure_logging
 
-        configure_logging(args.log_level)
+        configure_logging(args.log_level, forward_core=True)
     else:
         import logging
 

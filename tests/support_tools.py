@@ -97,3 +97,44 @@ def where(label: str, ctx: ToolContext) -> str:
     queue = activity.info().task_queue if activity.in_activity() else ""
     _journal(ctx, {"tool": "where", "label": label, "pid": os.getpid(), "task_queue": queue})
     return f"pid={os.getpid()} queue={queue}"
+
+
+def _model_key() -> str:
+    return os.environ.get("OPENAI_API_KEY", "")
+
+
+@tool(max_attempts=2)
+def leak_in_exception() -> str:
+    """Fail with a plain exception whose message holds $OPENAI_API_KEY (redaction tests)."""
+    raise RuntimeError(f"upstream refused key {_model_key()}")
+
+
+@tool(max_attempts=2)
+def leak_in_cause() -> str:
+    """Fail with an exception whose cause's message holds $OPENAI_API_KEY (redaction tests)."""
+    try:
+        raise ValueError(f"inner detail: key={_model_key()}")
+    except ValueError as e:
+        raise ConnectionError("the upstream call failed") from e
+
+
+@tool
+def secret_at(position: int, total: int) -> str:
+    """Return ``total`` characters with $OPENAI_API_KEY starting at ``position`` (redaction tests).
+
+    Args:
+        position: where the key starts.
+        total: length of the text.
+    """
+    key = _model_key()
+    return ("x" * position + key + "y" * total)[:total]
+
+
+@tool
+def big_output(chars: int) -> str:
+    """Return ``chars`` characters of text (oversized-output tests).
+
+    Args:
+        chars: how many characters.
+    """
+    return ("0123456789abcdef" * (chars // 16 + 1))[:chars]

@@ -13,6 +13,7 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+import structlog
 import typer
 from rich.console import Console
 from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateFailedError
@@ -462,15 +463,19 @@ def worker(
     settings = load_settings()
     if task_queue:
         settings = settings.model_copy(update={"task_queue": task_queue})
-    configure_logging(settings.log_level)
+    configure_logging(settings.log_level, forward_core=True)
+    log = structlog.get_logger("workers.cli")  # every line a JSON object, errors included
     try:
         asyncio.run(run_worker(settings, tools_only=tools_only))
     except rc.ServerUnreachable as e:
-        err.print(f"[red]error:[/red] {e}", highlight=False)
+        log.error("worker_failed", error=str(e), exit_code=EXIT_UNREACHABLE)
         raise typer.Exit(EXIT_UNREACHABLE) from None
     except (PayloadStoreConfigError, TelemetryUnavailableError) as e:
-        err.print(f"[red]error:[/red] {e}", highlight=False)
+        log.error("worker_failed", error=str(e), exit_code=EXIT_USAGE)
         raise typer.Exit(EXIT_USAGE) from None
+    except Exception as e:  # noqa: BLE001 - a bad tool module, spec, ...: one JSON line, exit 1
+        log.error("worker_failed", error=f"{type(e).__name__}: {e}", exc_info=True, exit_code=1)
+        raise typer.Exit(1) from None
 
 
 @app.command("dev-server")

@@ -15,9 +15,9 @@ from typing import Any
 from temporalio.client import Client, WorkflowHandle
 from temporalio.common import Priority, SearchAttributePair, TypedSearchAttributes
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 
-from activities.contracts import fairness_key
+from activities.contracts import SEARCH_ATTRIBUTES, fairness_key
 from workers.config import Settings, load_settings, temporal_connect_config
 from workers.converter import build_data_converter
 from workers.telemetry import temporal_plugins
@@ -43,15 +43,7 @@ from workflows.models import (
 )
 from workflows.render import static_details, static_summary
 
-REQUIRED_SEARCH_ATTRIBUTES = (
-    "AgentName",
-    "TenantId",
-    "PrincipalId",
-    "AgentStatus",
-    "TotalTokens",
-    "CostUsd",
-    "SpecHash",
-)
+REQUIRED_SEARCH_ATTRIBUTES = SEARCH_ATTRIBUTES
 
 
 class ServerUnreachable(RuntimeError):
@@ -101,15 +93,38 @@ def _short_reason(e: BaseException) -> str:
     return text.splitlines()[0][:160] if text else type(e).__name__
 
 
+_TRANSIENT = frozenset(
+    {
+        RPCStatusCode.UNAVAILABLE,
+        RPCStatusCode.DEADLINE_EXCEEDED,
+        RPCStatusCode.RESOURCE_EXHAUSTED,
+        RPCStatusCode.ABORTED,
+        RPCStatusCode.CANCELLED,
+    }
+)
+
+
 async def search_attributes_registered(client: Client) -> bool:
-    """True when the namespace has every search attribute the run sets (see temporal-dev.yml)."""
+    """True when the namespace has every search attribute the run sets (see temporal-dev.yml).
+
+    False when the server says they are not there or will not list them (e.g. no operator
+    service).
+
+    Raises:
+        temporalio.service.RPCError: the server did not answer (unavailable, restarting, timed
+            out). Answering False then would start a run without search attributes, and such a
+            run never sets them: it would stay invisible to ``AgentStatus`` filters for good
+            (seen under ``make chaos`` when a run started while the server restarted).
+    """
     from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
 
     try:
         resp = await client.operator_service.list_search_attributes(
             ListSearchAttributesRequest(namespace=client.namespace)
         )
-    except RPCError:
+    except RPCError as e:
+        if e.status in _TRANSIENT:
+            raise
         return False
     names = set(resp.custom_attributes.keys())
     return all(n in names for n in REQUIRED_SEARCH_ATTRIBUTES)

@@ -1,21 +1,73 @@
-"""structlog configuration for workers and the CLI: JSON lines, one event per line."""
+"""structlog configuration for workers and the CLI: JSON lines, one event per line, always.
+
+Every line the process logs is one JSON object: structlog events, stdlib ``logging`` records (the
+Temporal SDK's ``temporalio.*`` loggers, warnings raised inside the workflow sandbox, Python
+``warnings``) and, in a worker, the SDK core's own (Rust) log lines, forwarded into ``logging``.
+Secrets are redacted from all of them (:mod:`activities.redaction`).
+
+Rendering never imports anything: the workflow sandbox forbids imports of most modules while a
+workflow logs (``RestrictedWorkflowAccessError``), so tracebacks are formatted with the standard
+library's ``traceback`` (never structlog's ``rich``/``better-exceptions`` fallbacks) and the
+JSON renderer falls back to ``str`` for values it cannot encode.
+"""
 
 from __future__ import annotations
 
 import logging
 import sys
+import traceback
+from typing import Any
 
 import structlog
 
+from activities.redaction import RedactingFilter, redact_event
 from workers.telemetry import add_activity_context, add_trace_ids
 
 
-def configure_logging(level: str = "info", stream=None) -> None:  # noqa: ANN001 - a text stream
-    """Send structlog events (and stdlib logging, incl. the Temporal SDK's) as JSON lines.
+def _format_exc_info(logger: Any, method: str, event: dict[str, Any]) -> dict[str, Any]:
+    """Render ``exc_info`` as ``exception`` text with :mod:`traceback` (nothing imported)."""
+    exc_info = event.pop("exc_info", None)
+    if exc_info:
+        if exc_info is True:
+            exc_info = sys.exc_info()
+        elif isinstance(exc_info, BaseException):
+            exc_info = (type(exc_info), exc_info, exc_info.__traceback__)
+        if isinstance(exc_info, tuple) and exc_info[0] is not None:
+            event["exception"] = "".join(traceback.format_exception(*exc_info)).rstrip()
+    return event
+
+
+def _add_exc_text(logger: Any, method: str, event: dict[str, Any]) -> dict[str, Any]:
+    """Carry a stdlib record's pre-rendered (redacted) traceback into the event."""
+    record = event.get("_record")
+    text = getattr(record, "exc_text", None)
+    if text and "exc_info" not in event:
+        event["exception"] = text
+    return event
+
+
+_EXTRA = structlog.stdlib.ExtraAdder()  # the record's `extra=` fields (the SDK's workflow info)
+
+
+def _drop_core_entry(logger: Any, method: str, event: dict[str, Any]) -> dict[str, Any]:
+    """Drop the SDK core's raw log entry object (its text is already the event)."""
+    event.pop("temporal_log", None)
+    return event
+
+
+def _json() -> structlog.processors.JSONRenderer:
+    return structlog.processors.JSONRenderer(default=str)
+
+
+def configure_logging(level: str = "info", stream=None, forward_core: bool = False) -> None:  # noqa: ANN001
+    """Send structlog events and stdlib logging (incl. the Temporal SDK's) as JSON lines.
 
     Args:
         level: ``debug``, ``info``, ``warning`` or ``error``.
         stream: where to write; standard error by default, so stdout stays clean for ``--json``.
+        forward_core: also forward the Temporal SDK core's own log lines (Rust, written straight
+            to standard error otherwise) into ``logging``, as logger ``temporalio.core``. Sets
+            the process's default Temporal runtime, so call it before the first client connects.
     """
     stream = stream or sys.stderr
     lvl = getattr(logging, level.upper(), logging.INFO)
@@ -27,25 +79,51 @@ def configure_logging(level: str = "info", stream=None) -> None:  # noqa: ANN001
         structlog.processors.TimeStamper(fmt="iso", utc=True),
     ]
     structlog.configure(
-        processors=[
-            *shared,
-            structlog.processors.format_exc_info,
-            structlog.processors.JSONRenderer(),
-        ],
+        processors=[*shared, _format_exc_info, redact_event, _json()],
         wrapper_class=structlog.make_filtering_bound_logger(lvl),
         logger_factory=structlog.PrintLoggerFactory(stream),
         cache_logger_on_first_use=False,
     )
     handler = logging.StreamHandler(stream)
+    handler.addFilter(RedactingFilter())
     handler.setFormatter(
         structlog.stdlib.ProcessorFormatter(
             processors=[
                 structlog.stdlib.ProcessorFormatter.remove_processors_meta,
-                structlog.processors.JSONRenderer(),
+                _format_exc_info,
+                redact_event,
+                _json(),
             ],
-            foreign_pre_chain=[*shared, structlog.stdlib.add_logger_name],
+            foreign_pre_chain=[
+                *shared,
+                structlog.stdlib.add_logger_name,
+                _EXTRA,
+                _drop_core_entry,
+                _add_exc_text,
+            ],
         )
     )
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(lvl)
+    logging.captureWarnings(True)  # Python warnings become `py.warnings` records: JSON too
+    if forward_core:
+        _forward_core_logs(level)
+
+
+def _forward_core_logs(level: str) -> None:
+    from temporalio.runtime import (
+        LogForwardingConfig,
+        LoggingConfig,
+        Runtime,
+        TelemetryConfig,
+        TelemetryFilter,
+    )
+
+    core = {"debug": "DEBUG", "info": "INFO"}.get(level.lower(), "WARN")
+    logging_config = LoggingConfig(
+        filter=TelemetryFilter(core_level=core, other_level="WARN"),
+        forwarding=LogForwardingConfig(logger=logging.getLogger("temporalio.core")),
+    )
+    runtime = Runtime(telemetry=TelemetryConfig(logging=logging_config))
+    Runtime.set_default(runtime, error_if_already_set=False)

@@ -20,6 +20,7 @@ from temporalio.worker import Worker
 
 from activities.contracts import model_task_queue
 from activities.model import ModelActivities
+from activities.redaction import RedactingInterceptor
 from activities.runtime import RuntimeActivities
 from activities.spec import SpecError, load_rate_limits, load_spec_file
 from activities.tokens import count_tokens
@@ -177,13 +178,17 @@ def build_worker(
         task_queue=settings.task_queue,
         workflows=workflows,
         activities=activities,
+        # Secrets are redacted from every result, error, heartbeat of an activity (one place).
+        interceptors=[RedactingInterceptor()],
         max_concurrent_activities=t.max_concurrent_activities,
         max_concurrent_workflow_tasks=t.max_concurrent_workflow_tasks,
         max_cached_workflows=t.max_cached_workflows,
         sticky_queue_schedule_to_start_timeout=t.sticky_queue_schedule_to_start_timeout,
         graceful_shutdown_timeout=t.graceful_shutdown_timeout,
     )
+    extra = list(overrides.pop("interceptors", None) or [])
     options.update(overrides)
+    options["interceptors"] = [*options["interceptors"], *extra]  # redaction always stays
     return Worker(client, **options)
 
 

@@ -175,8 +175,8 @@ def plan_compaction(
         threshold: fraction of the usable window (``context_window - output_reserve``) above
             which to compact, in ``(0, 1]``.
         target_ratio: fraction of the threshold budget to aim for when dropping, in ``(0, 1]``.
-        summary_reserve: tokens to set aside for a summary message that ``apply`` may insert;
-            counted in ``tokens_after`` when anything is dropped.
+        summary_reserve: tokens set aside for the summary ``apply`` may insert (counted in
+            ``tokens_after`` when anything is dropped).
 
     Returns:
         ``None`` when ``sum(per_message_tokens) + tools_tokens <= budget``; otherwise a
@@ -187,38 +187,42 @@ def plan_compaction(
         ValueError: lengths differ, a negative count, ``output_reserve >= context_window``, or
             ``threshold`` / ``target_ratio`` outside ``(0, 1]``.
     """
-    if len(per_message_tokens) != len(messages):
-        raise ValueError(f"{len(per_message_tokens)} token counts for {len(messages)} messages")
-    if any(t < 0 for t in per_message_tokens) or tools_tokens < 0 or summary_reserve < 0:
-        raise ValueError("token counts must not be negative")
-    if output_reserve < 0 or context_window <= output_reserve:
+    _check_plan_args(messages, per_message_tokens, tools_tokens, context_window, output_reserve)
+    if not 0 < threshold <= 1 or not 0 < target_ratio <= 1 or summary_reserve < 0:
         raise ValueError(
-            f"output_reserve ({output_reserve}) must be >= 0 and below context_window "
-            f"({context_window})"
+            f"threshold ({threshold}) and target_ratio ({target_ratio}) must be in (0, 1], "
+            f"summary_reserve ({summary_reserve}) >= 0"
         )
-    if not 0 < threshold <= 1 or not 0 < target_ratio <= 1:
-        raise ValueError(
-            f"threshold ({threshold}) and target_ratio ({target_ratio}) must be in (0, 1]"
-        )
-
     budget = math.floor(threshold * (context_window - output_reserve))
     total = sum(per_message_tokens) + tools_tokens
     if total <= budget:
         return None
     target = math.floor(target_ratio * budget)
-
     units = transcript_units(messages)
-    unit_of = {i: u for u, idxs in enumerate(units) for i in idxs}
-    pinned: set[int] = {unit_of[i] for i in range(_head_length(messages))}
-    users = [i for i, m in enumerate(messages) if m.get("role") == "user"]
-    if users:
-        pinned.add(unit_of[users[0]])
-    requests = [i for i in users if not _is_summary(messages[i])]
-    if requests:
-        pinned.add(unit_of[requests[-1]])
-    if messages:
-        pinned.add(unit_of[len(messages) - 1])  # the most recent unit
+    dropped_units, after = _drop_oldest(
+        units, _pinned_units(messages, units), per_message_tokens, total, target, summary_reserve
+    )
+    dropped = sorted(i for u in dropped_units for i in units[u])
+    return CompactionPlan(
+        keep=sorted(set(range(len(messages))) - set(dropped)),
+        dropped=dropped,
+        tokens_before=total,
+        tokens_after=after,
+        budget=budget,
+        target=target,
+        fits=after <= budget,
+    )
 
+
+def _drop_oldest(
+    units: list[list[int]],
+    pinned: set[int],
+    per_message_tokens: Sequence[int],
+    total: int,
+    target: int,
+    summary_reserve: int,
+) -> tuple[list[int], int]:
+    """Drop unpinned units oldest first until the rest (and a summary) fit ``target``."""
     dropped_units: list[int] = []
     after = total  # > budget >= target: at least one unit is tried
     for u, idxs in enumerate(units):
@@ -230,19 +234,40 @@ def plan_compaction(
         after -= sum(per_message_tokens[i] for i in idxs)
     if dropped_units:
         after += summary_reserve
+    return dropped_units, after
 
-    dropped = sorted(i for u in dropped_units for i in units[u])
-    dropped_set = set(dropped)
-    keep = [i for i in range(len(messages)) if i not in dropped_set]
-    return CompactionPlan(
-        keep=keep,
-        dropped=dropped,
-        tokens_before=total,
-        tokens_after=after,
-        budget=budget,
-        target=target,
-        fits=after <= budget,
-    )
+
+def _check_plan_args(
+    messages: Sequence[Mapping[str, Any]],
+    per_message_tokens: Sequence[int],
+    tools_tokens: int,
+    context_window: int,
+    output_reserve: int,
+) -> None:
+    if len(per_message_tokens) != len(messages):
+        raise ValueError(f"{len(per_message_tokens)} token counts for {len(messages)} messages")
+    if any(t < 0 for t in per_message_tokens) or tools_tokens < 0:
+        raise ValueError("token counts must not be negative")
+    if output_reserve < 0 or context_window <= output_reserve:
+        raise ValueError(
+            f"output_reserve ({output_reserve}) must be >= 0 and below context_window "
+            f"({context_window})"
+        )
+
+
+def _pinned_units(messages: Sequence[Mapping[str, Any]], units: list[list[int]]) -> set[int]:
+    """Units never dropped: the head (system prompt), the task, the latest request, the last."""
+    unit_of = {i: u for u, idxs in enumerate(units) for i in idxs}
+    pinned: set[int] = {unit_of[i] for i in range(_head_length(messages))}
+    users = [i for i, m in enumerate(messages) if m.get("role") == "user"]
+    if users:
+        pinned.add(unit_of[users[0]])
+    requests = [i for i in users if not _is_summary(messages[i])]
+    if requests:
+        pinned.add(unit_of[requests[-1]])
+    if messages:
+        pinned.add(unit_of[len(messages) - 1])  # the most recent unit
+    return pinned
 
 
 def truncate_tool_results(

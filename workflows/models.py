@@ -56,7 +56,7 @@ class RunRequest(BaseModel):
     seed_messages: list[dict[str, Any]] | None = Field(
         None, description="fork: transcript to start from instead of [system, user(input)]"
     )
-    carry: CarriedState | None = Field(
+    carry: RunData | None = Field(
         None, description="set by the run itself when it continues as new"
     )
 
@@ -220,30 +220,65 @@ class RunState(BaseModel):
     output: str | None = None
 
 
-class CarriedState(BaseModel):
-    """Everything a run carries across continue-as-new (at a turn boundary, nothing pending)."""
+class RunData(BaseModel):
+    """Everything a run knows: one model, carried whole through continue-as-new.
 
-    pinned: PinnedSpec
-    messages: list[dict[str, Any]]
-    turn: int
-    usage: Usage
-    tool_calls: list[ToolCallRecord]
-    decisions: list[Decision]
-    ignored_signals: list[IgnoredSignal]
-    inbox: list[MessageSignal]
-    paused: bool
-    signatures: list[list[list[str]]]
-    waited_seconds: float
+    The continued execution gets it back as ``RunRequest.carry``. Fields marked ``exclude=True``
+    belong to one execution and are not carried: at a turn boundary nothing is pending, no
+    interrupt is set and the next execution counts tokens afresh. The ``state`` query, the Web UI
+    details and ``RunResult`` are views of it (:mod:`workflows.state`); adding a field here is
+    enough to carry it. Field names are those of the ``carry`` JSON in stored histories.
+    """
+
+    pinned: PinnedSpec | None = None
+    messages: list[dict[str, Any]] = Field(default_factory=list)
+    turn: int = 0
+    usage: Usage = Field(default_factory=Usage)
+    tool_calls: list[ToolCallRecord] = Field(default_factory=list)
+    decisions: list[Decision] = Field(default_factory=list)
+    ignored_signals: list[IgnoredSignal] = Field(default_factory=list)
+    inbox: list[MessageSignal] = Field(default_factory=list)
+    paused: bool = False
+    signatures: list[tuple[tuple[str, str], ...]] = Field(
+        default_factory=list, description="loop-detection signature of each turn with tool calls"
+    )
+    waited_seconds: float = Field(0.0, description="workflow seconds spent waiting for people")
     started_at: datetime
-    max_total_tokens: int | None
-    max_cost_usd: float | None
-    compactions: int
-    continued_runs: int
-    output: str | None
+    max_total_tokens: int | None = None
+    max_cost_usd: float | None = None
+    compactions: int = 0
+    continued_runs: int = 0
+    output: str | None = None
     events: WorkflowStreamState | None = Field(
         None, description="the event stream's retained items (workflows.events.RunEvents.carry)"
     )
+    # one execution only (not carried)
+    req: RunRequest | None = Field(None, exclude=True)
+    status: LiveStatus | RunStatus = Field("starting", exclude=True)
+    pending: dict[str, PendingApproval] = Field(default_factory=dict, exclude=True)
+    verdicts: dict[str, Decision] = Field(default_factory=dict, exclude=True)
+    interrupt: InterruptSignal | None = Field(None, exclude=True)
+    budget_paused: bool = Field(False, exclude=True)
+    parse_failures: int = Field(0, exclude=True)
+    token_counts: list[int] = Field(
+        default_factory=list, exclude=True, description="exact tokens of messages[:len(...)]"
+    )
+    tools_tokens: int | None = Field(None, exclude=True)
+    search_attributes: bool = Field(False, exclude=True)
+    sa_upserted_at: datetime | None = Field(None, exclude=True)
+    waits: int = Field(0, exclude=True, description="waits for a person entered (revision 3)")
+    unconfirmed: set[str] = Field(
+        default_factory=set, exclude=True, description="approval requests made outside a task"
+    )
+    parked: list[tuple[str, ApproveSignal | RejectSignal, datetime]] = Field(
+        default_factory=list, exclude=True, description="decisions held (workflows/held.py)"
+    )
+
+
+CarriedState = RunData
+"""The name under which the run state travels in ``RunRequest.carry`` (kept for readers)."""
 
 
 RunRequest.model_rebuild()
 RunResult.model_rebuild()
+RunData.model_rebuild()

@@ -33,6 +33,7 @@ from mcp.types import (
 )
 from temporalio.exceptions import ApplicationError
 
+from activities import redaction
 from activities.contracts import (
     ERR_MCP_UNAVAILABLE,
     InvokeToolInput,
@@ -203,6 +204,7 @@ async def invoke_mcp(pool: McpPool, req: InvokeToolInput, timeout: float | None)
         status, text = "error", f"Error: {e}"
     else:
         status, text = await _call(pool, req, target, recorded, timeout)
+    text = redaction.redact(text)  # before the cut: no secret leaks in part
     content, truncated = _truncate(text, req.max_output_chars)
     return ToolOutcome(
         call_id=req.call_id,

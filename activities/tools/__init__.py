@@ -5,6 +5,7 @@ Importing this package registers the built-in tools into :data:`REGISTRY`.
 
 from activities.tools import builtin
 from activities.tools.builtin import resolve_in_workspace
+from activities.tools.ledger import LEDGER_DIR, run_once
 from activities.tools.registry import (
     REGISTRY,
     Risk,
@@ -21,6 +22,7 @@ from activities.tools.registry import (
 )
 
 __all__ = [
+    "LEDGER_DIR",
     "REGISTRY",
     "Risk",
     "ToolArgumentsError",
@@ -34,5 +36,6 @@ __all__ = [
     "load_tool_modules",
     "parse_docstring",
     "resolve_in_workspace",
+    "run_once",
     "tool",
 ]

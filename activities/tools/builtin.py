@@ -20,6 +20,7 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
+from activities.tools.ledger import LEDGER_DIR, run_once
 from activities.tools.registry import ToolContext, ToolError, tool
 
 MAX_EXPRESSION_CHARS = 500
@@ -30,7 +31,7 @@ MAX_READ_LINES = 500
 MAX_SEARCH_FILE_BYTES = 2_000_000
 MAX_LINE_CHARS = 300
 MAX_WRITE_BYTES = 1_000_000
-SKIP_DIRS = frozenset({".git", ".hg", ".svn", "__pycache__", "node_modules", ".venv"})
+SKIP_DIRS = frozenset({".git", ".hg", ".svn", "__pycache__", "node_modules", ".venv", LEDGER_DIR})
 
 
 # --------------------------------------------------------------------------- calculator
@@ -157,8 +158,8 @@ def resolve_in_workspace(workspace: Path, path: str) -> Path:
         The absolute path with symlinks resolved; it need not exist.
 
     Raises:
-        ToolError: the path is absolute, climbs out with ``..``, or goes through a symlink
-            that points outside the workspace.
+        ToolError: the path is absolute, climbs out with ``..``, goes through a symlink
+            that points outside the workspace, or into the tool ledger (``.tool-ledger``).
     """
     root = Path(workspace).resolve()
     text = (path or ".").strip() or "."
@@ -178,6 +179,9 @@ def resolve_in_workspace(workspace: Path, path: str) -> Path:
         raise ToolError(f"cannot resolve the path {path!r}: {e}") from None
     if not resolved.is_relative_to(root):
         raise ToolError(f"the path {path!r} leads through a symlink to outside the workspace")
+    rel = resolved.relative_to(root)
+    if rel.parts and rel.parts[0] == LEDGER_DIR:
+        raise ToolError(f"the path {path!r} is reserved for the runtime ({LEDGER_DIR})")
     return resolved
 
 
@@ -380,6 +384,12 @@ def write_file(ctx: ToolContext, path: str, content: str, overwrite: bool = Fals
     if len(data) > MAX_WRITE_BYTES:
         raise ToolError(f"content is too large ({len(data)} bytes; at most {MAX_WRITE_BYTES})")
     target = resolve_in_workspace(ctx.workspace, path)
+    # Applied once per ctx.idempotency_key: a retried attempt returns the first one's result
+    # instead of writing again (over a file that a later call may have changed meanwhile).
+    return run_once(ctx, lambda: _write(ctx, path, target, data, overwrite))
+
+
+def _write(ctx: ToolContext, path: str, target: Path, data: bytes, overwrite: bool) -> str:
     rel = _rel(ctx, target)
     if rel == "." or target.is_dir():
         raise ToolError(f"{path!r} is a folder; give a file path")
@@ -399,5 +409,6 @@ def write_file(ctx: ToolContext, path: str, content: str, overwrite: bool = Fals
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    lines = content.count("\n") + (1 if content and not content.endswith("\n") else 0)
+    text = data.decode("utf-8")
+    lines = text.count("\n") + (1 if text and not text.endswith("\n") else 0)
     return f"Wrote {rel} ({len(data)} bytes, {lines} lines)."

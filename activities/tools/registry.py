@@ -34,6 +34,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
+from activities import redaction
 from activities.contracts import ToolInfo, ToolOutcome
 
 Risk = Literal["read", "write", "exec", "network"]
@@ -80,6 +81,13 @@ class ToolContext:
     ``workspace`` is the absolute root the workspace tools are confined to (made absolute and
     resolved on creation). ``heartbeat(*details)`` tells Temporal a long tool is still alive;
     it is a no-op outside an activity.
+
+    ``idempotency_key`` is ``<workflow id>/<tool_call_id>``: the same for every attempt of one
+    tool call (Temporal retries, a worker killed mid-call, continue-as-new) and different for
+    every other call. Temporal runs a call at least once, so a tool with side effects uses it to
+    apply them once: pass it to an API that deduplicates (an ``Idempotency-Key`` header), or wrap
+    the effect in :func:`activities.tools.ledger.run_once` as ``write_file`` does. It is ``""``
+    when the tool is called outside an activity.
     """
 
     workspace: Path
@@ -89,6 +97,7 @@ class ToolContext:
     tenant_id: str = "default"
     principal_id: str = "anonymous"
     heartbeat: Callable[..., None] = _no_heartbeat
+    idempotency_key: str = ""
 
     def __post_init__(self) -> None:
         self.workspace = Path(self.workspace).expanduser().resolve()
@@ -466,7 +475,8 @@ class ToolRegistry:
             arguments: the model's raw JSON text, or an already-parsed dict.
             ctx: the call's context; ``ctx.call_id`` becomes the outcome's ``call_id``.
             max_output_chars: content longer than this (characters, > 0) is cut to its head plus
-                a note, and the outcome marked ``truncated``.
+                a note, and the outcome marked ``truncated``. Secrets are redacted first
+                (:func:`activities.redaction.redact`), so none is cut in half and leaks in part.
 
         Returns:
             The outcome: ``ok`` with the tool's output as text, or ``error`` (unknown tool,
@@ -498,6 +508,7 @@ class ToolRegistry:
             text = _to_text(result)
         except ToolError as e:
             status, text = "error", f"Error: {e}"
+        text = redaction.redact(text)
         full_chars = len(text)
         content, truncated = _truncate(text, max_output_chars)
         return ToolOutcome(

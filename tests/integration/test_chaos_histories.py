@@ -20,10 +20,11 @@ from typing import Any
 
 import pytest
 from temporalio import workflow
+from temporalio.common import RawValue
 
 from workers.inspect_history import load_history_file, replay_file, replay_histories
 from workflows.agent_run import AgentRun
-from workflows.models import RunRequest, RunResult
+from workflows.models import RunResult
 
 CHAOS = Path(__file__).resolve().parents[1] / "histories" / "chaos"
 
@@ -49,22 +50,22 @@ class Recording(AgentRun):
     """The real workflow, noting when it upserts search attributes and asks for approvals."""
 
     @workflow.run
-    async def run(self, req: RunRequest) -> RunResult:
-        return await super().run(req)
+    async def run(self, raw: RawValue = None) -> RunResult:  # type: ignore[assignment]
+        return await super().run(raw)
 
     def _upsert_search_attributes(self, initial: bool = False) -> None:
-        SEEN.append((f"upsert {self._status}", workflow.now(), workflow.unsafe.is_replaying()))
+        SEEN.append((f"upsert {self._s.status}", workflow.now(), workflow.unsafe.is_replaying()))
         super()._upsert_search_attributes(initial)
 
     async def _model_step(self) -> Any:
         reply = await super()._model_step()
-        SEEN.append((f"step {self._turn} done", workflow.now(), workflow.unsafe.is_replaying()))
+        SEEN.append((f"step {self._s.turn} done", workflow.now(), workflow.unsafe.is_replaying()))
         return reply
 
-    async def _await_approvals(self, records: Any) -> None:
-        for cid in self._pending:
+    async def _await_approvals(self) -> None:
+        for cid in self._s.pending:
             SEEN.append((f"pending {cid}", workflow.now(), workflow.unsafe.is_replaying()))
-        await super()._await_approvals(records)
+        await super()._await_approvals()
 
 
 def _prefix(path: Path, last_event: int):

@@ -12,22 +12,28 @@ from pathlib import Path
 
 import pytest
 from temporalio import workflow
+from temporalio.common import RawValue
 from typer.testing import CliRunner
 
 from activities.contracts import TOKENS_COUNT, CountTokensInput, ModelReply, TokenCounts
 from workers.cli import app
 from workers.inspect_history import load_history_file, replay_file, replay_histories
 from workflows.agent_run import PATCH_V2, WORKFLOW_REV, AgentRun
-from workflows.models import RunRequest, RunResult
+from workflows.models import RunResult
 
 HISTORIES = Path(__file__).resolve().parents[1] / "histories"
-# The current version's histories, and those recorded before patch ``agent-run-v2`` (v1/): runs
-# like them may still be in flight when a worker with the current code is deployed.
+# The histories a deploy of the current code accepts: recorded by it (top level, the patch
+# ``agent-run-v2`` deprecated) and by the release before it (v2/, ``patched("agent-run-v2")``),
+# whose runs may still be in flight. Those recorded before the patch (v1/) are kept to show they
+# are no longer accepted: a run like them must have finished before this code is deployed.
 V1 = HISTORIES / "v1"
-# Recorded with revision 3 of the workflow (``PinnedSpec.workflow_rev``; the top-level files predate
-# it and replay the revision-2 branches): no command depends on a ``workflow.now()`` difference.
+V2 = HISTORIES / "v2"
+# Recorded with revision 3 of the workflow and the patch still ``patched`` (``PinnedSpec.workflow_rev``;
+# v2/ predates it and replays the revision-2 branches): no command depends on a ``workflow.now()``
+# difference.
 V3 = HISTORIES / "v3"
-FILES = sorted(HISTORIES.glob("*.json")) + sorted(V1.glob("*.json")) + sorted(V3.glob("*.json"))
+FILES = sorted(HISTORIES.glob("*.json")) + sorted(V2.glob("*.json")) + sorted(V3.glob("*.json"))
+RETIRED = sorted(V1.glob("*.json"))
 EXPECTED = {"tools", "approvals", "interrupt", "continue_as_new", "continue_as_new_first"}
 
 
@@ -37,8 +43,8 @@ class TimerBeforeEachModelStep(AgentRun):
     step. It adds a command the recorded histories do not have, so replay must fail."""
 
     @workflow.run
-    async def run(self, req: RunRequest) -> RunResult:
-        return await super().run(req)
+    async def run(self, raw: RawValue = None) -> RunResult:  # type: ignore[assignment]
+        return await super().run(raw)
 
     async def _model_step(self) -> ModelReply | None:
         await workflow.sleep(timedelta(milliseconds=1))
@@ -50,25 +56,25 @@ class CountsTokensFirst(AgentRun):
     """A rewrite registered under the same name that schedules a different activity first."""
 
     @workflow.run
-    async def run(self, req: RunRequest) -> RunResult:
+    async def run(self, raw: RawValue = None) -> RunResult:  # type: ignore[assignment]
         await workflow.execute_activity(
             TOKENS_COUNT,
             CountTokensInput(model="x", messages=[]),
             result_type=TokenCounts,
             start_to_close_timeout=timedelta(seconds=5),
         )
-        return await super().run(req)
+        return await super().run(raw)
 
 
 def _ids(paths: list[Path]) -> list[str]:
-    return [f"{p.parent.name}/{p.stem}" if p.parent in (V1, V3) else p.stem for p in paths]
+    return [f"{p.parent.name}/{p.stem}" if p.parent != HISTORIES else p.stem for p in paths]
 
 
 def test_every_scenario_is_stored_and_small():
-    for folder in (HISTORIES, V1, V3):
+    for folder in (HISTORIES, V2, V3, V1):
         names = {p.stem for p in folder.glob("*.json")}
         assert EXPECTED <= names, f"missing histories in {folder}: {EXPECTED - names}"
-    for p in FILES:
+    for p in FILES + RETIRED:
         assert p.stat().st_size < 100_000, f"{p.name} is {p.stat().st_size} bytes"
 
 
@@ -97,7 +103,15 @@ async def test_stored_history_replays_with_the_current_code(path: Path):
     assert report.workflow_id.startswith("hist-")
 
 
-@pytest.mark.parametrize("folder", [HISTORIES, V1], ids=["current", "v1"])
+@pytest.mark.parametrize("path", RETIRED, ids=_ids(RETIRED))
+async def test_a_history_recorded_before_the_v2_patch_is_no_longer_accepted(path: Path):
+    """deprecate_patch(agent-run-v2): the v1 code paths are gone, so a v1 run cannot go on."""
+    report = await replay_file(path)
+    assert not report.compatible
+    assert report.failure_type == "NondeterminismError"
+
+
+@pytest.mark.parametrize("folder", [HISTORIES, V2, V3, V1], ids=["current", "v2", "v3", "v1"])
 async def test_the_continue_as_new_chain_is_stored_as_two_executions(folder: Path):
     first = load_history_file(folder / "continue_as_new_first.json")
     last = load_history_file(folder / "continue_as_new.json")
@@ -107,12 +121,13 @@ async def test_the_continue_as_new_chain_is_stored_as_two_executions(folder: Pat
     assert last_started.continued_execution_run_id  # it continued from an earlier execution
     assert last_started.first_execution_run_id == first.run_id
     assert first.events[-1].HasField("workflow_execution_continued_as_new_event_attributes")
-    report = await replay_histories([first, last])
-    assert report.compatible and report.run_ids == [first.run_id, last.run_id]
+    if folder != V1:
+        report = await replay_histories([first, last])
+        assert report.compatible and report.run_ids == [first.run_id, last.run_id]
 
 
 @pytest.mark.parametrize("variant", [TimerBeforeEachModelStep, CountsTokensFirst])
-@pytest.mark.parametrize("name", ["tools", "approvals", "v1/tools", "v1/approvals"])
+@pytest.mark.parametrize("name", ["tools", "approvals", "v2/tools", "v2/approvals"])
 async def test_an_incompatible_change_is_reported_as_nondeterminism(variant: type, name: str):
     report = await replay_file(HISTORIES / f"{name}.json", workflows=[variant])
     assert not report.compatible
@@ -121,20 +136,22 @@ async def test_an_incompatible_change_is_reported_as_nondeterminism(variant: typ
     assert report.failed_run_id == load_history_file(HISTORIES / f"{name}.json").run_id
 
 
-async def test_the_v2_patch_is_recorded_in_current_histories_only():
-    """The current histories took the v2 branch (its marker is there), the v1 ones did not."""
+async def test_the_v2_patch_marker_is_deprecated_now_set_before_and_absent_in_v1():
+    """Current histories carry the marker as deprecated, v2 ones as patched, v1 ones not at all."""
 
-    def patch_ids(path: Path) -> set[str]:
-        ids = set()
+    def patches(path: Path) -> dict[str, bool]:
+        out = {}
         for e in load_history_file(path).events:
             if e.HasField("marker_recorded_event_attributes"):
                 details = e.marker_recorded_event_attributes.details
                 if "patch-data" in details:
-                    ids.add(json.loads(details["patch-data"].payloads[0].data)["id"])
-        return ids
+                    data = json.loads(details["patch-data"].payloads[0].data)
+                    out[data["id"]] = data["deprecated"]
+        return out
 
-    assert PATCH_V2 in patch_ids(HISTORIES / "tools.json")
-    assert PATCH_V2 not in patch_ids(V1 / "tools.json")
+    assert patches(HISTORIES / "tools.json") == {PATCH_V2: True}
+    assert patches(V2 / "tools.json") == {PATCH_V2: False}
+    assert patches(V1 / "tools.json") == {}
 
 
 def test_cli_replay_file_says_compatible_and_exits_0():
@@ -170,6 +187,7 @@ def _pinned_rev(path: Path) -> int:
 
 def test_the_workflow_revision_is_recorded_in_history():
     """Revision 3's branches are chosen from a value in history, not from a marker."""
-    assert _pinned_rev(V3 / "tools.json") == WORKFLOW_REV == 3
-    assert _pinned_rev(HISTORIES / "tools.json") == 0
+    assert _pinned_rev(HISTORIES / "tools.json") == WORKFLOW_REV == 3
+    assert _pinned_rev(V3 / "tools.json") == 3
+    assert _pinned_rev(V2 / "tools.json") == 0
     assert _pinned_rev(V1 / "tools.json") == 0

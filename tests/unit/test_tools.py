@@ -10,6 +10,7 @@ import pytest
 
 from activities.contracts import ToolInfo, ToolOutcome
 from activities.tools import (
+    LEDGER_DIR,
     REGISTRY,
     ToolArgumentsError,
     ToolContext,
@@ -20,6 +21,7 @@ from activities.tools import (
     load_tool_modules,
     parse_docstring,
     resolve_in_workspace,
+    run_once,
     tool,
 )
 
@@ -555,3 +557,58 @@ async def test_parameter_names_that_shadow_pydantic(reg, ctx):
     assert (out.content, out.arguments) == ("s-5", {"schema": "s", "json": 5})
     reg.info("odd").parameters["properties"].clear()  # infos are copies
     assert reg.info("odd").parameters["properties"]
+
+
+# --------------------------------------------------------------------------- idempotency
+
+
+async def test_write_file_retried_call_is_applied_once(ws):
+    """The same call invoked twice (as a Temporal retry would) writes once; others still write."""
+    call = ToolContext(workspace=ws, run_id="wf-1", call_id="c1", idempotency_key="wf-1/c1")
+    args = {"path": "out.txt", "content": "first", "overwrite": True}
+    first = await ok("write_file", args, call)
+    (ws / "out.txt").write_text("changed by a later call")  # then the first call is retried
+    again = await ok("write_file", args, call)
+    assert again == first == "Wrote out.txt (5 bytes, 1 lines)."
+    assert (ws / "out.txt").read_text() == "changed by a later call"  # not applied a second time
+    other = ToolContext(workspace=ws, run_id="wf-1", call_id="c2", idempotency_key="wf-1/c2")
+    await ok("write_file", args, other)
+    assert (ws / "out.txt").read_text() == "first"
+    # a refused attempt records nothing: the retry after the cause is gone applies it
+    blocked = ToolContext(workspace=ws, call_id="c3", idempotency_key="wf-1/c3")
+    (ws / "dir").write_text("a file where a folder should be")
+    assert "in the way" in await err("write_file", {"path": "dir/x", "content": "y"}, blocked)
+    (ws / "dir").unlink()
+    await ok("write_file", {"path": "dir/x", "content": "y"}, blocked)
+    assert (ws / "dir/x").read_text() == "y"
+
+
+async def test_ledger_is_out_of_the_tools_reach(ws):
+    call = ToolContext(workspace=ws, call_id="c1", idempotency_key="wf-1/c1")
+    await ok("write_file", {"path": "a.txt", "content": "x"}, call)
+    assert (ws / LEDGER_DIR).is_dir()
+    assert LEDGER_DIR not in await ok("list_files", {"recursive": True}, call)
+    for tool_name, extra in (("read_file", {}), ("write_file", {"content": "x"})):
+        msg = await err(tool_name, {"path": f"{LEDGER_DIR}/x.json", **extra}, call)
+        assert "reserved" in msg
+    assert "reserved" in await err("list_files", {"path": f"sub/../{LEDGER_DIR}"}, call)
+
+
+def test_run_once_serialises_concurrent_attempts(ws):
+    applied = []
+    ctx = ToolContext(workspace=ws, idempotency_key="wf/c")
+
+    def effect() -> str:
+        applied.append(1)
+        return f"applied {len(applied)}"
+
+    results: list[str] = []
+    threads = [
+        threading.Thread(target=lambda: results.append(run_once(ctx, effect))) for _ in range(8)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert applied == [1] and results == ["applied 1"] * 8
+    assert run_once(ToolContext(workspace=ws), effect) == "applied 2"  # no key: just runs

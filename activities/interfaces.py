@@ -1,0 +1,73 @@
+"""The activities as the workflow calls them: stable name, one input model, one result model.
+
+Workflow code references these declarations (``workflow.execute_activity(model_complete, ...)``), so
+"go to definition" lands on a typed signature and the result type comes from it, while workflow
+modules import no activity implementation (no HTTP client, tool registry or MCP library in the
+sandbox or in a client that only starts runs). The worker registers the implementations, which
+carry the same names and types; ``tests/unit/test_interfaces.py`` checks that they match.
+
+| declaration | implementation |
+|---|---|
+| :func:`spec_resolve` | :meth:`activities.runtime.RuntimeActivities.resolve_spec` |
+| :func:`model_complete` | :meth:`activities.model.ModelActivities.complete` |
+| :func:`tool_invoke` | :meth:`activities.runtime.RuntimeActivities.invoke_tool` |
+| :func:`tokens_count` | :func:`activities.tokens.count_tokens` |
+"""
+
+from __future__ import annotations
+
+from temporalio import activity
+
+from activities.contracts import (
+    MODEL_COMPLETE,
+    SPEC_RESOLVE,
+    TOKENS_COUNT,
+    TOOL_INVOKE,
+    CallModelInput,
+    CountTokensInput,
+    InvokeToolInput,
+    ModelReply,
+    ResolveSpecInput,
+    TokenCounts,
+    ToolOutcome,
+)
+from activities.spec import PinnedSpec
+
+_DECLARATION = "declaration only: the worker registers the implementation under this name"
+
+
+@activity.defn(name=SPEC_RESOLVE)
+async def spec_resolve(req: ResolveSpecInput) -> PinnedSpec:
+    """Read, validate and hash one agent of the spec file; list its tools (and MCP servers').
+
+    Raises:
+        ApplicationError: non-retryable ``AgentSpecInvalid`` naming the file and field.
+    """
+    raise NotImplementedError(_DECLARATION)
+
+
+@activity.defn(name=MODEL_COMPLETE)
+async def model_complete(req: CallModelInput) -> ModelReply:
+    """One model step: a chat-completions request, heartbeating; returns the normalised reply.
+
+    Raises:
+        ApplicationError: ``ModelOutputInvalid``, ``ModelRequestRejected`` (non-retryable) or
+            ``ModelUnavailable`` (retryable), classified from the endpoint's answer.
+    """
+    raise NotImplementedError(_DECLARATION)
+
+
+@activity.defn(name=TOOL_INVOKE)
+async def tool_invoke(req: InvokeToolInput) -> ToolOutcome:
+    """Run one tool call; business errors come back as ``status="error"`` for the model."""
+    raise NotImplementedError(_DECLARATION)
+
+
+@activity.defn(name=TOKENS_COUNT)
+async def tokens_count(req: CountTokensInput) -> TokenCounts:
+    """Count the tokens of messages and tool schemas with the model's encoding."""
+    raise NotImplementedError(_DECLARATION)
+
+
+DECLARATIONS = (spec_resolve, model_complete, tool_invoke, tokens_count)
+"""Every activity the workflow schedules."""

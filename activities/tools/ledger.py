@@ -1,0 +1,99 @@
+"""Applying a tool's side effect once per tool call, however often Temporal retries the call.
+
+Temporal runs activities at least once: a worker killed after a tool wrote a file but before it
+reported back makes Temporal run the call again, on another worker. A tool with side effects reads
+:attr:`ToolContext.idempotency_key <activities.tools.registry.ToolContext.idempotency_key>`
+(``<workflow id>/<tool_call_id>``, the same for every attempt of one call, across worker crashes
+and continue-as-new) and wraps its effect in :func:`run_once`::
+
+    @tool(risk="write")
+    def send_invoice(customer: str, ctx: ToolContext) -> str:
+        return run_once(ctx, lambda: billing.send(customer))
+
+The ledger is a folder :data:`LEDGER_DIR` at the workspace root that the workspace tools refuse
+to read, list or write (``resolve_in_workspace``). Each applied call leaves one small JSON file
+there holding the result to return to a later attempt.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+LEDGER_DIR = ".tool-ledger"
+"""Folder at the workspace root holding one entry per applied tool call (hidden from tools)."""
+
+
+def ledger_path(workspace: Path, key: str) -> Path:
+    """The ledger entry of one idempotency key (``<workspace>/.tool-ledger/<sha256>.json``)."""
+    digest = hashlib.sha256(key.encode("utf-8")).hexdigest()
+    return Path(workspace) / LEDGER_DIR / f"{digest}.json"
+
+
+def _read(entry: Path, key: str) -> str | None:
+    try:
+        data = json.loads(entry.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if isinstance(data, dict) and data.get("key") == key and isinstance(data.get("result"), str):
+        return data["result"]
+    return None
+
+
+def _write(entry: Path, key: str, result: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=entry.parent, prefix=".entry.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump({"key": key, "result": result}, fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, entry)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def run_once(ctx: Any, effect: Callable[[], str]) -> str:
+    """Apply ``effect`` once per ``ctx.idempotency_key``; a later attempt gets the first result.
+
+    Attempts of the same call are serialised by a lock on the entry (``flock``), so two attempts
+    running at once (a slow attempt timed out and retried elsewhere on the same machine) do not
+    both apply it. A :class:`~activities.tools.registry.ToolError` or any other exception raised
+    by ``effect`` records nothing: the next attempt tries again. A crash after the effect and
+    before the entry is written leaves a window where the effect runs again, so an effect should
+    also be safe to repeat where it can be (``write_file`` writes the same bytes).
+
+    Args:
+        ctx: the call's :class:`~activities.tools.registry.ToolContext` (``workspace`` and
+            ``idempotency_key``). Without a key (a tool called outside an activity) ``effect``
+            simply runs.
+        effect: applies the side effect and returns the tool's result text.
+
+    Returns:
+        The result text of the attempt that applied the effect.
+
+    Raises:
+        Exception: whatever ``effect`` raised.
+    """
+    key = getattr(ctx, "idempotency_key", "")
+    if not key:
+        return effect()
+    entry = ledger_path(ctx.workspace, key)
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    with open(entry.with_suffix(".lock"), "a+") as lock:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+        try:
+            done = _read(entry, key)
+            if done is not None:
+                return done
+            result = effect()
+            _write(entry, key, result)
+            return result
+        finally:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_UN)

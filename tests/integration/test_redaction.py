@@ -1,0 +1,104 @@
+"""Secrets never leave an activity (activities/redaction.py): history, model requests, results.
+
+Each test runs a real run (dev server, scripted model, worker with the redacting interceptor)
+whose tool puts ``OPENAI_API_KEY``'s value somewhere, then reads the real history and every
+request the model server received. The worker's log file is covered by
+tests/integration/test_worker_process.py; a spec ``secrets:`` entry by
+tests/integration/test_inspect.py (``test_a_secret_given_to_a_tool_never_reaches_...``).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from temporalio.client import Client
+
+from tests.harness import TEST_TOOLS, Harness
+from workers import inspect_history as ih
+from workers.testing.scripted_model import ScriptedModel, text, tool_call
+
+KEY = "sk-test-" + "AbCdEfGhIjKlMnOpQrStUvWxYz0123456789"  # 44 characters, like a real key
+TOOLS = [*TEST_TOOLS, "leak_in_exception", "leak_in_cause", "secret_at"]
+
+
+def pieces(secret: str, n: int = 8) -> list[str]:
+    """Every ``n``-character piece of the secret (a partial leak shows one of them)."""
+    return [secret[i : i + n] for i in range(len(secret) - n + 1)]
+
+
+def assert_nowhere(raw: bytes, model: ScriptedModel) -> None:
+    """No 8-character piece of the key in the history's bytes nor in any model request."""
+    sent = json.dumps([r.body for r in model.requests])
+    for p in pieces(KEY):
+        assert p.encode() not in raw, f"{p!r} of the key is in the history"
+        assert p not in sent, f"{p!r} of the key was sent to the model"
+
+
+async def run_tool(client: Client, tmp_path: Path, call, agents=None):  # noqa: ANN001
+    model = ScriptedModel([call, text("done")])
+    spec = {"default": {"tools": TOOLS, **(agents or {})}}
+    async with Harness(client, tmp_path, model, agents=spec) as h:
+        handle = await h.start("go")
+        res = await handle.result()
+        history = await ih.fetch_history(client, handle.id)
+    raw = b"".join(ev.SerializeToString() for ev in history.events)
+    return res, history, raw, model
+
+
+def failures(history) -> list:  # noqa: ANN001
+    return [
+        ev.activity_task_failed_event_attributes.failure
+        for ev in history.events
+        if ev.HasField("activity_task_failed_event_attributes")
+    ]
+
+
+@pytest.fixture(autouse=True)
+def _model_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+
+
+async def test_a_key_in_a_plain_exception_is_redacted_everywhere(client: Client, tmp_path: Path):
+    res, history, raw, model = await run_tool(client, tmp_path, tool_call("leak_in_exception", {}))
+    assert res.status == "completed"
+    [rec] = res.tool_calls
+    assert rec.status == "error" and "upstream refused key [REDACTED]" in (rec.reason or "")
+    fails = failures(history)
+    assert len(fails) == 1  # the last of its 2 attempts (retries are not events)
+    for f in fails:
+        assert f.message == "upstream refused key [REDACTED]"
+        info = f.application_failure_info
+        assert info.type == "RuntimeError" and not info.non_retryable  # type, retryability kept
+    tool_msg = next(m for m in model.requests[-1].messages if m.get("role") == "tool")
+    assert "[REDACTED]" in tool_msg["content"]
+    assert_nowhere(raw, model)
+
+
+async def test_a_key_in_a_nested_cause_is_redacted(client: Client, tmp_path: Path):
+    res, history, raw, model = await run_tool(client, tmp_path, tool_call("leak_in_cause", {}))
+    assert res.status == "completed"
+    fails = failures(history)
+    assert fails
+    for f in fails:
+        assert f.message == "the upstream call failed"
+        assert f.application_failure_info.type == "ConnectionError"
+        assert f.cause.message == "inner detail: key=[REDACTED]"
+        assert f.cause.application_failure_info.type == "ValueError"
+    assert "key=[REDACTED]" in (res.tool_calls[0].reason or "")
+    assert_nowhere(raw, model)
+
+
+async def test_a_key_across_the_truncation_cut_leaks_no_part(client: Client, tmp_path: Path):
+    limit = 16_000
+    call = tool_call("secret_at", {"position": limit - 10, "total": limit + 5_000})
+    res, history, raw, model = await run_tool(client, tmp_path, call)
+    assert res.status == "completed"
+    [rec] = res.tool_calls
+    assert rec.status == "ok"
+    tool_msg = next(m for m in model.requests[-1].messages if m.get("role") == "tool")
+    content = tool_msg["content"]
+    assert "output truncated" in content  # it was cut ...
+    assert content[limit - 10 : limit] == "[REDACTED]"  # ... after redaction, at the marker
+    assert_nowhere(raw, model)

@@ -1,0 +1,40 @@
+"""The activity declarations the workflow calls match the implementations the worker registers."""
+
+from __future__ import annotations
+
+import pytest
+from temporalio import activity
+from temporalio.common import _type_hints_from_func
+
+from activities.interfaces import DECLARATIONS
+from activities.model import ModelActivities
+from activities.runtime import RuntimeActivities
+from activities.tokens import count_tokens
+from workers.config import Settings
+from workers.worker import build_worker
+
+IMPLEMENTATIONS = {
+    "spec.resolve": RuntimeActivities.resolve_spec,
+    "model.complete": ModelActivities.complete,
+    "tool.invoke": RuntimeActivities.invoke_tool,
+    "tokens.count": count_tokens,
+}
+
+
+@pytest.mark.parametrize("declared", DECLARATIONS, ids=lambda f: f.__name__)
+def test_each_declaration_has_an_implementation_of_the_same_name_and_types(declared):
+    name = activity._Definition.must_from_callable(declared).name
+    impl = IMPLEMENTATIONS[name]
+    assert activity._Definition.must_from_callable(impl).name == name
+    assert _type_hints_from_func(declared) == _type_hints_from_func(impl)
+
+
+async def test_the_worker_registers_every_declared_activity(client, tmp_path):
+    worker = build_worker(client, Settings(spec_file=str(tmp_path / "none.yml")), task_queue="tq-x")
+    registered = set(worker._activity_worker._activities)  # noqa: SLF001 - the worker's own table
+    assert {activity._Definition.must_from_callable(d).name for d in DECLARATIONS} <= registered
+
+
+async def test_a_declaration_never_runs():
+    with pytest.raises(NotImplementedError, match="declaration only"):
+        await DECLARATIONS[1](None)  # type: ignore[arg-type]

@@ -1,0 +1,156 @@
+"""activities/redaction.py: errors, heartbeats, results and log records leave redacted."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import logging
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from temporalio.exceptions import ApplicationError
+
+from activities import redaction
+from activities.contracts import ToolOutcome
+from activities.redaction import (
+    RedactingFilter,
+    RedactingInterceptor,
+    Redactor,
+    redact_error,
+    redactor_for,
+)
+
+KEY = "sk-unit-" + "Z" * 30
+
+
+@pytest.fixture(autouse=True)
+def _key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    monkeypatch.setenv("SPEC_TOKEN", "tok-123456")
+
+
+def test_redactor_strings_values_and_models():
+    r = redactor_for(["SPEC_TOKEN"])
+    assert r.redact(f"a {KEY} b tok-123456") == "a [REDACTED] b [REDACTED]"
+    assert r.value({"k": [f"x{KEY}", 3], KEY: None}) == {
+        "k": ["x[REDACTED]", 3],
+        "[REDACTED]": None,
+    }
+    out = ToolOutcome(call_id="c", name="t", status="ok", content=f"key {KEY}")
+    assert r.value(out).content == "key [REDACTED]"
+    clean = ToolOutcome(call_id="c", name="t", status="ok", content="nothing")
+    assert r.value(clean) is clean  # unchanged models are not rebuilt
+    assert Redactor(["abc", ""]).redact("abc") == "abc"  # too short to be a secret
+    quoted = Redactor(['pa"ss\\word'])
+    assert quoted.redact(json.dumps({"p": 'pa"ss\\word'})) == '{"p": "[REDACTED]"}'
+
+
+def test_redact_error_keeps_type_retryability_and_redacts_the_chain():
+    r = redactor_for()
+    try:
+        try:
+            raise ValueError(f"inner {KEY}")
+        except ValueError as inner:
+            raise ApplicationError(
+                f"outer {KEY}",
+                {"detail": KEY},
+                type="Upstream",
+                non_retryable=True,
+                next_retry_delay=timedelta(seconds=3),
+            ) from inner
+    except ApplicationError as e:
+        new = redact_error(e, r)
+    assert (new.message, new.type, new.non_retryable) == ("outer [REDACTED]", "Upstream", True)
+    assert new.next_retry_delay == timedelta(seconds=3)
+    assert new.details == ({"detail": "[REDACTED]"},)
+    assert isinstance(new.__cause__, ApplicationError)
+    assert (new.__cause__.message, new.__cause__.type) == ("inner [REDACTED]", "ValueError")
+    assert not new.__cause__.non_retryable  # a plain exception stays retryable
+    # an implicit chain (raised while handling another) is carried too
+    try:
+        try:
+            raise KeyError(KEY)
+        except KeyError:
+            raise RuntimeError("while handling")  # noqa: B904 - the implicit chain is the point
+    except RuntimeError as e:
+        implicit = redact_error(e, r)
+    assert implicit.__cause__ is not None and KEY not in str(implicit.__cause__)
+
+
+class _Next:
+    """The end of the interceptor chain: records heartbeats, returns or raises as told."""
+
+    def __init__(self, outcome: Any) -> None:
+        self.outcome = outcome
+        self.beats: list[Any] = []
+
+    def init(self, outbound: Any) -> None:
+        self.outbound = outbound
+
+    def heartbeat(self, *details: Any) -> None:
+        self.beats.append(details)
+
+    async def execute_activity(self, input: Any) -> Any:
+        if isinstance(self.outcome, BaseException):
+            raise self.outcome
+        return self.outcome
+
+
+class _Input:
+    def __init__(self, *args: Any) -> None:
+        self.args = args
+
+
+class _Req:
+    secrets = ["SPEC_TOKEN"]
+
+
+def test_interceptor_redacts_results_errors_and_heartbeats():
+    nxt = _Next(f"result with tok-123456 and {KEY}")
+    inbound = RedactingInterceptor().intercept_activity(nxt)
+    inbound.init(nxt)
+    assert asyncio.run(inbound.execute_activity(_Input(_Req()))) == (
+        "result with [REDACTED] and [REDACTED]"
+    )
+    inbound.next.outbound.heartbeat({"note": KEY})  # what activity.heartbeat() reaches
+    assert nxt.beats == [({"note": "[REDACTED]"},)]
+    nxt.outcome = OSError(f"disk full near {KEY}")
+    with pytest.raises(ApplicationError) as exc:
+        asyncio.run(inbound.execute_activity(_Input(_Req())))
+    assert (exc.value.message, exc.value.type) == ("disk full near [REDACTED]", "OSError")
+    assert exc.value.__suppress_context__  # the original is never printed with it
+    nxt.outcome = asyncio.CancelledError()
+    with pytest.raises(asyncio.CancelledError):
+        asyncio.run(inbound.execute_activity(_Input(_Req())))
+
+
+def test_logging_filter_redacts_message_args_extra_and_traceback():
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.addFilter(RedactingFilter())
+    logger = logging.getLogger("test.redaction")
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        try:
+            raise RuntimeError(f"boom {KEY}")
+        except RuntimeError:
+            logger.error("failed with %s", KEY, exc_info=True, extra={"ctx": {"k": KEY}})
+    finally:
+        logger.removeHandler(handler)
+    out = stream.getvalue()
+    assert "failed with [REDACTED]" in out and "boom [REDACTED]" in out
+    assert KEY not in out
+
+
+def test_spec_secret_names_seen_by_an_activity_are_redacted_from_later_logs():
+    redaction.add_secret_names(["SPEC_TOKEN"])
+    assert redaction.redact("tok-123456") == "[REDACTED]"
+
+
+def test_logging_filter_never_raises():
+    record = logging.LogRecord("x", logging.INFO, __file__, 1, "%s and %s", (KEY,), None)
+    assert RedactingFilter().filter(record)  # too few %-arguments: still emitted, redacted
+    assert KEY not in record.getMessage()

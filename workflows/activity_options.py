@@ -1,0 +1,156 @@
+"""Every activity the run schedules: its input and its options, built in one place from the pinned spec.
+
+Each function returns ``(input, options)`` for ``workflow.execute_activity`` with the activity's
+declaration in :mod:`activities.interfaces` (stable names ``spec.resolve``, ``model.complete``,
+``tool.invoke``, ``tokens.count``; the result type comes from the declaration). Timeouts are
+seconds of the spec; heartbeat timeouts let a dead worker cost seconds, not minutes
+(shared/notes/temporal.md).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+
+import workflows.render as render
+from activities.contracts import (
+    CallModelInput,
+    CountTokensInput,
+    InvokeToolInput,
+    ModelSettings,
+    ResolveSpecInput,
+    ToolCallRequest,
+    ToolInfo,
+)
+from activities.spec import PinnedSpec
+from workflows.models import RunRequest
+from workflows.policy import parse_arguments
+
+MODEL_HEARTBEAT = timedelta(seconds=5)
+TOOL_HEARTBEAT = timedelta(seconds=5)
+SUMMARY_SETTINGS = ModelSettings(temperature=0.0, max_tokens=400)
+"""Sampling of the compaction summary step."""
+
+
+def resolve_spec(req: RunRequest, workflow_rev: int) -> tuple[ResolveSpecInput, dict[str, Any]]:
+    """Input and options of ``spec.resolve``: 30 s per attempt, 3 attempts.
+
+    ``workflow_rev`` is echoed into the pinned spec, so the run's history records it.
+    """
+    inp = ResolveSpecInput(agent=req.agent, spec_file=req.spec_file, workflow_rev=workflow_rev)
+    return inp, {
+        "start_to_close_timeout": timedelta(seconds=30),
+        "retry_policy": RetryPolicy(maximum_attempts=3),
+        "summary": f"spec: resolve agent {req.agent}",
+    }
+
+
+def model_step(
+    pinned: PinnedSpec,
+    req: RunRequest,
+    turn: int,
+    messages: list[dict[str, Any]],
+    *,
+    summary_of: int | None = None,
+) -> tuple[CallModelInput, dict[str, Any]]:
+    """Input and options of one ``model.complete`` step.
+
+    ``summary_of`` is set for the compaction summary step (that many dropped messages): no tools,
+    :data:`SUMMARY_SETTINGS`, 3 attempts; otherwise the spec's sampling, tools and retries
+    (``model_max_attempts``, backoff 1 s doubling up to 30 s).
+    """
+    spec = pinned.spec
+    inp = CallModelInput(
+        run_id=workflow.info().workflow_id,
+        turn=turn,
+        model=spec.model,
+        messages=messages,
+        tools=[t.openai_schema() for t in pinned.tools] if summary_of is None else [],
+        settings=ModelSettings(temperature=spec.temperature, max_tokens=spec.max_output_tokens)
+        if summary_of is None
+        else SUMMARY_SETTINGS,
+        prompt_price_per_mtok=spec.pricing.prompt_per_mtok,
+        completion_price_per_mtok=spec.pricing.completion_per_mtok,
+        tenant_id=req.tenant_id,
+    )
+    if summary_of is not None:
+        retry = RetryPolicy(maximum_attempts=3)
+        summary = render.model_summary(spec.model, turn, "(summary of dropped context)")
+    else:
+        retry = RetryPolicy(
+            initial_interval=timedelta(seconds=1),
+            backoff_coefficient=2.0,
+            maximum_interval=timedelta(seconds=30),
+            maximum_attempts=spec.model_max_attempts,
+        )
+        summary = render.model_summary(spec.model, turn)
+    return inp, {
+        "start_to_close_timeout": timedelta(seconds=spec.model_timeout_seconds),
+        "heartbeat_timeout": MODEL_HEARTBEAT,
+        "retry_policy": retry,
+        "summary": summary,
+    }
+
+
+def tool_call(
+    pinned: PinnedSpec,
+    req: RunRequest,
+    turn: int,
+    call: ToolCallRequest,
+    arguments: str | dict[str, Any],
+    info: ToolInfo | None,
+) -> tuple[InvokeToolInput, dict[str, Any]]:
+    """Input and options of ``tool.invoke`` for one call (on the tool's own queue when it has one).
+
+    ``arguments`` are the model's JSON text or the dict a person approved. A tool unknown to the
+    pinned spec gets 30 s and one attempt (the activity reports it to the model).
+    """
+    spec = pinned.spec
+    inp = InvokeToolInput(
+        run_id=workflow.info().workflow_id,
+        turn=turn,
+        call_id=call.id,
+        name=call.name,
+        arguments=arguments,
+        workspace=spec.workspace,
+        max_output_chars=spec.max_tool_output_chars,
+        tenant_id=req.tenant_id,
+        principal_id=req.principal_id,
+        secrets=spec.secrets,
+        mcp=info.mcp if info else None,
+    )
+    shown = arguments if isinstance(arguments, dict) else parse_arguments(arguments) or arguments
+    options: dict[str, Any] = {
+        "start_to_close_timeout": timedelta(seconds=info.timeout_seconds if info else 30.0),
+        "heartbeat_timeout": TOOL_HEARTBEAT,
+        "retry_policy": RetryPolicy(
+            maximum_attempts=tool_attempts(info), initial_interval=timedelta(seconds=1)
+        ),
+        "summary": render.tool_summary(call.name, shown),
+    }
+    if info is not None and info.task_queue:
+        options["task_queue"] = info.task_queue
+    return inp, options
+
+
+def tool_attempts(info: ToolInfo | None) -> int:
+    """Attempts of one tool call: the tool's ``max_attempts``, 1 for a tool the spec lacks."""
+    return info.max_attempts if info else 1
+
+
+def count_tokens(
+    pinned: PinnedSpec, messages: list[dict[str, Any]], with_tools: bool, total: int
+) -> tuple[CountTokensInput, dict[str, Any]]:
+    """Input and options of ``tokens.count`` for ``messages`` (the new ones of ``total``)."""
+    return CountTokensInput(
+        model=pinned.spec.model,
+        encoding=pinned.spec.compaction.encoding,
+        messages=messages,
+        tools=[t.openai_schema() for t in pinned.tools] if with_tools else [],
+    ), {
+        "start_to_close_timeout": timedelta(seconds=60),
+        "summary": f"tokens: count {len(messages)} new messages of {total}",
+    }

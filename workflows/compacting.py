@@ -1,0 +1,122 @@
+"""Compaction carried out: count the transcript's new messages, plan, summarise, rewrite. A mixin.
+
+The plan is pure (:func:`workflows.compaction.plan_compaction`); this module runs the
+``tokens.count`` and summary ``model.complete`` activities it needs, only when
+:func:`workflows.turn.needs_token_count` says the transcript may be over its budget.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from temporalio import workflow
+from temporalio.exceptions import ActivityError
+
+with workflow.unsafe.imports_passed_through():
+    import workflows.activity_options as options
+    import workflows.turn as turn
+    from activities.contracts import ModelReply
+    from activities.interfaces import model_complete, tokens_count
+    from activities.spec import PinnedSpec
+    from workflows.compaction import (
+        CompactionPlan,
+        plan_compaction,
+        summary_request,
+        truncate_tool_results,
+    )
+    from workflows.models import RunData, RunRequest
+
+
+class Compacting:
+    """Keeps the transcript within the model's context window; ``self._s`` is the run state."""
+
+    _s: RunData
+    _pinned: Callable[[], PinnedSpec]
+    _req: Callable[[], RunRequest]
+    _emit: Callable[..., None]
+
+    async def _maybe_compact(self) -> None:
+        """Compact if needed, counting only messages not counted before.
+
+        While :func:`turn.needs_token_count` says the transcript's upper bound stays under the
+        budget no activity runs; otherwise ``tokens.count`` counts just the new messages, so a
+        long run neither counts its whole transcript every turn nor stores that count in its history.
+        """
+        s, pinned = self._s, self._pinned()
+        comp = pinned.spec.compaction
+        budget = comp.threshold * (comp.context_window - comp.output_reserve)
+        if turn.needs_token_count(s, pinned.tools, budget):
+            await self._compact(await self._count_and_plan())
+
+    async def _count_and_plan(self) -> CompactionPlan | None:
+        """Count what is not counted yet with ``tokens.count`` and plan a compaction.
+
+        Returns None when no compaction is needed, or when the counts do not fit the transcript
+        (logged: a plain exception here would retry the workflow task forever).
+        """
+        s, pinned = self._s, self._pinned()
+        comp = pinned.spec.compaction
+        known, tools_known = s.token_counts, s.tools_tokens
+        new = s.messages[len(known) :]
+        inp, opts = options.count_tokens(pinned, new, tools_known is None, len(s.messages))
+        counts = await workflow.execute_activity(tokens_count, inp, **opts)
+        s.token_counts = known + counts.per_message
+        s.tools_tokens = counts.tools if tools_known is None else tools_known
+        try:
+            return plan_compaction(
+                s.messages,
+                s.token_counts,
+                s.tools_tokens,
+                comp.context_window,
+                comp.output_reserve,
+                comp.threshold,
+            )
+        except ValueError as e:
+            workflow.logger.warning("compaction skipped", extra={"error": str(e)})
+            return None
+
+    async def _compact(self, plan: CompactionPlan | None) -> None:
+        """Carry out a compaction plan (None: nothing to do)."""
+        if plan is None:
+            return
+        s, comp = self._s, self._pinned().spec.compaction
+        summary: str | None = None
+        if comp.summarize and plan.dropped:
+            summary = await self._summarize([s.messages[i] for i in plan.dropped])
+        compacted = plan.apply(s.messages, summary=summary)
+        if not plan.fits:
+            # even the messages that must stay are too long: shorten tool results to fit
+            budget_chars = int(plan.target * 3)
+            compacted = truncate_tool_results(
+                compacted, max(500, budget_chars // max(1, len(compacted)))
+            )
+        s.messages = compacted
+        s.token_counts = []  # the transcript was rewritten: count it afresh next time
+        s.compactions += 1
+        workflow.logger.info(
+            "context compacted",
+            extra={
+                "dropped": len(plan.dropped),
+                "before": plan.tokens_before,
+                "after": plan.tokens_after,
+                "fits": plan.fits,
+            },
+        )
+
+    async def _summarize(self, dropped: list[dict[str, Any]]) -> str | None:
+        """A model step of its own that summarises the dropped messages (None if it fails)."""
+        s = self._s
+        inp, opts = options.model_step(
+            self._pinned(), self._req(), s.turn, summary_request(dropped), summary_of=len(dropped)
+        )
+        # the summary is a model step of the event stream too (its text deltas are bracketed)
+        self._emit("model_started", model=inp.model, purpose="summary")
+        try:
+            reply = await workflow.execute_activity(model_complete, inp, **opts)
+        except ActivityError:
+            self._emit("model_finished", reply=ModelReply(model=inp.model))
+            return None
+        self._emit("model_finished", reply=reply)
+        s.usage = s.usage.add(reply.usage)
+        return reply.content

@@ -1,0 +1,105 @@
+"""Views of the run state (:class:`workflows.models.RunData`), pure and tested without a server.
+
+The ``state`` query, the Web UI details, the ``RunResult`` and the search attributes.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from temporalio.common import SearchAttributeKey, SearchAttributePair
+
+import workflows.render as render
+from workflows.models import IgnoredSignal, RunData, RunResult, RunState, RunStatus
+
+SA_AGENT = SearchAttributeKey.for_keyword("AgentName")
+SA_TENANT = SearchAttributeKey.for_keyword("TenantId")
+SA_PRINCIPAL = SearchAttributeKey.for_keyword("PrincipalId")
+SA_STATUS = SearchAttributeKey.for_keyword("AgentStatus")
+SA_TOKENS = SearchAttributeKey.for_int("TotalTokens")
+SA_COST = SearchAttributeKey.for_float("CostUsd")
+SA_SPEC = SearchAttributeKey.for_keyword("SpecHash")
+SA_PARENT = SearchAttributeKey.for_keyword("ForkParentRunId")
+
+
+def _shared(data: RunData, view: type[RunState] | type[RunResult]) -> dict[str, Any]:
+    """Fields of ``data`` (and of its request) that ``view`` has under the same name."""
+    out: dict[str, Any] = {}
+    for name in view.model_fields:
+        if name in RunData.model_fields and name not in ("req", "pinned"):
+            out[name] = getattr(data, name)
+        elif data.req is not None and name in type(data.req).model_fields:
+            out[name] = getattr(data.req, name)
+    out["spec_hash"] = data.pinned.spec_hash if data.pinned else ""
+    return out
+
+
+def run_state(data: RunData, held: list[IgnoredSignal] | None = None) -> RunState:
+    """Answer of the ``state`` query: every field of RunState read from the run state.
+
+    ``held`` are decisions held for calls not known yet (workflows/held.py), shown as ignored.
+    """
+    return RunState(
+        **{
+            **_shared(data, RunState),
+            "pending_approvals": list(data.pending.values()),
+            "ignored_signals": data.ignored_signals + (held or []),
+        }
+    )
+
+
+def run_result(
+    data: RunData, status: RunStatus, reason: str, error: str | None, now: datetime
+) -> RunResult:
+    """The run's ``RunResult``; ``duration_ms`` is workflow time since the run started."""
+    duration = (now - data.started_at).total_seconds() * 1000
+    return RunResult(
+        **{
+            **_shared(data, RunResult),
+            "status": status,
+            "turns": data.turn,
+            "duration_ms": round(duration, 1),
+            "stopped_reason": reason,
+            "error": error,
+        }
+    )
+
+
+def details(data: RunData) -> str | None:
+    """Markdown of the Web UI's current details (None before the spec is pinned)."""
+    if data.pinned is None:
+        return None
+    spec = data.pinned.spec
+    return render.current_details(
+        status=data.status,
+        turn=data.turn,
+        max_turns=spec.limits.max_turns,
+        model=spec.model,
+        total_tokens=data.usage.total_tokens,
+        cost_usd=data.usage.cost_usd,
+        pending=list(data.pending.values()),
+        tool_calls=data.tool_calls,
+        last_text=data.output,
+        spec_hash=data.pinned.spec_hash,
+    )
+
+
+def search_attribute_pairs(data: RunData, initial: bool) -> list[SearchAttributePair[Any]]:
+    """Search attributes to upsert: status, tokens and cost; with ``initial`` also who and what."""
+    pairs: list[SearchAttributePair[Any]] = [
+        SA_STATUS.value_set(data.status),
+        SA_TOKENS.value_set(data.usage.total_tokens),
+        SA_COST.value_set(data.usage.cost_usd),
+    ]
+    req = data.req
+    if initial and data.pinned is not None and req is not None:
+        pairs += [
+            SA_AGENT.value_set(req.agent),
+            SA_TENANT.value_set(req.tenant_id),
+            SA_PRINCIPAL.value_set(req.principal_id),
+            SA_SPEC.value_set(data.pinned.spec_hash),
+        ]
+        if req.parent_run_id:
+            pairs.append(SA_PARENT.value_set(req.parent_run_id))
+    return pairs

@@ -1,0 +1,263 @@
+"""The turn as pure data: what comes next after each outcome, and how each tool call settles.
+
+Every function here takes the run state (:class:`workflows.models.RunData`) or plain values and
+returns a value; none schedules anything. :class:`workflows.agent_run.AgentRun` carries the values
+out (activities, timers, waits) and ``workers/inspect_history.py`` can call the same functions to
+explain a finished run (:func:`decision_problem`, :func:`is_timeout_failure`).
+
+A turn: :func:`before_model` (``CallModel`` or ``Finish``), the model step, then
+:func:`after_reply` (``Finish``, ``WaitForMessage`` or ``RunTools``) or, when the reply could not
+be parsed, :func:`after_parse_failure` (``TellModel`` or ``Finish``); tool calls settle through
+:func:`settle_by_policy`, :func:`settle_by_verdict` and :func:`settle_failure`; then
+:func:`after_tools` (``CallModel``, ``PauseForBudget`` or ``Finish``) and
+:func:`should_continue_as_new`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Container, Mapping
+from dataclasses import dataclass
+
+from temporalio.api.failure.v1 import Failure
+from temporalio.exceptions import TimeoutError as ActivityTimeoutError
+
+from activities.contracts import ModelReply, ToolCallRequest, ToolInfo
+from activities.spec import Limits, Policy
+from workflows.compaction import token_upper_bound
+from workflows.loop_detection import Signature, detect_loop, turn_signature
+from workflows.models import Decision, RunData, RunStatus, ToolCallRecord, ToolCallStatus
+from workflows.policy import PolicyDecision, may_decide, parse_arguments
+
+PARSE_FAILURE_NOTE = (
+    "Your last reply could not be read as a tool call. To call a tool, reply with exactly one JSON "
+    'object {"name": <tool name>, "arguments": {...}} using one of the listed tools; otherwise answer '
+    "in plain text."
+)
+APPROVAL_TIMED_OUT = "No person approved this tool call in time; it was not run."
+
+
+@dataclass(frozen=True)
+class CallModel:
+    """Take the next model step."""
+
+
+@dataclass(frozen=True)
+class TellModel:
+    """Add ``note`` as a user message and take the next model step (the turn counts)."""
+
+    note: str
+
+
+@dataclass(frozen=True)
+class RunTools:
+    """Settle and run the reply's tool calls; ``signature`` is the turn's loop signature."""
+
+    calls: list[ToolCallRequest]
+    signature: Signature
+
+
+@dataclass(frozen=True)
+class WaitForMessage:
+    """Chat mode: wait for the next ``send_message`` (until the idle timeout)."""
+
+
+@dataclass(frozen=True)
+class PauseForBudget:
+    """Hold the run until the budget is raised (``limits.on_budget: pause``)."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class Finish:
+    """End the run with ``status``."""
+
+    status: RunStatus
+    reason: str
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class Settled:
+    """How one tool call ended without running (or after it failed): status and the model's text."""
+
+    status: ToolCallStatus
+    text: str
+
+
+Next = CallModel | TellModel | RunTools | WaitForMessage | PauseForBudget | Finish
+
+
+def before_model(data: RunData, limits: Limits) -> CallModel | Finish:
+    """A model step, unless the run has taken ``limits.max_turns`` already."""
+    if data.turn >= limits.max_turns:
+        return Finish("max_turns", f"reached max_turns={limits.max_turns}")
+    return CallModel()
+
+
+def after_reply(data: RunData, reply: ModelReply, limits: Limits) -> Next:
+    """What a model reply leads to: the answer (task mode), the next message (chat), tool calls.
+
+    ``data.signatures`` are the earlier turns' signatures; a reply whose calls close a loop
+    (:func:`workflows.loop_detection.detect_loop`) finishes the run ``loop_detected``.
+    """
+    if not reply.tool_calls:
+        if data.req is not None and data.req.mode == "chat":
+            return WaitForMessage()
+        return Finish("completed", "the model answered")
+    sig = turn_signature([(c.name, c.arguments) for c in reply.tool_calls])
+    loop = detect_loop([*data.signatures, sig], limits.loop_window, limits.loop_repeats)
+    if loop:
+        return Finish("loop_detected", loop)
+    return RunTools(list(reply.tool_calls), sig)
+
+
+def after_parse_failure(failures: int, allowed: int, error: str) -> TellModel | Finish:
+    """The model's ``failures``-th unparsable output: tell it (up to ``allowed`` times) or fail."""
+    if failures <= allowed:
+        return TellModel(PARSE_FAILURE_NOTE)
+    return Finish("failed", "the model's output could not be parsed", error)
+
+
+def budget_exceeded(data: RunData) -> str | None:
+    """Why the run is over its token or cost budget, or None."""
+    used, cap = data.usage.total_tokens, data.max_total_tokens
+    if cap is not None and used >= cap:
+        return f"used {used} tokens of a budget of {cap}"
+    cost, cap_usd = data.usage.cost_usd, data.max_cost_usd
+    if cap_usd is not None and cost >= cap_usd:
+        return f"cost {cost:.6f} USD of a budget of {cap_usd} USD"
+    return None
+
+
+def after_tools(data: RunData, limits: Limits) -> CallModel | PauseForBudget | Finish:
+    """After a turn's tool calls: go on, pause on the budget, or stop ``budget_exceeded``."""
+    over = budget_exceeded(data)
+    if over is None:
+        return CallModel()
+    if limits.on_budget == "pause":
+        return PauseForBudget(over)
+    return Finish("budget_exceeded", over)
+
+
+def should_continue_as_new(
+    turn: int, limits: Limits, suggested: bool, history_bytes: int, history_events: int
+) -> bool:
+    """At a turn boundary: every N turns, when Temporal suggests it, or at the spec's thresholds.
+
+    The thresholds (``continue_as_new_at_bytes`` / ``_at_events``) come before Temporal's 4 MiB
+    suggestion: a turn may add hundreds of KB, and a smaller history replays faster.
+    """
+    every = limits.continue_as_new_every_turns
+    if every and turn > 0 and turn % every == 0:
+        return True
+    return (
+        suggested
+        or history_bytes >= limits.continue_as_new_at_bytes
+        or history_events >= limits.continue_as_new_at_events
+    )
+
+
+def needs_token_count(data: RunData, tools: list[ToolInfo], budget: float) -> bool:
+    """Whether the transcript may be over ``budget`` tokens, so ``tokens.count`` must count it.
+
+    Exact counts of the first ``len(data.token_counts)`` messages are known; the others (and the
+    tool schemas, until counted) are bounded with :func:`token_upper_bound`.
+    """
+    new = data.messages[len(data.token_counts) :]
+    tools_counted = data.tools_tokens
+    if tools_counted is None:
+        tools_tokens = sum(token_upper_bound(t.openai_schema()) for t in tools)
+    else:
+        tools_tokens = tools_counted
+    return sum(data.token_counts) + tools_tokens + sum(token_upper_bound(m) for m in new) > budget
+
+
+# ------------------------------------------------------------------ tool calls
+
+
+def settle_by_policy(
+    call: ToolCallRequest, decision: PolicyDecision, turn: int
+) -> tuple[ToolCallRecord, Settled | None]:
+    """The call's record as the policy leaves it, and its settlement when the policy denied it."""
+    args = parse_arguments(call.arguments)
+    rec = ToolCallRecord(
+        id=call.id,
+        name=call.name,
+        arguments=args if args is not None else call.arguments,
+        status="pending",
+        turn=turn,
+        policy=decision.action,
+        reason=decision.reason,
+    )
+    if decision.action == "deny":
+        text = f"Tool call denied by policy: {decision.reason}. Do not retry it."
+        return rec, Settled("denied", text)
+    return rec, None
+
+
+def settle_by_verdict(verdict: Decision | None) -> Settled | None:
+    """How a call that waited for a person settles: None when approved (it runs)."""
+    if verdict is not None and verdict.decision == "approve":
+        return None
+    if verdict is not None and verdict.decision == "timeout":
+        return Settled("timed_out", APPROVAL_TIMED_OUT)
+    why = verdict.comment if verdict is not None and verdict.comment else "no reason given"
+    return Settled("rejected", f"A person rejected this tool call; it was not run. Reason: {why}")
+
+
+def settle_failure(timed_out: bool, cancelled: bool, message: str, attempts: int) -> Settled:
+    """A tool activity that failed for good: cancelled, timed out (structurally) or an error."""
+    if cancelled:
+        return Settled("cancelled", f"The tool call was cancelled: {message}")
+    text = f"The tool failed and was given up after {attempts} attempt(s): {message}"
+    return Settled("timed_out" if timed_out else "error", text)
+
+
+def is_timeout_error(error: BaseException | None) -> bool:
+    """True when an activity error's cause chain holds a Temporal timeout (in the workflow).
+
+    Start-to-close, schedule-to-close and heartbeat timeouts all count.
+    """
+    while error is not None:
+        if isinstance(error, ActivityTimeoutError):
+            return True
+        error = getattr(error, "cause", None)
+    return False
+
+
+def is_timeout_failure(failure: Failure | None) -> bool:
+    """The same as :func:`is_timeout_error` for a failure read from a history event."""
+    while failure is not None and failure.ByteSize():
+        if failure.HasField("timeout_failure_info"):
+            return True
+        failure = failure.cause if failure.HasField("cause") else None
+    return False
+
+
+def decision_problem(
+    call_id: str,
+    principal_id: str,
+    *,
+    decided: Mapping[str, str],
+    waiting: Mapping[str, list[str]],
+    known: Container[str],
+    policy: Policy | None,
+) -> str | None:
+    """Why a person's decision on ``call_id`` cannot be taken now, or None when it can.
+
+    Args:
+        call_id: the tool call the decision names.
+        principal_id: who decides.
+        decided: call id -> the decision already taken (``approve``, ``reject``, ``timeout``).
+        waiting: call id -> its approvers, for the calls waiting for a person now.
+        known: every tool call id of the run.
+        policy: the pinned policy (who may decide); None before the spec is pinned.
+    """
+    if call_id in decided:
+        return f"tool call {call_id} was already decided ({decided[call_id]})"
+    approvers = waiting.get(call_id)
+    if approvers is None or policy is None:
+        return f"tool call {call_id} is {'not waiting for approval' if call_id in known else 'unknown'}"
+    allowed, why = may_decide(policy, approvers, principal_id)
+    return None if allowed else why
