@@ -7,7 +7,7 @@ STATE := .agent-runtime
 AGENTCTL := $(BIN)/agentctl
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: help install test test-unit demo dev-server codec-server model-server worker stop bench chaos lint clean
+.PHONY: help install test test-unit test-slow demo demo-check dev-server codec-server model-server worker stop bench chaos lint clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -21,8 +21,11 @@ $(VENV)/.installed: pyproject.toml
 
 install: $(VENV)/.installed ## create .venv and install the project with its test dependencies
 
-test: install ## run the whole test suite (real Temporal dev server, scripted model server)
-	$(BIN)/python -m pytest -q -p no:cacheprovider tests
+test: install ## run the test suite (real Temporal dev server, scripted model server); not the slow tests
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not slow" tests
+
+test-slow: install ## the slow tests: build llama-server from source in a clean cache and answer a tool call (10-20 min)
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m slow -s tests
 
 test-unit: install ## unit tests only (no server)
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests/unit
@@ -41,6 +44,9 @@ worker: install ## start a worker in the background (logs: .agent-runtime/logs/w
 
 demo: install ## the whole thing on a fresh machine: servers, worker, a real agent run on the local model
 	$(BIN)/python -m workers.demo
+
+demo-check: install ## the demo end to end; exits non-zero when any step fails or the answer is wrong
+	$(BIN)/python -m workers.demo --check
 
 stop: ## stop the dev server, model server and worker started by make (by their recorded pids)
 	@test -x $(BIN)/python && $(BIN)/python -m workers.procs stop || echo "nothing to stop"

@@ -46,6 +46,7 @@ def model_task_queue(task_queue: str, model: str) -> str:
     """
     return f"{task_queue}.model.{model}"
 
+
 SEARCH_ATTRIBUTES = (
     "AgentName",
     "TenantId",

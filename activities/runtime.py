@@ -50,6 +50,10 @@ class RuntimeActivities:
         always_secret: environment variables whose values are always secret (by default
             ``OPENAI_API_KEY`` and ``TEMPORAL_API_KEY``), besides the spec's ``secrets:`` and
             the variables an MCP server's settings refer to.
+        own_dirs: folders of the runtime's own local state (``AGENT_STATE_DIR``): a spec's
+            workspace inside one of them that does not exist yet is created, empty, on first use
+            (the default agent's ``.agent-runtime/workspace`` on a fresh clone). A missing
+            workspace anywhere else stays an error that says how to create it.
         mcp_pool: the worker's MCP connections (a new pool when omitted); :meth:`aclose` stops
             its stdio servers.
 
@@ -64,6 +68,7 @@ class RuntimeActivities:
         default_model: str,
         registry: ToolRegistry | None = None,
         always_secret: tuple[str, ...] = ALWAYS_SECRET,
+        own_dirs: tuple[str | Path, ...] = (),
         mcp_pool: McpPool | None = None,
     ) -> None:
         self._spec_file = spec_file
@@ -71,6 +76,7 @@ class RuntimeActivities:
         self._registry = registry or REGISTRY
         add_secret_names(always_secret)
         self._search_attributes: bool | None = None  # the namespace's answer, once known
+        self._own_dirs = tuple(Path(d).expanduser().resolve() for d in own_dirs)
         self.mcp_pool = mcp_pool or McpPool()
 
     async def aclose(self) -> None:
@@ -94,12 +100,7 @@ class RuntimeActivities:
             tools = await self._pin_tools(spec)
         except (SpecError, UnknownToolError, McpToolsError) as e:
             raise ApplicationError(str(e), type=ERR_SPEC_INVALID, non_retryable=True) from None
-        if not Path(spec.workspace).is_dir():
-            raise ApplicationError(
-                f"agents.{req.agent}.workspace: {spec.workspace} is not a directory",
-                type=ERR_SPEC_INVALID,
-                non_retryable=True,
-            )
+        self._ensure_workspace(req.agent, Path(spec.workspace), path)
         return PinnedSpec(
             spec=spec,
             tools=tools,
@@ -107,6 +108,35 @@ class RuntimeActivities:
             source=str(path),
             search_attributes=await self._namespace_has_search_attributes(),
             workflow_rev=req.workflow_rev,
+        )
+
+    def _ensure_workspace(self, agent: str, ws: Path, spec_file: str) -> None:
+        """Create a missing workspace inside the runtime's own folders; else explain the fix.
+
+        Raises:
+            ApplicationError: non-retryable ``AgentSpecInvalid`` when ``ws`` is not a directory
+                and may not be created here (the message names the command to run).
+        """
+        if ws.is_dir():
+            return
+        resolved = ws.resolve()
+        if not ws.exists() and any(resolved.is_relative_to(d) for d in self._own_dirs):
+            try:
+                resolved.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise ApplicationError(
+                    f"agents.{agent}.workspace: cannot create {ws}: {e}",
+                    type=ERR_SPEC_INVALID,
+                    non_retryable=True,
+                ) from None
+            log.info("workspace_created", agent=agent, workspace=str(resolved))
+            return
+        what = "is not a directory" if ws.exists() else "is not a directory (it does not exist)"
+        raise ApplicationError(
+            f"agents.{agent}.workspace: {ws} {what}; create it (mkdir -p {ws}) or point "
+            f"agents.{agent}.workspace in {spec_file} at an existing folder",
+            type=ERR_SPEC_INVALID,
+            non_retryable=True,
         )
 
     async def _namespace_has_search_attributes(self) -> bool | None:

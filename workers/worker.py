@@ -25,7 +25,7 @@ from activities.runtime import RuntimeActivities
 from activities.spec import SpecError, load_rate_limits, load_spec_file
 from activities.tokens import count_tokens
 from activities.tools import load_tool_modules
-from workers.config import Settings, load_settings
+from workers.config import STATE_DIR_DEFAULT, Settings, load_settings
 from workflows.agent_run import AgentRun
 
 log = structlog.get_logger("workers.worker")
@@ -102,6 +102,7 @@ def build_model_workers(
         options: dict[str, Any] = dict(
             task_queue=model_task_queue(settings.task_queue, name),
             activities=[model.complete],
+            interceptors=[RedactingInterceptor()],  # secrets redacted, as on the main queue
             max_concurrent_activities=WorkerTuning.max_concurrent_activities,
             max_task_queue_activities_per_second=rps,
             graceful_shutdown_timeout=WorkerTuning.graceful_shutdown_timeout,
@@ -144,6 +145,18 @@ def precompile_workflow_modules() -> None:
         compileall.compile_dir(folder, maxlevels=0, quiet=2)
 
 
+def runtime_activities(settings: Settings) -> RuntimeActivities:
+    """The tool and spec activities for ``settings``.
+
+    A spec's workspace inside the runtime's own state folder (``AGENT_STATE_DIR``, or the
+    project's ``.agent-runtime``) is created on first use, so the default agent runs on a fresh
+    clone before ``make demo`` has filled its workspace.
+    """
+    return RuntimeActivities(
+        settings.spec_file, settings.default_model, own_dirs=(settings.state_dir, STATE_DIR_DEFAULT)
+    )
+
+
 def build_worker(
     client: Client,
     settings: Settings,
@@ -165,7 +178,7 @@ def build_worker(
         **overrides: any other :class:`~temporalio.worker.Worker` option.
     """
     load_tool_modules(tool_modules_for(settings))
-    runtime = runtime or RuntimeActivities(settings.spec_file, settings.default_model)
+    runtime = runtime or runtime_activities(settings)
     activities: list[Any] = [runtime.invoke_tool]
     workflows: list[Any] = []
     if not tools_only:
@@ -200,7 +213,7 @@ async def run_worker(
 
     settings = settings or load_settings()
     client = client or await connect(settings)
-    runtime = RuntimeActivities(settings.spec_file, settings.default_model)
+    runtime = runtime_activities(settings)
     workers = build_workers(client, settings, tools_only=tools_only, runtime=runtime)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

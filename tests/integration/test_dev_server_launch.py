@@ -249,3 +249,23 @@ def test_run_dev_server_foreground_ctrl_c(tmp_path: Path) -> None:
         if child.poll() is None:
             os.killpg(child.pid, signal.SIGKILL)
             child.wait(5)
+
+
+async def test_make_stop_stops_the_dev_server_started_in_the_state_dir(
+    tmp_path: Path, servers: list, monkeypatch
+) -> None:
+    """`make demo` records the dev server under AGENT_STATE_DIR; `make stop` finds it there."""
+    from workers import procs
+
+    (tmp_path / "project").mkdir()
+    cfg_path = write_config(tmp_path / "project", headless=True)
+    cfg = load_dev_config(cfg_path)
+    state = tmp_path / "elsewhere" / "state"
+    monkeypatch.setenv("AGENT_STATE_DIR", str(state))
+    out = io.StringIO()
+    assert await asyncio.to_thread(run_dev_server, cfg_path, False, out, 30.0, state) == 0
+    pid_file = state / "temporal-dev.pid"
+    servers.append(int(pid_file.read_text()))
+    assert not (tmp_path / "project" / ".agent-runtime" / "temporal-dev.pid").exists()
+    await asyncio.to_thread(procs.stop_all)
+    assert not pid_file.exists() and not port_open(cfg.port)

@@ -254,14 +254,20 @@ async def test_connect_without_telemetry_adds_no_plugin_and_imports_no_opentelem
     dev_server_address: str, tmp_path: Path
 ):
     code = (
-        "import asyncio, sys\n"
+        "import asyncio, gc, sys\n"
         "from workers import client as rc\n"
         "from workers.config import Settings\n"
         "from workers.logging_setup import configure_logging\n"
         "configure_logging('info')\n"
         f"s = Settings(temporal_address={dev_server_address!r}, payload_store='none', state_dir={str(tmp_path)!r})\n"
-        f"c = asyncio.run(rc.connect(s, target_host={dev_server_address!r}))\n"
-        "print(len(c.config()['plugins']), any(m.startswith('opentelemetry') for m in sys.modules))\n"
+        "async def main():\n"
+        f"    c = await rc.connect(s, target_host={dev_server_address!r})\n"
+        "    n = len(c.config()['plugins'])\n"
+        "    del c\n"  # no client may outlive its event loop (notes/temporal.md: crash at exit)
+        "    gc.collect()\n"
+        "    return n\n"
+        "n = asyncio.run(main())\n"
+        "print(n, any(m.startswith('opentelemetry') for m in sys.modules))\n"
     )
     out = await asyncio.to_thread(
         subprocess.run,

