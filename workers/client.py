@@ -15,11 +15,11 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio.client import Client, WorkflowHandle, WorkflowQueryFailedError
-from temporalio.common import SearchAttributePair, TypedSearchAttributes
+from temporalio.common import Priority, SearchAttributePair, TypedSearchAttributes
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.contracts import SEARCH_ATTRIBUTES
+from activities.contracts import SEARCH_ATTRIBUTES, fairness_key
 from workers.config import Settings, load_settings, temporal_connect_config
 from workers.converter import build_data_converter
 from workers.telemetry import temporal_plugins
@@ -161,6 +161,8 @@ async def start_run(
         req,
         id=workflow_id,
         task_queue=task_queue,
+        # the run's workflow tasks are dispatched fairly between tenants (README "Fairness")
+        priority=Priority(fairness_key=fairness_key(req.tenant_id) or None),
         static_summary=static_summary(req),
         static_details=static_details(req),
         **({"search_attributes": sa} if sa is not None else {}),

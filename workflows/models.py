@@ -98,6 +98,10 @@ class RunResult(BaseModel):
     ignored_signals: list[IgnoredSignal] = Field(default_factory=list)
     parent_run_id: str | None = None
     fork_turn: int | None = None
+    model_steps: list[dict[str, Any]] = Field(default_factory=list)
+    """One ``{"turn", "model", "duration_ms", "usage"}`` per model step, naming the model that
+    answered (a fallback's name when the primary failed); ``duration_ms`` is the answering call's
+    own time, measured in the activity."""
 
 
 class ApproveSignal(BaseModel):
@@ -251,6 +255,9 @@ class RunData(BaseModel):
     output: str | None = None
     events: WorkflowStreamState | None = Field(
         None, description="the event stream's retained items (workflows.events.RunEvents.carry)"
+    )
+    model_steps: list[dict[str, Any]] = Field(
+        default_factory=list, description="RunResult.model_steps: the model of every step"
     )
     # one execution only (not carried)
     req: RunRequest | None = Field(None, exclude=True)
