@@ -7,6 +7,7 @@ Activity names are stable and namespaced; they are listed in :data:`ACTIVITY_NAM
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -16,6 +17,35 @@ TOOL_INVOKE = "tool.invoke"
 SPEC_RESOLVE = "spec.resolve"
 TOKENS_COUNT = "tokens.count"
 ACTIVITY_NAMES = (MODEL_COMPLETE, TOOL_INVOKE, SPEC_RESOLVE, TOKENS_COUNT)
+
+
+FAIRNESS_KEY_MAX_BYTES = 64
+"""Longest fairness key Temporal accepts, in UTF-8 bytes (``temporalio.common.Priority``)."""
+
+
+def fairness_key(tenant_id: str) -> str:
+    """The Temporal fairness key of a tenant: ``tenant_id`` itself when it fits in 64 bytes.
+
+    A longer id becomes its first bytes, ``~`` and 16 hex digits of its sha256, so distinct
+    tenants keep distinct keys. Deterministic (the workflow calls it); an empty id gives ``""``
+    (Temporal's "inherit / default" key).
+    """
+    raw = tenant_id.encode()
+    if len(raw) <= FAIRNESS_KEY_MAX_BYTES:
+        return tenant_id
+    digest = hashlib.sha256(raw).hexdigest()[:16]
+    head = raw[: FAIRNESS_KEY_MAX_BYTES - 17].decode(errors="ignore")
+    return f"{head}~{digest}"
+
+
+def model_task_queue(task_queue: str, model: str) -> str:
+    """The task queue of a rate-limited model's steps: ``<task queue>.model.<model>``.
+
+    Workers serve it with Temporal's server-side ``max_task_queue_activities_per_second`` set to
+    the model's ``rate_limits`` entry, so the limit holds across every worker of the queue.
+    """
+    return f"{task_queue}.model.{model}"
+
 
 SEARCH_ATTRIBUTES = (
     "AgentName",

@@ -3,9 +3,11 @@
 A spec file looks like::
 
     tool_modules: [my_company.tools]      # optional: modules whose @tool functions to register
+    rate_limits:                          # optional: per model, held across all workers
+      gpt-4o-mini: {requests_per_second: 5}
     agents:
       default:
-        model: qwen2.5-coder-1.5b-instruct  # optional: AGENT_MODEL when absent
+        model: qwen2.5-coder-1.5b-instruct  # optional: AGENT_MODEL when absent; a list = fallbacks
         system_prompt: You are ...
         tools: [list_files, read_file, search_files, calculator]
         workspace: ./workspace              # relative to the spec file; ~ and $VARS expanded
@@ -178,6 +180,39 @@ class PlanSettings(BaseModel):
     )
 
 
+class RateLimit(BaseModel):
+    """A model's rate limit, held across every worker by Temporal's server-side task-queue limit."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    requests_per_second: float = Field(
+        gt=0, description="model activities the server dispatches per second, at most"
+    )
+
+
+def load_rate_limits(raw: dict[str, Any]) -> dict[str, RateLimit]:
+    """The top-level ``rate_limits:`` of a spec file (model name -> :class:`RateLimit`).
+
+    Raises:
+        SpecError: the section is not a mapping of model names to ``{requests_per_second: R}``
+            with ``R > 0``; the message names the field (``rate_limits.MODEL.requests_per_second``).
+    """
+    section = raw.get("rate_limits")
+    if section is None:
+        return {}
+    if not isinstance(section, dict):
+        raise SpecError("rate_limits: must be a mapping of model name -> {requests_per_second: R}")
+    out: dict[str, RateLimit] = {}
+    for model, body in section.items():
+        if not isinstance(model, str) or not model.strip():
+            raise SpecError(f"rate_limits: model names must be non-empty strings, got {model!r}")
+        try:
+            out[model] = RateLimit.model_validate(body)
+        except ValidationError as e:
+            raise SpecError(_format_error_at(f"rate_limits.{model}", e)) from None
+    return out
+
+
 class ToolEntry(BaseModel):
     """A ``tools:`` entry written as a mapping: the tool and the task queue its calls run on."""
 
@@ -191,14 +226,24 @@ class AgentSpec(BaseModel):
     """One agent, resolved: every default filled, the workspace made absolute.
 
     ``tools`` holds names once validated; an entry ``{name: N, task_queue: Q}`` moves its queue
-    to ``tool_queues`` (tool name -> queue). ``mcp_servers`` maps a server's name to its
+    to ``tool_queues`` (tool name -> queue). ``model`` may be given as a list: its first name
+    becomes ``model`` (the primary) and the others ``fallback_models``, tried in order when a
+    model step's error is not retryable or its retries are exhausted. ``rate_limits`` is the
+    spec file's top-level section (model -> :class:`RateLimit`): a model named there runs its
+    steps on its own task queue (:func:`activities.contracts.model_task_queue`). ``mcp_servers`` maps a server's name to its
     :class:`McpServerSpec`; policy entries may name its tools ``server.tool`` or ``server__tool``.
     """
 
     model_config = ConfigDict(extra="forbid")
 
     name: str
-    model: str
+    model: str = Field(min_length=1)
+    fallback_models: list[str] = Field(
+        default_factory=list, description="models tried in order when a model step fails for good"
+    )
+    rate_limits: dict[str, RateLimit] = Field(
+        default_factory=dict, description="the spec file's rate_limits (model -> limit)"
+    )
     system_prompt: str = "You are a helpful assistant."
     tools: list[str | ToolEntry] = Field(default_factory=list)
     tool_queues: dict[str, str] = Field(default_factory=dict)
@@ -254,6 +299,27 @@ class AgentSpec(BaseModel):
             raise ValueError("names must be unique")
         return v
 
+    @model_validator(mode="before")
+    @classmethod
+    def _split_model_list(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or not isinstance(data.get("model"), list):
+            return data
+        models = data["model"]
+        if not models or not all(isinstance(m, str) and m.strip() for m in models):
+            raise ValueError("model: a list of models must hold one or more non-empty names")
+        if len(set(models)) != len(models):
+            raise ValueError("model: the list names a model twice")
+        if data.get("fallback_models"):
+            raise ValueError("model: give fallbacks either in the model list or fallback_models")
+        return {**data, "model": models[0], "fallback_models": list(models[1:])}
+
+    @field_validator("fallback_models")
+    @classmethod
+    def _fallback_names(cls, v: list[str]) -> list[str]:
+        if not all(m.strip() for m in v):
+            raise ValueError("fallback model names must be non-empty")
+        return v
+
     @field_validator("tools")
     @classmethod
     def _unique_tools(cls, v: list[str | ToolEntry]) -> list[str | ToolEntry]:
@@ -287,6 +353,10 @@ class AgentSpec(BaseModel):
         server, dot, tool = name.partition(".")
         return tool_name(server, tool) if dot and server in self.mcp_servers else name
 
+    def models(self) -> list[str]:
+        """The primary model, then the fallbacks, in the order they are tried."""
+        return [self.model, *(m for m in self.fallback_models if m != self.model)]
+
     def tool_names(self) -> list[str]:
         """The names in ``tools`` (the worker's own tools, not the MCP servers')."""
         return [t if isinstance(t, str) else t.name for t in self.tools]
@@ -317,12 +387,16 @@ def _expand(value: str, base: Path) -> str:
     return str(p.resolve())
 
 
-def _format_error(agent: str, err: ValidationError) -> str:
+def _format_error_at(prefix: str, err: ValidationError) -> str:
     parts = []
     for e in err.errors():
         loc = ".".join(str(x) for x in e["loc"])
-        parts.append(f"agents.{agent}.{loc}: {e['msg']}")
+        parts.append(f"{prefix}.{loc}: {e['msg']}" if loc else f"{prefix}: {e['msg']}")
     return "; ".join(parts)
+
+
+def _format_error(agent: str, err: ValidationError) -> str:
+    return _format_error_at(f"agents.{agent}", err)
 
 
 def load_spec_file(path: str | Path) -> dict[str, Any]:
@@ -352,7 +426,8 @@ def resolve_agent(path: str | Path, agent: str, default_model: str) -> AgentSpec
         default_model: the model used when the agent names none (``AGENT_MODEL``).
 
     Raises:
-        SpecError: unknown agent, or a field that does not validate (the message names it).
+        SpecError: unknown agent, or a field that does not validate (the message names it),
+            or a top-level ``rate_limits`` that does not.
     """
     p = Path(path)
     raw = load_spec_file(p)
@@ -360,6 +435,12 @@ def resolve_agent(path: str | Path, agent: str, default_model: str) -> AgentSpec
     if agent not in agents:
         raise SpecError(f"unknown agent {agent!r} in {p}; defined: {', '.join(sorted(agents))}")
     body = dict(agents[agent] or {})
+    if "rate_limits" in body:
+        raise SpecError(
+            f"agents.{agent}.rate_limits: rate limits belong at the top level of the spec file "
+            "(they hold for every agent, and workers read them there)"
+        )
+    body["rate_limits"] = load_rate_limits(raw)
     body.setdefault("model", default_model)
     body["name"] = agent
     if "workspace" in body:

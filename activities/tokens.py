@@ -38,7 +38,6 @@ import hashlib
 import importlib.util
 import json
 import math
-import re
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -136,24 +135,9 @@ _SPECIAL_TOKENS = {
     O200K_BASE: {_ENDOFTEXT: 199999, _ENDOFPROMPT: 200018},
 }
 
-# Model name prefix -> encoding, checked in order (longer prefixes first where they overlap).
-# Source: tiktoken/model.py MODEL_PREFIX_TO_ENCODING / MODEL_TO_ENCODING (tiktoken 0.14.0).
-_MODEL_PREFIXES: tuple[tuple[str, str], ...] = (
-    ("gpt-4o", O200K_BASE),
-    ("chatgpt-4o", O200K_BASE),
-    ("gpt-4.1", O200K_BASE),
-    ("gpt-4.5", O200K_BASE),
-    ("gpt-5", O200K_BASE),
-    # gpt-oss uses o200k_harmony: the same ranks and pattern as o200k_base plus special tokens,
-    # which we never encode as such, so o200k_base counts ordinary text identically.
-    ("gpt-oss", O200K_BASE),
-    ("gpt-4", CL100K_BASE),
-    ("gpt-3.5", CL100K_BASE),
-    ("gpt-35", CL100K_BASE),
-    ("text-embedding-3", CL100K_BASE),
-    ("text-embedding-ada-002", CL100K_BASE),
-)
-_O_SERIES = re.compile(r"^o\d+(?:-|$)")
+# tiktoken names o200k_harmony for gpt-oss: the same ranks and pattern as o200k_base plus special
+# tokens, which we never encode as such, so o200k_base counts ordinary text identically.
+_SAME_ORDINARY_TEXT = {"o200k_harmony": O200K_BASE}
 FALLBACK_MODEL_ENCODING = CL100K_BASE
 """Encoding of models we do not know (e.g. local Qwen or Llama models): an approximation only,
 their own tokenizers differ; cl100k_base is typically within ~10-20% on English text and code."""
@@ -284,23 +268,22 @@ def _build_encoder(name: str) -> TokenEncoder:
 def encoding_name_for(model: str) -> str:
     """The encoding a model uses, by name: ``o200k_base`` or ``cl100k_base``.
 
-    ``gpt-4o*``, ``chatgpt-4o*``, ``gpt-4.1*``, ``gpt-4.5*``, ``gpt-5*``, ``gpt-oss*`` and the
-    o-series (``o1``, ``o3-mini``, ``o4-mini``...) map to ``o200k_base``; ``gpt-4*``,
-    ``gpt-3.5*``/``gpt-35*`` and the ``text-embedding-3``/``ada-002`` models to ``cl100k_base``.
-    Case, a provider prefix (``openai/gpt-4o``) and a fine-tune prefix (``ft:gpt-4o:org::id``)
-    are ignored. Any other model (a local Qwen, Llama...) gets :data:`FALLBACK_MODEL_ENCODING`,
-    ``cl100k_base``, which only approximates a non-OpenAI tokenizer.
+    Looked up with ``tiktoken.encoding_name_for_model`` (tiktoken's own model table, no network):
+    e.g. ``gpt-4o*``, ``gpt-4.1*``, ``gpt-5*``, ``o1``/``o3-mini``/``o4-mini`` and ``gpt-oss-*``
+    (``o200k_harmony``, counted as ``o200k_base``) map to ``o200k_base``; ``gpt-4*``,
+    ``gpt-3.5-turbo*`` and the embedding models to ``cl100k_base``. Case and a provider prefix
+    (``openai/gpt-4o``) are ignored; fine-tunes (``ft:gpt-4o:org::id``) are tiktoken's. Any model
+    tiktoken does not know (a local Qwen, Llama...), or one whose encoding is not bundled here
+    (``r50k_base``/``p50k_base``), gets :data:`FALLBACK_MODEL_ENCODING`, ``cl100k_base``, which
+    only approximates a non-OpenAI tokenizer.
     """
-    m = model.strip().lower()
-    if m.startswith("ft:"):
-        m = m[3:]
-    m = m.rsplit("/", 1)[-1]
-    for prefix, enc in _MODEL_PREFIXES:
-        if m.startswith(prefix):
-            return enc
-    if _O_SERIES.match(m):
-        return O200K_BASE
-    return FALLBACK_MODEL_ENCODING
+    m = model.strip().lower().rsplit("/", 1)[-1]
+    try:
+        name = tiktoken.encoding_name_for_model(m)
+    except KeyError:
+        return FALLBACK_MODEL_ENCODING
+    name = _SAME_ORDINARY_TEXT.get(name, name)
+    return name if name in (O200K_BASE, CL100K_BASE) else FALLBACK_MODEL_ENCODING
 
 
 def encoding_for(model: str, override: str | None = None) -> tuple[str, TokenEncoder]:

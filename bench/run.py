@@ -22,7 +22,7 @@ from rich.table import Table
 from bench.infra import jsonable, machine_info
 from bench.scenarios import SCENARIOS, Options
 
-DEFAULT_ORDER = ["history", "overhead", "throughput", "crash", "tuning"]
+DEFAULT_ORDER = ["history", "overhead", "throughput", "crash", "tuning", "fairness", "rate_limit"]
 console = Console()
 
 
@@ -210,7 +210,49 @@ def table_tuning(r: dict[str, Any]) -> Table:
     return t
 
 
+def table_fairness(r: dict[str, Any]) -> Table:
+    """Scenario 6: a small tenant behind a big tenant's backlog."""
+    t = Table(title=f"6. Fairness between tenants ({r.get('setup')})")
+    for col in ("server", "small tenant p50", "small tenant max", "big tenant span"):
+        t.add_column(col)
+    for key, name in (("with_fairness", "fairness on"), ("without_fairness", "fairness off")):
+        d = r.get(key) or {}
+        lat = d.get("small_latency") or {}
+        t.add_row(
+            name,
+            _v(lat.get("p50_s"), " s", 2),
+            _v(lat.get("max_s"), " s", 2),
+            _v(d.get("big_span_s"), " s", 1),
+        )
+    return t
+
+
+def table_rate_limit(r: dict[str, Any]) -> Table:
+    """Scenario 7: a rate-limited model served by two workers."""
+    t = Table(title="7. Model rate limit held across two workers")
+    for col in (
+        "limit",
+        "requests",
+        "observed rate",
+        "after the burst",
+        "most in 1 s",
+        "most in 5 s",
+    ):
+        t.add_column(col)
+    t.add_row(
+        _v(r.get("limit_rps"), "/s", 1),
+        str(r.get("requests")),
+        _v(r.get("observed_rps"), "/s", 2),
+        _v(r.get("steady_rps"), "/s", 2),
+        str(r.get("max_in_1s_window")),
+        str(r.get("max_in_5s_window")),
+    )
+    return t
+
+
 TABLES = {
+    "fairness": table_fairness,
+    "rate_limit": table_rate_limit,
     "history": table_history,
     "history_inline": table_history,
     "overhead": table_overhead,

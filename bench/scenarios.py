@@ -753,7 +753,11 @@ async def scenario_crash(opts: Options) -> dict[str, Any]:
     return out
 
 
+from bench.models import scenario_fairness, scenario_rate_limit  # noqa: E402
+
 SCENARIOS = {
+    "fairness": scenario_fairness,
+    "rate_limit": scenario_rate_limit,
     "history": scenario_history,
     "history_inline": scenario_history_inline,
     "overhead": scenario_overhead,

@@ -15,7 +15,7 @@ from activities.runtime import RuntimeActivities
 from workers.client import start_run
 from workers.config import Settings
 from workers.testing.scripted_model import ScriptedModel
-from workers.worker import build_worker
+from workers.worker import build_workers
 from workflows.models import RunRequest, RunResult
 
 TEST_TOOLS = [
@@ -33,9 +33,15 @@ TEST_TOOLS = [
 
 
 def write_spec(
-    directory: Path, workspace: Path, agents: dict[str, dict[str, Any]] | None = None
+    directory: Path,
+    workspace: Path,
+    agents: dict[str, dict[str, Any]] | None = None,
+    top: dict[str, Any] | None = None,
 ) -> Path:
-    """Write an agents YAML file; every agent defaults to the scripted model and the test tools."""
+    """Write an agents YAML file; every agent defaults to the scripted model and the test tools.
+
+    ``top`` adds top-level sections (e.g. ``rate_limits``).
+    """
     base = {
         "model": "scripted",
         "system_prompt": "You are a test agent.",
@@ -45,6 +51,7 @@ def write_spec(
     agents = agents or {"default": {}}
     body = {
         "tool_modules": ["tests.support_tools"],
+        **(top or {}),
         "agents": {k: {**base, **v} for k, v in agents.items()},
     }
     path = directory / "agents.yml"
@@ -62,6 +69,7 @@ class Harness:
         model: ScriptedModel,
         agents: dict[str, dict[str, Any]] | None = None,
         worker: bool = True,
+        top: dict[str, Any] | None = None,
     ) -> None:
         self.client = client
         self.model = model
@@ -69,11 +77,13 @@ class Harness:
         self.workspace.mkdir(exist_ok=True)
         (self.workspace / "README.md").write_text("# Demo\nline two\nthe answer is 42\n")
         self.journal = tmp_path / "journal.jsonl"
-        self.spec_file = write_spec(tmp_path, self.workspace, agents)
+        self.spec_file = write_spec(tmp_path, self.workspace, agents, top)
         self.task_queue = f"tq-{uuid.uuid4().hex[:8]}"
         self._with_worker = worker
         self._worker: Worker | None = None
+        self._model_workers: list[Worker] = []
         self._task: asyncio.Task[None] | None = None
+        self._model_tasks: list[asyncio.Task[None]] = []
         self._runtime: RuntimeActivities | None = None
 
     @property
@@ -95,11 +105,18 @@ class Harness:
 
     async def start_worker(self) -> None:
         self._runtime = RuntimeActivities(self.settings.spec_file, self.settings.default_model)
-        self._worker = build_worker(self.client, self.settings, runtime=self._runtime)
+        self._worker, *self._model_workers = build_workers(
+            self.client, self.settings, runtime=self._runtime
+        )
         self._task = asyncio.ensure_future(self._worker.run())
+        self._model_tasks = [asyncio.ensure_future(w.run()) for w in self._model_workers]
         await asyncio.sleep(0)
 
     async def stop_worker(self) -> None:
+        for w, t in zip(self._model_workers, self._model_tasks, strict=True):
+            await w.shutdown()
+            await t
+        self._model_workers, self._model_tasks = [], []
         if self._worker is not None:
             await self._worker.shutdown()
             if self._task is not None:

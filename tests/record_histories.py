@@ -18,7 +18,6 @@ the old files too when runs recorded with the old code may still be in flight.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import sys
@@ -27,6 +26,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import typer
 from temporalio.client import Client, WorkflowHandle
 
 from tests.harness import Harness
@@ -278,18 +278,16 @@ async def _main(out: Path, only: list[str] | None = None) -> None:
         await env.shutdown()
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Entry point: ``python -m tests.record_histories [--out DIR]``."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--out", type=Path, default=HISTORIES, help=f"output folder (default {HISTORIES})"
-    )
-    parser.add_argument(
-        "--only", action="append", choices=sorted(SCENARIOS), help="record only this scenario"
-    )
-    args = parser.parse_args(argv)
-    asyncio.run(_main(args.out, args.only))
+def main(
+    out: Path = typer.Option(HISTORIES, help="output folder"),  # noqa: B008 - typer's idiom
+    only: list[str] = typer.Option([], help="record only this scenario (repeatable)"),  # noqa: B008
+) -> None:
+    """Regenerate the stored workflow histories under ``tests/histories/`` (or ``--out DIR``)."""
+    unknown = sorted(set(only) - set(SCENARIOS))
+    if unknown:
+        raise typer.BadParameter(f"unknown scenario(s): {', '.join(unknown)}", param_hint="--only")
+    asyncio.run(_main(out, only or None))
 
 
 if __name__ == "__main__":
-    main()
+    typer.run(main)

@@ -138,3 +138,14 @@ def big_output(chars: int) -> str:
         chars: how many characters.
     """
     return ("0123456789abcdef" * (chars // 16 + 1))[:chars]
+
+
+@tool(timeout_seconds=1, max_attempts=1)
+async def sleepy(seconds: float) -> str:
+    """Sleep longer than its one-second start-to-close timeout allows (one attempt).
+
+    Args:
+        seconds: how long to sleep.
+    """
+    await asyncio.sleep(seconds)
+    return "woke up"

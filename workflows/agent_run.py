@@ -14,6 +14,7 @@ state :class:`workflows.models.RunData`); this class carries the decisions out w
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any, TypeVar
@@ -27,6 +28,7 @@ from temporalio.exceptions import ActivityError, ApplicationError, CancelledErro
 # to ``import``, so the ``from`` form would load module ``x`` afresh inside the sandbox every run.
 with workflow.unsafe.imports_passed_through():
     import workflows.activity_options as options
+    import workflows.model_choice as model_choice
     import workflows.state as state
     import workflows.turn as turn
     from activities.contracts import ERR_MODEL_OUTPUT_INVALID, ModelReply
@@ -236,10 +238,8 @@ class AgentRun(ToolCalls, Compacting, RunHandlers, Children, Handoffs, Planning)
         s.turn += 1
         self._set_status("running")
         self._publish()
-        inp, opts = options.model_step(pinned, self._req(), s.turn, s.messages)
-        self._emit("model_started", model=inp.model)
         try:
-            reply = await self._race(lambda: workflow.execute_activity(model_complete, inp, **opts))
+            reply = await self._call_models()
         except ActivityError as e:
             cause = e.cause
             if not (isinstance(cause, ApplicationError) and cause.type == ERR_MODEL_OUTPUT_INVALID):
@@ -268,6 +268,43 @@ class AgentRun(ToolCalls, Compacting, RunHandlers, Children, Handoffs, Planning)
         ):
             self._upsert_search_attributes()
         return reply
+
+    async def _call_models(self) -> ModelReply:
+        """The step on the spec's models in turn (workflows/model_choice.py), recorded when answered.
+
+        Raises:
+            ActivityError: the last model tried failed (or the step was not one to fall back from).
+        """
+        s, pinned = self._s, self._pinned()
+        models, index = pinned.spec.models(), 0
+        while True:
+            name = models[index]
+            inp, opts = options.model_step(pinned, self._req(), s.turn, s.messages, model=name)
+            self._emit("model_started", model=name)
+            try:
+                reply = await self._race(
+                    functools.partial(workflow.execute_activity, model_complete, inp, **opts)
+                )
+            except ActivityError as e:
+                fallback = model_choice.next_model(models, index, e)
+                if fallback is None:
+                    raise
+                workflow.logger.warning(
+                    "model step failed; trying the next model",
+                    extra={"turn": s.turn, "model": name, "next": fallback},
+                )
+                self._emit("model_finished", reply=ModelReply(model=name))  # nothing from it
+                index += 1
+                continue
+            s.model_steps.append(
+                {
+                    "turn": s.turn,
+                    "model": name,
+                    "duration_ms": reply.latency_ms,
+                    "usage": reply.usage.model_dump(mode="json"),
+                }
+            )
+            return reply
 
     # ------------------------------------------------------------ people and time
 

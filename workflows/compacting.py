@@ -59,7 +59,9 @@ class Compacting:
         comp = pinned.spec.compaction
         known, tools_known = s.token_counts, s.tools_tokens
         new = s.messages[len(known) :]
-        inp, opts = options.count_tokens(pinned, new, tools_known is None, len(s.messages))
+        inp, opts = options.count_tokens(
+            pinned, self._req(), new, tools_known is None, len(s.messages)
+        )
         counts = await workflow.execute_activity(tokens_count, inp, **opts)
         s.token_counts = known + counts.per_message
         s.tools_tokens = counts.tools if tools_known is None else tools_known

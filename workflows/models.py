@@ -140,6 +140,10 @@ class RunResult(BaseModel):
         default_factory=list, description="agents the run was handed to, in order (handoffs)"
     )
     plan: PlanView | None = None
+    model_steps: list[dict[str, Any]] = Field(default_factory=list)
+    """One ``{"turn", "model", "duration_ms", "usage"}`` per model step, naming the model that
+    answered (a fallback's name when the primary failed); ``duration_ms`` is the answering call's
+    own time, measured in the activity."""
 
 
 class ApproveSignal(BaseModel):
@@ -304,6 +308,9 @@ class RunData(BaseModel):
     plan: PlanView | None = Field(None, description="plan mode: the plan and its steps' status")
     events: WorkflowStreamState | None = Field(
         None, description="the event stream's retained items (workflows.events.RunEvents.carry)"
+    )
+    model_steps: list[dict[str, Any]] = Field(
+        default_factory=list, description="RunResult.model_steps: the model of every step"
     )
     # one execution only (not carried)
     child_pending: dict[str, list[PendingApproval]] = Field(

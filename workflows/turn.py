@@ -2,7 +2,7 @@
 
 Every function here takes the run state (:class:`workflows.models.RunData`) or plain values and
 returns a value; none schedules anything. :class:`workflows.agent_run.AgentRun` carries the values
-out (activities, timers, waits) and ``workers/inspect_history.py`` can call the same functions to
+out (activities, timers, waits) and ``workers/history/`` (audit) calls the same functions to
 explain a finished run (:func:`decision_problem`, :func:`is_timeout_failure`).
 
 A turn: :func:`before_model` (``CallModel`` or ``Finish``), the model step, then

@@ -5,6 +5,7 @@ Importing this package registers the built-in tools into :data:`REGISTRY`.
 
 from activities.tools import builtin
 from activities.tools.builtin import resolve_in_workspace
+from activities.tools.docstrings import parse_docstring
 from activities.tools.ledger import LEDGER_DIR, run_once
 from activities.tools.registry import (
     REGISTRY,
@@ -17,7 +18,6 @@ from activities.tools.registry import (
     ToolRegistry,
     UnknownToolError,
     load_tool_modules,
-    parse_docstring,
     tool,
 )
 

@@ -36,6 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from activities import redaction
 from activities.contracts import ToolInfo, ToolOutcome
+from activities.tools.docstrings import parse_docstring
 
 Risk = Literal["read", "write", "exec", "network"]
 
@@ -101,64 +102,6 @@ class ToolContext:
 
     def __post_init__(self) -> None:
         self.workspace = Path(self.workspace).expanduser().resolve()
-
-
-# --------------------------------------------------------------------------- docstrings
-
-_SECTION = re.compile(
-    r"^\s*(Args|Arguments|Parameters|Params|Returns?|Raises|Yields?|Examples?|Notes?|"
-    r"Attributes|See Also|Warnings?)\s*:\s*$"
-)
-_ARG_LINE = re.compile(r"^\*{0,2}(\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)$")
-
-
-def parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
-    """Split a Google-style docstring into the description and the ``Args:`` descriptions.
-
-    Returns:
-        ``(description, {parameter name: description})``. The description is the text before
-        the first section header (``Args:``, ``Returns:``, ...); continuation lines of an
-        argument are joined with spaces.
-    """
-    lines = inspect.cleandoc(doc or "").splitlines()
-    body: list[str] = []
-    args: dict[str, str] = {}
-    section: str | None = None
-    arg_indent: int | None = None
-    current: str | None = None
-    for line in lines:
-        header = _SECTION.match(line)
-        if header:
-            section = header.group(1).lower()
-            arg_indent, current = None, None
-            continue
-        if section is None:
-            body.append(line)
-            continue
-        if section not in ("args", "arguments", "parameters", "params") or not line.strip():
-            continue
-        indent = len(line) - len(line.lstrip())
-        if arg_indent is None:
-            arg_indent = indent
-        m = _ARG_LINE.match(line.strip())
-        if indent <= arg_indent and m:
-            current = m.group(1)
-            args[current] = m.group(2).strip()
-        elif current is not None:
-            args[current] = f"{args[current]} {line.strip()}".strip()
-    return _unwrap("\n".join(body).strip()), args
-
-
-def _unwrap(text: str) -> str:
-    """Join the wrapped lines of each paragraph; keep list items and indented lines apart."""
-    out: list[str] = []
-    for line in text.splitlines():
-        starts_block = re.match(r"\s|[-*] |\d+[.)] ", line) is not None
-        if out and out[-1] and line.strip() and not starts_block:
-            out[-1] = f"{out[-1]} {line.strip()}"
-        else:
-            out.append(line.rstrip())
-    return "\n".join(out)
 
 
 # --------------------------------------------------------------------------- schemas

@@ -22,7 +22,7 @@ import pytest
 from temporalio import workflow
 from temporalio.common import RawValue
 
-from workers.inspect_history import load_history_file, replay_file, replay_histories
+from workers.history import load_history_file, replay_file, replay_histories
 from workflows.agent_run import AgentRun
 from workflows.models import RunResult
 

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from activities.contracts import TOKENS_COUNT, CountTokensInput, ModelReply, TokenCounts
 from workers.cli import app
-from workers.inspect_history import load_history_file, replay_file, replay_histories
+from workers.history import load_history_file, replay_file, replay_histories
 from workflows.agent_run import PATCH_V2, WORKFLOW_REV, AgentRun
 from workflows.models import RunResult
 

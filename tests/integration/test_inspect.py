@@ -1,4 +1,4 @@
-"""See, audit, replay and fork runs: workers/inspect_history.py and `agentctl audit|replay|fork`."""
+"""See, audit, replay and fork runs: workers/history/ and `agentctl audit|replay|fork`."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 from temporalio.api.common.v1 import Payload
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.converter import ExternalStorage, StorageDriver, StorageDriverClaim
 from temporalio.testing import WorkflowEnvironment
@@ -25,7 +25,7 @@ from typer.testing import CliRunner
 
 from tests.harness import Harness
 from workers import client as rc
-from workers import inspect_history as ih
+from workers import history as ih
 from workers.cli import app
 from workers.testing.env import start_local_env
 from workers.testing.scripted_model import ScriptedModel, text, tool_call, tool_calls
@@ -323,6 +323,24 @@ async def test_continue_as_new_chain_is_audited_replayed_and_forked_across_execu
     assert model.requests[5].messages == model.requests[3].messages
 
 
+async def test_a_tool_timeout_is_audited_as_the_workflow_records_it(client: Client, tmp_path: Path):
+    model = ScriptedModel([tool_call("sleepy", {"seconds": 30}), text("gave up")])
+    async with Harness(client, tmp_path, model, agents={"default": {"tools": ["sleepy"]}}) as h:
+        handle = await h.start("sleep")
+        res = await handle.result()
+        history = await ih.fetch_history(client, handle.id)
+    assert [c.status for c in res.tool_calls] == ["timed_out"]  # the workflow's own record
+    # Without the result (as while the run is open) the audit derives the status from the
+    # activity's failure: a start-to-close timeout (timeoutFailureInfo), not a message.
+    last = history.events[-1]
+    assert last.HasField("workflow_execution_completed_event_attributes")
+    open_run = ih.audit(WorkflowHistory(history.workflow_id, list(history.events)[:-1]))
+    (call,) = open_run.tool_calls
+    assert (call.name, call.status, call.ran, call.attempts) == ("sleepy", "timed_out", True, 1)
+    assert call.error and "timeout" in call.error.lower()
+    assert ih.audit(history).tool_calls[0].status == "timed_out"
+
+
 async def test_a_secret_given_to_a_tool_never_reaches_the_history_or_logs(
     client: Client,
     tmp_path: Path,
@@ -478,6 +496,16 @@ def test_audit_of_stored_interrupt_and_partial_chain():
     last = ih.audit(ih.load_history_file(HISTORIES / "continue_as_new.json"))
     assert not last.chain_complete and last.status == "completed"
     assert last.timeline[0].continued_from and last.timeline[0].turn == 4
+
+
+def test_audit_of_a_watched_run_leaves_out_the_stream_signals():
+    # recorded at the top level or, once superseded, under v3/
+    history = ih.load_history_file(sorted(HISTORIES.rglob("streamed.json"))[0])
+    names = {e.workflow_execution_signaled_event_attributes.signal_name for e in history.events}
+    assert "__temporal_workflow_stream_publish" in names  # the text deltas reached the run
+    a = ih.audit(history)
+    assert a.signals == [] and a.status == "completed"
+    assert [s.content for s in a.model_steps][-1] == a.result.output
 
 
 def test_cli_audit_file_json():

@@ -15,7 +15,7 @@ from tests.harness import Harness
 from tests.integration.test_people import until_state
 from tests.support_mcp import gone, http_server, journal, stdio_server
 from workers import client as rc
-from workers.inspect_history import replay_histories
+from workers.history import replay_histories
 from workers.testing.scripted_model import ScriptedModel, text, tool_call, tool_calls
 from workflows.models import ApproveSignal
 

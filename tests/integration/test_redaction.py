@@ -16,7 +16,7 @@ import pytest
 from temporalio.client import Client
 
 from tests.harness import TEST_TOOLS, Harness
-from workers import inspect_history as ih
+from workers import history as ih
 from workers.testing.scripted_model import ScriptedModel, text, tool_call
 
 KEY = "sk-test-" + "AbCdEfGhIjKlMnOpQrStUvWxYz0123456789"  # 44 characters, like a real key

@@ -85,6 +85,9 @@ def test_args_from_shipped_config(tmp_path: Path) -> None:
         "--dynamic-config-value", "frontend.enableUpdateWorkflowExecution=true",
         "--dynamic-config-value", "frontend.enableUpdateWorkflowExecutionAsyncAccepted=true",
         "--dynamic-config-value", "system.enableEagerWorkflowStart=true",
+        "--dynamic-config-value", "matching.useNewMatcher=true",
+        "--dynamic-config-value", "matching.enableFairness=true",
+        "--dynamic-config-value", "matching.enableMigration=true",
     ]  # fmt: skip
     assert args == expected
 

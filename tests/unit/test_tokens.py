@@ -138,7 +138,15 @@ def test_cl100k_models(model: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "model", ["qwen2.5-coder-1.5b-instruct", "llama-3.1-8b", "olmo-2-7b", "omni", "mistral"]
+    "model",
+    [
+        "qwen2.5-coder-1.5b-instruct",
+        "llama-3.1-8b",
+        "olmo-2-7b",
+        "omni",
+        "mistral",
+        "text-davinci-003",
+    ],
 )
 def test_unknown_models_fall_back_to_cl100k(model: str) -> None:
     assert encoding_name_for(model) == CL100K_BASE

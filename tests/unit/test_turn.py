@@ -12,7 +12,7 @@ from temporalio.exceptions import ApplicationError, TimeoutError, TimeoutType
 
 from activities.contracts import ModelReply, ToolCallRequest, ToolInfo, Usage
 from activities.spec import AgentSpec, Limits, PinnedSpec, Policy
-from workers.inspect_history import load_history_file
+from workers.history import load_history_file
 from workflows import state, turn
 from workflows.models import (
     Decision,

@@ -38,7 +38,6 @@ Run ``python -m workers.testing.scripted_model --help`` for a stand-alone server
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import dataclasses
 import inspect
@@ -51,8 +50,10 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+import typer
 from aiohttp import web
 
+from workers.entrypoints import run_command
 from workers.testing._sse import completion_chunks, write_event_stream
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -919,50 +920,27 @@ class ScriptedModel:
 # --------------------------------------------------------------------------------------------
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Serve a simple responder until interrupted (Ctrl-C); returns the exit status.
-
-    Without ``--tool`` every request is answered with ``--answer``; with it each conversation
-    calls that tool once (arguments from ``--arguments``) and then answers.
-    """
-    parser = argparse.ArgumentParser(
-        prog="python -m workers.testing.scripted_model",
-        description="A scripted OpenAI-compatible chat-completions server for manual tries.",
-    )
-    parser.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
-    parser.add_argument(
-        "--port", type=int, default=8111, help="TCP port, 0 for any free one (default 8111)"
-    )
-    parser.add_argument(
-        "--latency", type=float, default=0.0, help="seconds before each answer (default 0)"
-    )
-    parser.add_argument(
-        "--model", default="scripted", help="model id to report (default 'scripted')"
-    )
-    parser.add_argument(
-        "--tool", default=None, help="tool to call once per conversation before answering"
-    )
-    parser.add_argument(
-        "--arguments", default="{}", help="the tool call's arguments, JSON (default {})"
-    )
-    parser.add_argument("--answer", default="done", help="the final text answer (default 'done')")
-    args = parser.parse_args(argv)
-
-    if args.tool:
-        responder = call_tool_then_answer(args.tool, args.arguments, args.answer)
-    else:
-        responder = _always(text(args.answer))
-    server = ScriptedModel(
-        responder=responder, latency=args.latency, model=args.model, host=args.host, port=args.port
-    )
+def _stand_alone(
+    host: str = typer.Option("127.0.0.1", help="interface to bind"),
+    port: int = typer.Option(8111, help="TCP port, 0 for any free one"),
+    latency: float = typer.Option(0.0, help="seconds before each answer"),
+    model: str = typer.Option("scripted", help="model id to report"),
+    tool: str | None = typer.Option(
+        None, help="tool to call once per conversation before answering"
+    ),
+    arguments: str = typer.Option("{}", help="the tool call's arguments, JSON"),
+    answer: str = typer.Option("done", help="the final text answer"),
+) -> None:
+    """A scripted OpenAI-compatible chat-completions server for manual tries."""
+    responder = call_tool_then_answer(tool, arguments, answer) if tool else _always(text(answer))
+    server = ScriptedModel(responder=responder, latency=latency, model=model, host=host, port=port)
     try:
         server.start()
     except RuntimeError as exc:
         print(f"error: {exc}")
-        return 1
+        raise typer.Exit(1) from None
     print(
-        f"ScriptedModel serving model {args.model!r} at {server.base_url} (Ctrl-C to stop)",
-        flush=True,
+        f"ScriptedModel serving model {model!r} at {server.base_url} (Ctrl-C to stop)", flush=True
     )
     try:
         threading.Event().wait()
@@ -971,7 +949,16 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         server.stop()
         print(f"stopped after {server.count} requests", flush=True)
-    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Serve a simple responder until interrupted (Ctrl-C); returns the exit status.
+
+    Without ``--tool`` every request is answered with ``--answer``; with it each conversation
+    calls that tool once (arguments from ``--arguments``) and then answers. Options are parsed
+    by typer (``--help`` lists them); a usage error returns 2.
+    """
+    return run_command(_stand_alone, argv, "python -m workers.testing.scripted_model")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,0 +1,98 @@
+"""workers/config.py: every variable of CONTRACT.md and the README, read by pydantic-settings."""
+
+import pytest
+from pydantic import ValidationError
+
+from workers.config import LOCAL_MODEL_NAME, PROJECT_ROOT, Settings, load_settings
+
+VARIABLES = {
+    "TEMPORAL_ADDRESS": ("temporal_address", "127.0.0.1:7233", "h:1", "h:1"),
+    "TEMPORAL_NAMESPACE": ("temporal_namespace", "default", "ns", "ns"),
+    "AGENT_TASK_QUEUE": ("task_queue", "agent-runtime", "q", "q"),
+    "OPENAI_BASE_URL": (
+        "openai_base_url",
+        "http://127.0.0.1:8110/v1",
+        "http://x/v1",
+        "http://x/v1",
+    ),
+    "OPENAI_API_KEY": ("openai_api_key", "local", "sk-1", "sk-1"),
+    "AGENT_MODEL": ("default_model", LOCAL_MODEL_NAME, "gpt-4o", "gpt-4o"),
+    "AGENT_SPEC_FILE": (
+        "spec_file",
+        str(PROJECT_ROOT / "agents" / "agents.yml"),
+        "/s.yml",
+        "/s.yml",
+    ),
+    "AGENT_TOOL_MODULES": ("tool_modules", [], " a ,b,, ", ["a", "b"]),
+    "AGENT_STATE_DIR": ("state_dir", str(PROJECT_ROOT / ".agent-runtime"), "/st", "/st"),
+    "AGENT_MODEL_TIMEOUT": ("model_timeout_seconds", 120.0, "7.5", 7.5),
+    "AGENT_HEARTBEAT_TIMEOUT": ("heartbeat_timeout_seconds", 5.0, "3", 3.0),
+    "AGENT_LOG_LEVEL": ("log_level", "info", "debug", "debug"),
+    "AGENT_PAYLOAD_STORE": ("payload_store", "local", "s3", "s3"),
+    "AGENT_PAYLOAD_DIR": ("payload_dir", None, "/p", "/p"),
+    "AGENT_PAYLOAD_THRESHOLD_BYTES": ("payload_threshold_bytes", 32 * 1024, "100", 100),
+    "AGENT_S3_BUCKET": ("s3_bucket", None, "b", "b"),
+    "AGENT_S3_PREFIX": ("s3_prefix", "", "pre/", "pre/"),
+    "AGENT_CODEC_PORT": ("codec_port", 8234, "9001", 9001),
+    "AGENT_MODEL_CACHE": ("model_cache", None, "/cache", "/cache"),
+    "AGENT_LLAMA_SERVER": ("llama_server", None, "/bin/llama-server", "/bin/llama-server"),
+    "AGENT_LLAMA_BUILD": ("llama_build", "auto", "source", "source"),
+    "AGENT_LLAMA_BUILD_JOBS": ("llama_build_jobs", None, "2", 2),
+    "AGENT_OTEL": ("otel", "off", "console", "console"),
+    "OTEL_EXPORTER_OTLP_ENDPOINT": ("otel_endpoint", None, "http://c", "http://c"),
+    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": ("otel_traces_endpoint", None, "http://t", "http://t"),
+    "OTEL_SERVICE_NAME": ("otel_service_name", "agent-runtime", "svc", "svc"),
+}
+
+
+@pytest.fixture
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    for name, (field, *_rest) in VARIABLES.items():
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.lower(), raising=False)
+        monkeypatch.delenv(field, raising=False)
+    return monkeypatch
+
+
+def test_defaults_when_unset_or_empty(clean_env: pytest.MonkeyPatch):
+    defaults = {field: default for field, default, _raw, _value in VARIABLES.values()}
+    assert load_settings().model_dump() == Settings().model_dump()
+    assert {k: v for k, v in Settings().model_dump().items() if k in defaults} == defaults
+    for name in VARIABLES:
+        clean_env.setenv(name, "")
+    assert load_settings().model_dump() == Settings().model_dump()
+
+
+def test_every_variable_sets_its_field(clean_env: pytest.MonkeyPatch):
+    for name, (_field, _default, raw, _value) in VARIABLES.items():
+        clean_env.setenv(name, raw)
+    s = load_settings()
+    assert type(s) is Settings
+    assert {f: getattr(s, f) for f, *_ in VARIABLES.values()} == {
+        f: value for f, _d, _r, value in VARIABLES.values()
+    }
+
+
+def test_only_the_exact_variable_names_count(clean_env: pytest.MonkeyPatch):
+    for name, (field, _default, raw, _value) in VARIABLES.items():
+        clean_env.setenv(name.lower(), raw)
+        clean_env.setenv(field, raw)
+    assert load_settings().model_dump() == Settings().model_dump()
+
+
+def test_settings_built_in_code_ignore_the_environment(clean_env: pytest.MonkeyPatch):
+    clean_env.setenv("AGENT_CODEC_PORT", "9001")
+    assert Settings(state_dir="/x").codec_port == 8234
+    assert Settings(codec_port=5, tool_modules=["m"]).tool_modules == ["m"]
+
+
+def test_a_bad_value_names_the_field(clean_env: pytest.MonkeyPatch):
+    clean_env.setenv("AGENT_CODEC_PORT", "70000")
+    with pytest.raises(ValidationError, match="codec_port"):
+        load_settings()
+
+
+def test_every_field_documents_its_variable():
+    for name, (field, *_rest) in VARIABLES.items():
+        assert Settings.model_fields[field].description.startswith(f"{name}: ")
+    assert len(Settings.model_fields) == len(VARIABLES)

@@ -1,0 +1,216 @@
+"""Audit of activities: model steps, tool calls, the spec's resolution and any other activity."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import ValidationError
+from temporalio.api.enums.v1 import EventType
+
+from activities.contracts import MODEL_COMPLETE, SPEC_RESOLVE, TOOL_INVOKE
+from activities.spec import PinnedSpec
+from workers.history._entries import (
+    ActivityEntry,
+    ApprovalRequestedEntry,
+    AskedToolCall,
+    ModelStepEntry,
+    SpecResolvedEntry,
+    ToolCallEntry,
+)
+from workers.history._payloads import as_dict, first_object
+from workers.history._rules import failure_text, status_after_policy, tool_failure_status
+from workers.history._walk import At, Walk, iso, ms_between
+from workflows.policy import evaluate, parse_arguments
+
+_CLOSED_STATUS = {
+    EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED: "completed",
+    EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED: "failed",
+    EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT: "timed_out",
+    EventType.EVENT_TYPE_ACTIVITY_TASK_CANCELED: "cancelled",
+}
+CLOSED_EVENTS = tuple(_CLOSED_STATUS)
+"""The event types that close an activity."""
+
+
+def _args_or_raw(arguments: Any) -> Any:
+    """The model's arguments parsed into a dict, or as written when they are not a JSON object."""
+    parsed = parse_arguments(arguments) if isinstance(arguments, str | dict) else None
+    return parsed if parsed is not None else arguments
+
+
+def _tool_scheduled(w: Walk, at: At, inp: dict[str, Any]) -> ToolCallEntry:
+    call_id = str(inp.get("call_id", ""))
+    entry = w.tools.get(call_id)
+    if entry is None:  # a call the model step did not announce (should not happen)
+        entry = ToolCallEntry(
+            **at.mark,
+            turn=int(inp.get("turn", 0)),
+            tool_call_id=call_id,
+            name=str(inp.get("name", "")),
+        )
+        w.tools[call_id] = entry
+        w.timeline.append(entry)
+    entry.time, entry.event_id, entry.run_id = at.mark["time"], at.ev.event_id, at.run_id
+    entry.arguments = _args_or_raw(inp.get("arguments", {}))
+    entry.status, entry.ran = "running", True
+    return entry
+
+
+def on_scheduled(w: Walk, at: At) -> None:
+    """``ActivityTaskScheduled``: a model step, a tool call starting, the spec, or another."""
+    a = at.ev.activity_task_scheduled_event_attributes
+    kind = a.activity_type.name
+    inp = first_object(w.conv, a.input)
+    entry: Any
+    if kind == TOOL_INVOKE:
+        entry = _tool_scheduled(w, at, inp)
+    else:
+        if kind == MODEL_COMPLETE:
+            entry = ModelStepEntry(
+                **at.mark,
+                turn=int(inp.get("turn", 0)),
+                model=str(inp.get("model", "")),
+                messages=len(inp.get("messages") or []),
+            )
+        elif kind == SPEC_RESOLVE:
+            entry = SpecResolvedEntry(
+                **at.mark, status="scheduled", agent=str(inp.get("agent", ""))
+            )
+        else:
+            entry = ActivityEntry(**at.mark, activity_type=kind)
+        w.timeline.append(entry)
+    w.scheduled[at.ev.event_id] = (at.ev, entry)
+
+
+def on_cancel_requested(w: Walk, at: At) -> None:
+    """``ActivityTaskCancelRequested``: a scheduled model step or activity is being cancelled."""
+    found = w.scheduled.get(
+        at.ev.activity_task_cancel_requested_event_attributes.scheduled_event_id
+    )
+    if found is not None and isinstance(found[1], ModelStepEntry | ActivityEntry):
+        if found[1].status == "scheduled":
+            found[1].status = "cancel_requested"
+
+
+def on_started(w: Walk, at: At) -> None:
+    """``ActivityTaskStarted``: remembers the attempt (written when the attempt closes)."""
+    a = at.ev.activity_task_started_event_attributes
+    w.started_attempts[a.scheduled_event_id] = a.attempt
+
+
+def on_closed(w: Walk, at: At) -> None:
+    """An activity closed (completed, failed, timed out or cancelled): fill in its entry."""
+    attrs: Any = getattr(at.ev, at.ev.WhichOneof("attributes") or "")
+    found = w.scheduled.get(attrs.scheduled_event_id)
+    if found is None:
+        return
+    sched, entry = found
+    status = _CLOSED_STATUS[at.ev.event_type]
+    failure = attrs.failure if status in ("failed", "timed_out") else None
+    error = failure_text(failure) if failure is not None else None
+    result = first_object(w.conv, attrs.result) if status == "completed" else {}
+    attempts = w.started_attempts.get(attrs.scheduled_event_id, 0)
+    latency = ms_between(sched, at.ev)
+    if isinstance(entry, ModelStepEntry):
+        entry.status = status  # type: ignore[assignment]
+        entry.attempts, entry.latency_ms, entry.error = attempts, latency, error
+        entry.completed_at = iso(at.ev)
+        if result:
+            _model_reply(w, entry, result, at)
+    elif isinstance(entry, ToolCallEntry):
+        entry.attempts, entry.latency_ms = attempts, latency
+        _tool_closed(entry, status, result, failure, error)
+    elif isinstance(entry, SpecResolvedEntry):
+        entry.status, entry.error = status, error
+        if result:
+            _spec_resolved(w, entry, result)
+    elif isinstance(entry, ActivityEntry):
+        entry.status, entry.attempts, entry.latency_ms = status, attempts, latency
+        entry.error = error
+
+
+def _tool_closed(
+    entry: ToolCallEntry, status: str, result: dict[str, Any], failure: Any, error: str | None
+) -> None:
+    if result:
+        entry.status = str(result.get("status", "ok"))
+        entry.result_chars = int(result.get("output_chars") or 0)
+        entry.truncated = bool(result.get("truncated"))
+        entry.duration_ms = result.get("duration_ms")
+        if isinstance(result.get("arguments"), dict):
+            entry.arguments = result["arguments"]
+    elif status == "cancelled":
+        entry.status = "cancelled"
+    else:
+        entry.error = error or status
+        entry.status = tool_failure_status(status == "timed_out", failure)
+
+
+def _spec_resolved(w: Walk, entry: SpecResolvedEntry, result: dict[str, Any]) -> None:
+    try:
+        w.pinned = PinnedSpec.model_validate(result)
+    except ValidationError as e:
+        entry.error = f"unreadable pinned spec: {e.error_count()} error(s)"
+    if w.pinned is not None:
+        entry.model = w.req.get("model") or w.pinned.spec.model
+        entry.spec_hash = w.pinned.spec_hash
+        entry.tools = [t.name for t in w.pinned.tools]
+        entry.agent = w.pinned.spec.name
+
+
+def _model_reply(w: Walk, entry: ModelStepEntry, reply: dict[str, Any], at: At) -> None:
+    """A model step's ``ModelReply``: usage, text, and the tool calls it asked for."""
+    usage = as_dict(reply.get("usage"))
+    entry.prompt_tokens = int(usage.get("prompt_tokens") or 0)
+    entry.completion_tokens = int(usage.get("completion_tokens") or 0)
+    entry.total_tokens = int(usage.get("total_tokens") or 0)
+    entry.cost_usd = float(usage.get("cost_usd") or 0.0)
+    entry.http_latency_ms = reply.get("latency_ms")
+    entry.finish_reason = reply.get("finish_reason")
+    entry.content = reply.get("content")
+    entry.tool_calls = [
+        AskedToolCall.model_validate(c)
+        for c in reply.get("tool_calls") or []
+        if isinstance(c, dict)
+    ]
+    for call in entry.tool_calls:
+        _announce_call(w, entry.turn, call, at)
+
+
+def _announce_call(w: Walk, turn: int, call: AskedToolCall, at: At) -> None:
+    """A tool call the model asked for, settled by the pinned policy as the workflow does."""
+    decision = evaluate(
+        w.policy(),
+        w.tool_info(call.name),
+        call.name,
+        call.arguments,
+        w.request_field("tenant_id", "default"),
+        w.request_field("principal_id", "anonymous"),
+    )
+    status, args = status_after_policy(call, decision, turn)
+    rec = ToolCallEntry(
+        **at.mark,
+        turn=turn,
+        tool_call_id=call.id,
+        name=call.name,
+        arguments=args,
+        requested_arguments=args,
+        policy=decision.action,
+        policy_reason=decision.reason,
+        status=status,
+    )
+    w.tools[call.id] = rec
+    w.timeline.append(rec)
+    if decision.action == "approve":
+        w.waiting[call.id] = list(decision.approvers)
+        w.timeline.append(
+            ApprovalRequestedEntry(
+                **at.mark,
+                turn=turn,
+                tool_call_id=call.id,
+                name=call.name,
+                arguments=rec.arguments,
+                approvers=list(decision.approvers),
+                reason=decision.reason,
+            )
+        )
