@@ -4,7 +4,9 @@
 lines), applying the effect once per ``ctx.idempotency_key`` through
 :func:`activities.tools.ledger.run_once`. The chaos report counts effects per key: more than
 one is a duplicated side effect. The tool spends :data:`AFTER_EFFECT_SECONDS` after applying
-its effect, so worker kills often land between the effect and the report to Temporal.
+its effect, so worker kills often land between the effect and the report to Temporal. It passes
+``applied`` to ``run_once`` (the journal is the target that knows each key), so an attempt killed
+between its effect and the ledger entry is not applied again.
 """
 
 from __future__ import annotations
@@ -30,6 +32,20 @@ def _journal(event: dict) -> None:
         os.close(fd)
 
 
+def _effect_recorded(key: str) -> bool:
+    """Whether the journal holds an applied effect for ``key``."""
+    path = os.environ.get("CHAOS_JOURNAL")
+    if not path or not os.path.exists(path):
+        return False
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            if '"effect"' in line and key in line:
+                x = json.loads(line)
+                if x.get("kind") == "effect" and x.get("key") == key:
+                    return True
+    return False
+
+
 @tool(risk="write", timeout_seconds=10)
 def chaos_effect(label: str, ctx: ToolContext) -> str:
     """Apply a pretend side effect (needs approval: risk write), once per tool call.
@@ -45,7 +61,11 @@ def chaos_effect(label: str, ctx: ToolContext) -> str:
         _journal({**base, "kind": "effect", "t": time.time()})
         return f"applied {label}"
 
-    result = run_once(ctx, effect)
+    def applied() -> str | None:
+        # The target (the journal) knows the key: ask it when an attempt died mid-call.
+        return f"applied {label}" if _effect_recorded(ctx.idempotency_key) else None
+
+    result = run_once(ctx, effect, applied)
     # The rest of a real tool's work (reading the answer, cleaning up): a worker killed now has
     # applied the effect without reporting it, so Temporal runs the call again.
     time.sleep(AFTER_EFFECT_SECONDS)

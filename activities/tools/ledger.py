@@ -59,7 +59,9 @@ def _write(entry: Path, key: str, result: str) -> None:
         raise
 
 
-def run_once(ctx: Any, effect: Callable[[], str]) -> str:
+def run_once(
+    ctx: Any, effect: Callable[[], str], applied: Callable[[], str | None] | None = None
+) -> str:
     """Apply ``effect`` once per ``ctx.idempotency_key``; a later attempt gets the first result.
 
     Attempts of the same call are serialised by a lock on the entry (``flock``), so two attempts
@@ -67,13 +69,18 @@ def run_once(ctx: Any, effect: Callable[[], str]) -> str:
     both apply it. A :class:`~activities.tools.registry.ToolError` or any other exception raised
     by ``effect`` records nothing: the next attempt tries again. A crash after the effect and
     before the entry is written leaves a window where the effect runs again, so an effect should
-    also be safe to repeat where it can be (``write_file`` writes the same bytes).
+    also be safe to repeat where it can be (``write_file`` writes the same bytes). A tool that can
+    ask its target whether the effect happened closes that window with ``applied``: an attempt
+    marks the call as started before the effect, and a later attempt that finds the mark without
+    an entry asks ``applied()`` before applying it again.
 
     Args:
         ctx: the call's :class:`~activities.tools.registry.ToolContext` (``workspace`` and
             ``idempotency_key``). Without a key (a tool called outside an activity) ``effect``
             simply runs.
         effect: applies the side effect and returns the tool's result text.
+        applied: optional; called only after an attempt died between the effect and the entry:
+            the result text if the effect did happen (the target knows the key), else None.
 
     Returns:
         The result text of the attempt that applied the effect.
@@ -92,8 +99,16 @@ def run_once(ctx: Any, effect: Callable[[], str]) -> str:
             done = _read(entry, key)
             if done is not None:
                 return done
+            started = entry.with_suffix(".started")
+            if applied is not None:
+                earlier = applied() if started.exists() else None
+                if earlier is not None:  # an attempt died after the effect, before the entry
+                    _write(entry, key, earlier)
+                    return earlier
+                started.touch()
             result = effect()
             _write(entry, key, result)
+            started.unlink(missing_ok=True)
             return result
         finally:
             fcntl.flock(lock.fileno(), fcntl.LOCK_UN)

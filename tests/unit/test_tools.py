@@ -2,6 +2,7 @@ import asyncio
 import json
 import math
 import os
+import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -24,6 +25,7 @@ from activities.tools import (
     run_once,
     tool,
 )
+from activities.tools.ledger import ledger_path
 
 # --------------------------------------------------------------------------- helpers
 
@@ -612,3 +614,48 @@ def test_run_once_serialises_concurrent_attempts(ws):
         t.join()
     assert applied == [1] and results == ["applied 1"] * 8
     assert run_once(ToolContext(workspace=ws), effect) == "applied 2"  # no key: just runs
+
+
+_DIE_AFTER_EFFECT = """
+import os, sys
+from pathlib import Path
+from activities.tools import ToolContext, run_once
+ws, target = Path(sys.argv[1]), Path(sys.argv[2])
+def effect():
+    with target.open("a") as fh:
+        fh.write("effect\\n")
+    os._exit(9)  # the worker dies after the effect, before the ledger entry
+run_once(ToolContext(workspace=ws, idempotency_key="wf/c9"), effect, lambda: None)
+"""
+
+
+def test_run_once_asks_the_target_after_an_attempt_died_mid_effect(ws, tmp_path):
+    target = tmp_path / "target.txt"
+    died = subprocess.run(
+        [sys.executable, "-c", _DIE_AFTER_EFFECT, str(ws), str(target)],
+        cwd=Path(__file__).resolve().parents[2],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert died.returncode == 9, died.stderr
+    assert target.read_text() == "effect\n"
+    ctx = ToolContext(workspace=ws, idempotency_key="wf/c9")
+    runs: list[int] = []
+
+    def effect() -> str:
+        runs.append(1)
+        return "applied again"
+
+    def applied() -> str | None:
+        return "applied earlier" if "effect" in target.read_text() else None
+
+    assert run_once(ctx, effect, applied) == "applied earlier"
+    assert runs == []  # the target knew the key: not applied twice
+    assert run_once(ctx, effect, applied) == "applied earlier"  # now from the ledger
+    # without `applied` the documented window stays: the effect runs again
+    other = ToolContext(workspace=ws, idempotency_key="wf/c10")
+    started = ledger_path(ws, "wf/c10").with_suffix(".started")
+    started.parent.mkdir(parents=True, exist_ok=True)
+    started.touch()
+    assert run_once(other, effect) == "applied again" and runs == [1]
