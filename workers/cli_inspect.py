@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 import typer
 from temporalio.client import Client
@@ -24,6 +26,34 @@ from workers.cli_base import (
     web_ui_url,
 )
 
+R = TypeVar("R")
+
+
+def _from_run_or_file(
+    run_id: str | None,
+    file: str | None,
+    from_run: Callable[[Client, str], Awaitable[R]],
+    from_file: Callable[[str], R],
+) -> R:
+    """``from_run(client, run_id)`` or ``from_file(file)``, whichever of the two was given.
+
+    Raises:
+        typer.Exit: both or neither given, or the file cannot be read (EXIT_USAGE); the errors
+            of :func:`_with_client` for a run.
+    """
+    if (run_id is None) == (file is None):
+        err.print("error: give either RUN_ID or --file PATH")
+        raise typer.Exit(EXIT_USAGE)
+    if file is not None:
+        try:
+            return from_file(file)
+        except (OSError, ValueError) as e:
+            err.print(f"error: {e}", markup=False, highlight=False)
+            raise typer.Exit(EXIT_USAGE) from None
+    rid = run_id
+    assert rid is not None
+    return _with_client(lambda c: from_run(c, rid))
+
 
 @app.command("replay")
 def replay_cmd(
@@ -34,21 +64,13 @@ def replay_cmd(
     """Replay a run's history with the current workflow code (exit 0 compatible, 1 not)."""
     from workers import history as ih
 
-    if (run_id is None) == (file is None):
-        err.print("error: give either RUN_ID or --file PATH")
-        raise typer.Exit(EXIT_USAGE)
-    if file is not None:
-        try:
-            report = asyncio.run(ih.replay_file(file, data_converter=_runtime_converter()))
-        except (OSError, ValueError) as e:
-            err.print(f"error: {e}", markup=False, highlight=False)
-            raise typer.Exit(EXIT_USAGE) from None
-        label = f"{report.workflow_id} from {file}"
-    else:
-        rid = run_id
-        assert rid is not None
-        report = _with_client(lambda c: ih.replay(c, rid))
-        label = rid
+    report = _from_run_or_file(
+        run_id,
+        file,
+        lambda c, rid: ih.replay(c, rid),
+        lambda path: asyncio.run(ih.replay_file(path, data_converter=_runtime_converter())),
+    )
+    label = run_id if file is None else f"{report.workflow_id} from {file}"
     if as_json:
         sys.stdout.write(report.model_dump_json() + "\n")
     elif report.compatible:
@@ -115,21 +137,11 @@ def audit_cmd(
     """Print what a run did, from its history: model steps, tool calls, decisions, outcome."""
     from workers import history as ih
 
-    if (run_id is None) == (file is None):
-        err.print("error: give either RUN_ID or --file PATH")
-        raise typer.Exit(EXIT_USAGE)
-    if file is not None:
-        try:
-            history = ih.load_history_file(file)
-            report = ih.audit(asyncio.run(ih.inline_payloads(history, _runtime_converter())))
-        except (OSError, ValueError) as e:
-            err.print(f"error: {e}", markup=False, highlight=False)
-            raise typer.Exit(EXIT_USAGE) from None
-    else:
-        rid = run_id
-        assert rid is not None
+    def audit_file(path: str) -> Any:
+        history = ih.load_history_file(path)
+        return ih.audit(asyncio.run(ih.inline_payloads(history, _runtime_converter())))
 
-        report = _with_client(lambda c: ih.audit_run(c, rid))
+    report = _from_run_or_file(run_id, file, lambda c, rid: ih.audit_run(c, rid), audit_file)
     if as_json:
         sys.stdout.write(report.model_dump_json() + "\n")
     else:
