@@ -245,6 +245,11 @@ class ToolInfo(BaseModel):
     risk: Literal["read", "write", "exec", "network"] = "read"
     task_queue: str | None = None
     mcp: McpTarget | None = None
+    kind: Literal["tool", "subagent", "handoff"] = "tool"
+    """``subagent``: ``ask_<agent>`` starts a child run; ``handoff``: ``handoff_to_<agent>`` hands
+    the run to another agent; neither is a ``tool.invoke`` activity (activities/subagents.py)."""
+    agent: str | None = None
+    """The agent a ``subagent`` or ``handoff`` tool names."""
 
     def openai_schema(self) -> dict[str, Any]:
         """The tool as an OpenAI function-tool schema."""

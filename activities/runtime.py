@@ -32,7 +32,15 @@ from activities.mcp.config import referenced_vars
 from activities.mcp.pool import McpPool
 from activities.mcp.tools import McpToolsError, idempotency_key, invoke_mcp, pin_server_tools
 from activities.redaction import ALWAYS_SECRET, REDACTED, add_secret_names, redactor_for
-from activities.spec import AgentSpec, PinnedSpec, SpecError, resolve_agent, spec_hash
+from activities.spec import (
+    AgentSpec,
+    PinnedSpec,
+    SpecError,
+    load_spec_file,
+    resolve_agent,
+    spec_hash,
+)
+from activities.subagents import agent_tools
 from activities.tools import REGISTRY, ToolContext, ToolRegistry, UnknownToolError
 
 log = structlog.get_logger("activities.runtime")
@@ -98,6 +106,7 @@ class RuntimeActivities:
         try:
             spec = resolve_agent(path, req.agent, self._default_model)
             tools = await self._pin_tools(spec)
+            tools += self._agent_tools(path, spec, tools)
         except (SpecError, UnknownToolError, McpToolsError) as e:
             raise ApplicationError(str(e), type=ERR_SPEC_INVALID, non_retryable=True) from None
         self._ensure_workspace(req.agent, Path(spec.workspace), path)
@@ -109,6 +118,17 @@ class RuntimeActivities:
             search_attributes=await self._namespace_has_search_attributes(),
             workflow_rev=req.workflow_rev,
         )
+
+    @staticmethod
+    def _agent_tools(path: str, spec: AgentSpec, tools: list[ToolInfo]) -> list[ToolInfo]:
+        """``ask_<NAME>`` / ``handoff_to_<NAME>`` of the spec (activities/subagents.py)."""
+        extra = agent_tools(load_spec_file(path)["agents"], spec.name)
+        clash = [t.name for t in extra if t.name in {t.name for t in tools}]
+        if clash:
+            raise SpecError(
+                f"agents.{spec.name}: tool(s) {', '.join(clash)} clash with its sub-agents' tools"
+            )
+        return extra
 
     def _ensure_workspace(self, agent: str, ws: Path, spec_file: str) -> None:
         """Create a missing workspace inside the runtime's own folders; else explain the fix.

@@ -31,6 +31,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -46,8 +47,11 @@ from pydantic import (
 
 from activities.contracts import ToolInfo
 from activities.mcp.config import McpServerSpec, check_server_name, tool_name
+from activities.subagents import AgentGraphError, check_agent_graph
 
 PolicyAction = Literal["allow", "deny", "approve"]
+AGENT_TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,48}")
+"""Agent names that may follow ``ask_`` / ``handoff_to_`` in a tool name (OpenAI: 64 chars)."""
 
 
 class SpecError(ValueError):
@@ -164,6 +168,18 @@ class Compaction(BaseModel):
     encoding: str | None = None
 
 
+class PlanSettings(BaseModel):
+    """Settings of ``mode: plan`` (plan -> act -> observe -> replan; workflows/plan.py)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_steps: int = Field(8, ge=1, le=50, description="steps one plan may hold at most")
+    max_replans: int = Field(1, ge=0, le=10, description="new plans after a failed step at most")
+    max_invalid_plans: int = Field(
+        2, ge=0, description="invalid plans told back to the model before the run fails"
+    )
+
+
 class RateLimit(BaseModel):
     """A model's rate limit, held across every worker by Temporal's server-side task-queue limit."""
 
@@ -257,6 +273,31 @@ class AgentSpec(BaseModel):
     secrets: list[str] = Field(
         default_factory=list, description="environment variables whose values are secret"
     )
+    description: str | None = Field(
+        None, description="what the agent does, shown to agents that may ask it or hand off to it"
+    )
+    subagents: list[str] = Field(
+        default_factory=list, description="agents this one may ask (tools ask_<NAME>)"
+    )
+    handoffs: list[str] = Field(
+        default_factory=list, description="agents this one may hand the run to (handoff_to_<NAME>)"
+    )
+    mode: Literal["task", "plan"] = Field(
+        "task", description="plan: plan -> act -> observe -> replan (workflows/plan.py)"
+    )
+    plan: PlanSettings = Field(default_factory=PlanSettings)
+
+    @field_validator("subagents", "handoffs")
+    @classmethod
+    def _agent_names(cls, v: list[str]) -> list[str]:
+        for name in v:
+            if not AGENT_TOOL_NAME.fullmatch(name):
+                raise ValueError(
+                    f"{name!r} cannot name a tool: use letters, digits, _ and - (at most 48)"
+                )
+        if len(set(v)) != len(v):
+            raise ValueError("names must be unique")
+        return v
 
     @model_validator(mode="before")
     @classmethod
@@ -415,16 +456,41 @@ def resolve_agent(path: str | Path, agent: str, default_model: str) -> AgentSpec
             for name, entry in servers.items()
         }
     try:
-        return AgentSpec.model_validate(body)
+        spec = AgentSpec.model_validate(body)
     except ValidationError as e:
         raise SpecError(_format_error(agent, e)) from None
+    try:
+        check_agent_graph(agents, agent)
+    except AgentGraphError as e:
+        raise SpecError(str(e)) from None
+    return spec
 
 
 def spec_hash(spec: AgentSpec, tools: list[ToolInfo]) -> str:
     """sha256 (hex) of the canonical JSON of the resolved spec and its tool schemas."""
     blob = json.dumps(
-        {"spec": spec.model_dump(mode="json"), "tools": [t.model_dump(mode="json") for t in tools]},
+        {
+            "spec": _without_defaults(spec.model_dump(mode="json"), _NEW_SPEC_DEFAULTS),
+            "tools": [
+                _without_defaults(t.model_dump(mode="json"), _NEW_TOOL_DEFAULTS) for t in tools
+            ],
+        },
         sort_keys=True,
         separators=(",", ":"),
     )
     return hashlib.sha256(blob.encode()).hexdigest()
+
+
+_NEW_SPEC_DEFAULTS: dict[str, Any] = {
+    "description": None,
+    "subagents": [],
+    "handoffs": [],
+    "mode": "task",
+    "plan": PlanSettings().model_dump(mode="json"),
+}
+_NEW_TOOL_DEFAULTS: dict[str, Any] = {"agent": None, "kind": "tool"}
+
+
+def _without_defaults(dumped: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
+    """``dumped`` without the fields added later that hold their defaults (hashes stay stable)."""
+    return {k: v for k, v in dumped.items() if k not in defaults or defaults[k] != v}

@@ -173,12 +173,39 @@ async def streamed_run(h: Harness) -> WorkflowHandle[Any, RunResult]:
     return handle
 
 
+async def subagents_run(h: Harness) -> WorkflowHandle[Any, RunResult]:
+    """(f) A parent with children: two sub-agents asked in one turn (concurrent child runs), then
+    one whose write_file waits for approval, approved through the parent (forwarded signal)."""
+    h.model.extend(
+        [
+            tool_calls(
+                [("ask_helper", {"task": "look around"}), ("ask_writer", {"task": "say hi"})]
+            ),
+            text("child answer"),
+            text("child answer"),
+            tool_call("ask_writer", {"task": "write note two"}),
+            tool_call("write_file", {"path": "notes/two.md", "content": "two"}),
+            text("written"),
+            text("all done"),
+        ]
+    )
+    handle = await _start(h, "hist-subagents", "[subagents] delegate", agent="boss")
+    st = await _until(handle, lambda s: any(p.run_id for p in s.pending_approvals))
+    pending = st.pending_approvals[0]
+    await rc.approve_signal(
+        h.client, handle.id, ApproveSignal(tool_call_id=pending.tool_call_id, principal_id="alice")
+    )
+    await handle.result()
+    return handle
+
+
 SCENARIOS: dict[str, Scenario] = {
     "tools": tools_run,
     "approvals": approvals_run,
     "interrupt": interrupt_run,
     "continue_as_new": continue_as_new_run,
     "streamed": streamed_run,
+    "subagents": subagents_run,
 }
 
 
@@ -188,7 +215,7 @@ def _save(path: Path, history_json: str) -> int:
     return len(body)
 
 
-async def record(out: Path, client: Client) -> list[Path]:
+async def record(out: Path, client: Client, only: list[str] | None = None) -> list[Path]:
     """Run every scenario against ``client`` and write the histories into ``out``.
 
     Returns the written paths. For the continue-as-new chain both the latest execution
@@ -202,11 +229,16 @@ async def record(out: Path, client: Client) -> list[Path]:
             "default": {"tools": TOOLS},
             "gated": {"tools": TOOLS, "policy": GATED_POLICY},
             "short": {"tools": TOOLS, "limits": {"continue_as_new_every_turns": 2}},
+            "boss": {"tools": TOOLS, "subagents": ["helper", "writer"]},
+            "helper": {"tools": TOOLS},
+            "writer": {"tools": ["write_file"]},
         }
         h = Harness(client, Path(tmp), model, agents=agents)
         h.task_queue = TASK_QUEUE
         async with h:
             for name, scenario in SCENARIOS.items():
+                if only and name not in only:
+                    continue
                 handle = await scenario(h)
                 history = await handle.fetch_history()
                 path = out / f"{name}.json"
@@ -215,6 +247,14 @@ async def record(out: Path, client: Client) -> list[Path]:
                 print(
                     f"{path}: {len(history.events)} events, {size / 1024:.1f} KiB", file=sys.stderr
                 )
+                if name == "subagents":
+                    child = await client.get_workflow_handle(
+                        f"{handle.id}.writer-2"
+                    ).fetch_history()
+                    path = out / f"{name}_child.json"
+                    size = _save(path, child.to_json())
+                    written.append(path)
+                    print(f"{path}: {len(child.events)} events", file=sys.stderr)
                 if name == "continue_as_new":
                     started = history.events[0].workflow_execution_started_event_attributes
                     first = await client.get_workflow_handle(
@@ -230,19 +270,23 @@ async def record(out: Path, client: Client) -> list[Path]:
     return written
 
 
-async def _main(out: Path) -> None:
+async def _main(out: Path, only: list[str] | None = None) -> None:
     env = await start_local_env()
     try:
-        await record(out, env.client)
+        await record(out, env.client, only)
     finally:
         await env.shutdown()
 
 
 def main(
     out: Path = typer.Option(HISTORIES, help="output folder"),  # noqa: B008 - typer's idiom
+    only: list[str] = typer.Option([], help="record only this scenario (repeatable)"),  # noqa: B008
 ) -> None:
     """Regenerate the stored workflow histories under ``tests/histories/`` (or ``--out DIR``)."""
-    asyncio.run(_main(out))
+    unknown = sorted(set(only) - set(SCENARIOS))
+    if unknown:
+        raise typer.BadParameter(f"unknown scenario(s): {', '.join(unknown)}", param_hint="--only")
+    asyncio.run(_main(out, only or None))
 
 
 if __name__ == "__main__":

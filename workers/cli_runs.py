@@ -114,7 +114,14 @@ def status(run_id: str, as_json: bool = typer.Option(False, "--json")) -> None:
         )
         for p in st.pending_approvals:
             out.print(
-                f"  waiting: {p.tool_call_id} {p.name} {json.dumps(p.arguments)} (approvers: {', '.join(p.approvers) or 'anyone'})",
+                f"  waiting: {p.tool_call_id} {p.name} {json.dumps(p.arguments)} (approvers: {', '.join(p.approvers) or 'anyone'})"
+                + (f" in child run {p.run_id}" if p.run_id else ""),
+                highlight=False,
+                markup=False,
+            )
+        for c in st.children:
+            out.print(
+                f"  child: {c.run_id} ({c.agent}) {c.status}, tokens {c.usage.total_tokens}",
                 highlight=False,
                 markup=False,
             )

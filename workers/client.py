@@ -14,7 +14,12 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import timedelta
 from typing import Any
 
-from temporalio.client import Client, WorkflowHandle, WorkflowQueryFailedError
+from temporalio.client import (
+    Client,
+    WorkflowHandle,
+    WorkflowQueryFailedError,
+    WorkflowUpdateFailedError,
+)
 from temporalio.common import Priority, SearchAttributePair, TypedSearchAttributes
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
 from temporalio.service import RPCError, RPCStatusCode
@@ -228,6 +233,12 @@ async def pending_call_ids(client: Client, run_id: str) -> list[str]:
     return [p.tool_call_id for p in st.pending_approvals]
 
 
+NOT_IN_HISTORY = "is not recorded in the run's history yet"
+"""The ``decide`` validator's words for a request not yet in history (workflows/handlers.py)."""
+NOT_IN_HISTORY_RETRY_SECONDS = 10.0
+"""How long :func:`decide` retries a decision refused with :data:`NOT_IN_HISTORY`."""
+
+
 async def decide(
     client: Client,
     run_id: str,
@@ -241,6 +252,10 @@ async def decide(
 ) -> DecideResult:
     """Approve or reject through the validated update ``decide``.
 
+    A request the run made outside a workflow task (seen through a query on a worker that had to
+    rebuild the run) is refused until it is in the run's history (workflows/held.py, revision 3);
+    that refusal is retried for up to ``NOT_IN_HISTORY_RETRY_SECONDS`` (0.25 s apart).
+
     Raises:
         temporalio.client.WorkflowUpdateFailedError: unknown or stale call, or an unauthorised
             principal (the validator's message says which).
@@ -253,7 +268,15 @@ async def decide(
         reason=reason,
         comment=comment,
     )
-    return await handle(client, run_id).execute_update(AgentRun.decide, upd)
+    h = handle(client, run_id)
+    deadline = asyncio.get_running_loop().time() + NOT_IN_HISTORY_RETRY_SECONDS
+    while True:
+        try:
+            return await h.execute_update(AgentRun.decide, upd)
+        except WorkflowUpdateFailedError as e:
+            if NOT_IN_HISTORY not in str(e.cause) or asyncio.get_running_loop().time() > deadline:
+                raise
+        await asyncio.sleep(0.25)
 
 
 async def approve_signal(client: Client, run_id: str, sig: ApproveSignal) -> None:

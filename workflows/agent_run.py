@@ -34,12 +34,15 @@ with workflow.unsafe.imports_passed_through():
     from activities.contracts import ERR_MODEL_OUTPUT_INVALID, ModelReply
     from activities.interfaces import model_complete, spec_resolve
     from activities.spec import PinnedSpec
+    from workflows.children import Children
     from workflows.compacting import Compacting
     from workflows.events import RunEvents
     from workflows.handlers import RunHandlers
+    from workflows.handoff import Handoffs
     from workflows.held import WORKFLOW_REV
     from workflows.inbound import Invalid, decode
     from workflows.models import WORKFLOW_NAME, RunData, RunRequest, RunResult, RunStatus
+    from workflows.planning import Planning
     from workflows.state import (  # noqa: F401 - the search attributes, named here for callers
         SA_AGENT,
         SA_COST,
@@ -67,7 +70,7 @@ SA_REFRESH_TURNS = 5
 
 
 @workflow.defn(name=WORKFLOW_NAME)
-class AgentRun(ToolCalls, Compacting, RunHandlers):
+class AgentRun(ToolCalls, Compacting, RunHandlers, Children, Handoffs, Planning):
     """One agent run. Signals, update and queries are listed in CONTRACT.md."""
 
     @workflow.init
@@ -184,6 +187,8 @@ class AgentRun(ToolCalls, Compacting, RunHandlers):
 
     async def _loop(self) -> RunResult:
         s, limits = self._s, self._pinned().spec.limits
+        if self._pinned().spec.mode == "plan" and self._req().mode == "task":
+            await self._plan_loop()
         while True:
             await self._checkpoint()
             self._drain_inbox()
@@ -206,6 +211,8 @@ class AgentRun(ToolCalls, Compacting, RunHandlers):
                 continue
             s.signatures.append(nxt.signature)
             await self._run_tool_calls(nxt.calls)
+            await self._apply_handoff()
+            limits = self._pinned().spec.limits
             self._after_tools(turn.after_tools(s, limits))
             await self._checkpoint()
             if self._should_continue_as_new():
@@ -416,7 +423,11 @@ class AgentRun(ToolCalls, Compacting, RunHandlers):
         for rec in s.tool_calls:
             if rec.status in ("pending", "running"):
                 rec.status = "cancelled"
+        for child in s.children:
+            if child.status == "running":
+                child.status = "cancelled"
         s.pending.clear()
+        s.child_pending.clear()
         self._set_status(status)
         self._upsert_search_attributes()
         self._publish()

@@ -9,6 +9,7 @@ Handlers only change the run state (:class:`workflows.models.RunData`); the loop
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 from temporalio import workflow
@@ -43,6 +44,8 @@ class RunHandlers(HeldDecisions):
     """The message handlers of ``AgentRun``; ``self._s`` is the run state."""
 
     _s: RunData
+    _child_of_call: Callable[[str], str | None]
+    _forward_decision: Callable[..., None]
 
     def _emit(self, type: str, **fields: Any) -> None:
         """Publish one event of the run's stream (CONTRACT.md, "Event stream"); a no-op here.
@@ -123,14 +126,18 @@ class RunHandlers(HeldDecisions):
     def approve(self, *args: Any) -> None:
         """Approve a waiting tool call (optionally with edited arguments): :class:`ApproveSignal`."""
         sig = self._payload(args, ApproveSignal, "approve")
-        if sig is not None and not self._park(sig):
+        if sig is not None and (child := self._child_of_call(sig.tool_call_id)) is not None:
+            self._forward_decision(sig, child)
+        elif sig is not None and not self._park(sig):
             self._signal_decision(sig)
 
     @workflow.signal(name="reject")
     def reject(self, *args: Any) -> None:
         """Reject a waiting tool call; the model is told why: :class:`RejectSignal`."""
         sig = self._payload(args, RejectSignal, "reject")
-        if sig is not None and not self._park(sig):
+        if sig is not None and (child := self._child_of_call(sig.tool_call_id)) is not None:
+            self._forward_decision(sig, child)
+        elif sig is not None and not self._park(sig):
             self._signal_decision(sig)
 
     def _signal_decision(self, sig: ApproveSignal | RejectSignal) -> None:
@@ -151,6 +158,10 @@ class RunHandlers(HeldDecisions):
         upd = decode_args(args, DecideUpdate, "update decide")
         if isinstance(upd, Invalid):  # refused by the validator before it gets here
             raise ApplicationError(upd.problem, type="InvalidPayload", non_retryable=True)
+        child = self._child_of_call(upd.tool_call_id)
+        if child is not None:
+            self._forward_decision(upd, child)
+            return DecideResult(tool_call_id=upd.tool_call_id, decision=upd.decision)
         self._record(
             upd.tool_call_id,
             upd.decision,
@@ -166,6 +177,8 @@ class RunHandlers(HeldDecisions):
         upd = decode_args(args, DecideUpdate, "update decide")
         if isinstance(upd, Invalid):
             raise ValueError(upd.problem)
+        if self._child_of_call(upd.tool_call_id) is not None:
+            return  # a child's call: forwarded, and the child checks who decides
         if upd.tool_call_id in self._s.unconfirmed:
             raise ValueError(
                 f"tool call {upd.tool_call_id} is not recorded in the run's history yet; retry"

@@ -79,6 +79,43 @@ class ToolCallRecord(BaseModel):
     decided_by: str | None = None
 
 
+class ChildRecord(BaseModel):
+    """A child run started by ``ask_<agent>`` or a plan step (``RunResult.children``).
+
+    ``status`` is ``running`` until the child ends, then its ``RunResult.status``;
+    ``tool_call_id`` is the parent's call that started it (or ``plan:<step id>``).
+    """
+
+    run_id: str
+    agent: str
+    status: str = "running"
+    usage: Usage = Field(default_factory=Usage)
+    tool_call_id: str | None = None
+    turn: int = 0
+
+
+class PlanStepView(BaseModel):
+    """One step of the plan as ``state.plan`` shows it (workflows/plan.py)."""
+
+    id: str
+    goal: str
+    agent: str | None = None
+    tool: str | None = None
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    depends_on: list[str] = Field(default_factory=list)
+    status: str = "pending"
+    result: str | None = None
+    run_id: str | None = None
+
+
+class PlanView(BaseModel):
+    """``state.plan``: the current plan, how many replans it took, and each step's status."""
+
+    steps: list[PlanStepView] = Field(default_factory=list)
+    replans: int = 0
+    phase: str = "planning"
+
+
 class RunResult(BaseModel):
     """Result of ``AgentRun`` (CONTRACT.md). ``duration_ms`` is workflow time in milliseconds."""
 
@@ -98,6 +135,11 @@ class RunResult(BaseModel):
     ignored_signals: list[IgnoredSignal] = Field(default_factory=list)
     parent_run_id: str | None = None
     fork_turn: int | None = None
+    children: list[ChildRecord] = Field(default_factory=list)
+    lineage: list[str] = Field(
+        default_factory=list, description="agents the run was handed to, in order (handoffs)"
+    )
+    plan: PlanView | None = None
     model_steps: list[dict[str, Any]] = Field(default_factory=list)
     """One ``{"turn", "model", "duration_ms", "usage"}`` per model step, naming the model that
     answered (a fallback's name when the primary failed); ``duration_ms`` is the answering call's
@@ -178,6 +220,9 @@ class PendingApproval(BaseModel):
     turn: int
     approvers: list[str] = Field(default_factory=list)
     reason: str | None = None
+    run_id: str | None = Field(
+        None, description="set when the call waits in a child run: decide it there or here"
+    )
 
 
 class Decision(BaseModel):
@@ -222,6 +267,9 @@ class RunState(BaseModel):
     parent_run_id: str | None = None
     fork_turn: int | None = None
     output: str | None = None
+    children: list[ChildRecord] = Field(default_factory=list)
+    lineage: list[str] = Field(default_factory=list)
+    plan: PlanView | None = None
 
 
 class RunData(BaseModel):
@@ -253,6 +301,11 @@ class RunData(BaseModel):
     compactions: int = 0
     continued_runs: int = 0
     output: str | None = None
+    children: list[ChildRecord] = Field(
+        default_factory=list, description="child runs (sub-agents), in the order started"
+    )
+    lineage: list[str] = Field(default_factory=list, description="agents of the run (handoffs)")
+    plan: PlanView | None = Field(None, description="plan mode: the plan and its steps' status")
     events: WorkflowStreamState | None = Field(
         None, description="the event stream's retained items (workflows.events.RunEvents.carry)"
     )
@@ -260,6 +313,10 @@ class RunData(BaseModel):
         default_factory=list, description="RunResult.model_steps: the model of every step"
     )
     # one execution only (not carried)
+    child_pending: dict[str, list[PendingApproval]] = Field(
+        default_factory=dict, exclude=True, description="child run id -> calls it waits on"
+    )
+    handoff_to: str | None = Field(None, exclude=True, description="handoff of this turn")
     req: RunRequest | None = Field(None, exclude=True)
     status: LiveStatus | RunStatus = Field("starting", exclude=True)
     pending: dict[str, PendingApproval] = Field(default_factory=dict, exclude=True)

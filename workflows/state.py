@@ -11,7 +11,9 @@ from typing import Any
 from temporalio.common import SearchAttributeKey, SearchAttributePair
 
 import workflows.render as render
+from workflows.children import children_markdown, with_child_approvals
 from workflows.models import IgnoredSignal, RunData, RunResult, RunState, RunStatus
+from workflows.plan import plan_markdown
 
 SA_AGENT = SearchAttributeKey.for_keyword("AgentName")
 SA_TENANT = SearchAttributeKey.for_keyword("TenantId")
@@ -43,7 +45,9 @@ def run_state(data: RunData, held: list[IgnoredSignal] | None = None) -> RunStat
     return RunState(
         **{
             **_shared(data, RunState),
-            "pending_approvals": list(data.pending.values()),
+            "pending_approvals": with_child_approvals(
+                list(data.pending.values()), data.child_pending
+            ),
             "ignored_signals": data.ignored_signals + (held or []),
         }
     )
@@ -71,18 +75,20 @@ def details(data: RunData) -> str | None:
     if data.pinned is None:
         return None
     spec = data.pinned.spec
-    return render.current_details(
+    text = render.current_details(
         status=data.status,
         turn=data.turn,
         max_turns=spec.limits.max_turns,
         model=spec.model,
         total_tokens=data.usage.total_tokens,
         cost_usd=data.usage.cost_usd,
-        pending=list(data.pending.values()),
+        pending=with_child_approvals(list(data.pending.values()), data.child_pending),
         tool_calls=data.tool_calls,
         last_text=data.output,
         spec_hash=data.pinned.spec_hash,
     )
+    extra = children_markdown(data.children, data.lineage) + plan_markdown(data.plan)
+    return text + extra if extra else text
 
 
 def search_attribute_pairs(data: RunData, initial: bool) -> list[SearchAttributePair[Any]]:

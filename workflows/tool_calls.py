@@ -68,9 +68,15 @@ class ToolCalls:
     _settle: Callable[[], bool]
     _rev3: Callable[[], bool]
     _outside_task: bool
+    _ask_share: int
+    _invoke_agent: Callable[[ToolCallRequest, ToolCallRecord, ToolInfo], Awaitable[str]]
+    _report_approvals: Callable[[], None]
 
     async def _run_tool_calls(self, calls: list[ToolCallRequest]) -> None:
         tools = {t.name: t for t in self._pinned().tools}
+        self._ask_share = sum(
+            1 for c in calls if c.name in tools and tools[c.name].kind == "subagent"
+        )
         records, outcomes = self._apply_policy(calls, tools)
         running: dict[str, asyncio.Future[ToolOutcome | str]] = {}
         for call, rec in zip(calls, records, strict=True):
@@ -168,6 +174,8 @@ class ToolCalls:
     async def _invoke(
         self, call: ToolCallRequest, rec: ToolCallRecord, info: ToolInfo | None
     ) -> ToolOutcome | str:
+        if info is not None and info.kind != "tool":  # ask_<NAME>, handoff_to_<NAME>
+            return await self._invoke_agent(call, rec, info)
         rec.status = "running"
         arguments: str | dict[str, Any] = (
             rec.arguments if isinstance(rec.arguments, dict) else call.arguments
@@ -214,6 +222,7 @@ class ToolCalls:
         self._set_status("awaiting_approval")
         self._upsert_search_attributes()
         self._publish()
+        self._report_approvals()
         waiting = list(s.pending)
         started = workflow.now()
         try:
@@ -234,6 +243,7 @@ class ToolCalls:
             s.waited_seconds += (workflow.now() - started).total_seconds()
         for cid in waiting:
             s.pending.pop(cid, None)
+        self._report_approvals()
         self._set_status("running")
         self._upsert_search_attributes()
 

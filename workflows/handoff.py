@@ -1,0 +1,87 @@
+"""Handoffs: ``handoff_to_<NAME>`` continues the same run with another agent's spec.
+
+The call itself only records the wish (the model is told the handover happens); at the end of
+the turn the run resolves and pins the other agent's spec (``spec.resolve``), takes its system
+prompt, tools and policy, keeps the transcript and the run's limits, and appends the agent to
+the run's ``lineage``. When a reply holds several handoffs the first wins. A mixin of
+:class:`workflows.agent_run.AgentRun`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from temporalio import workflow
+from temporalio.exceptions import ActivityError
+
+with workflow.unsafe.imports_passed_through():
+    import workflows.activity_options as options
+    from activities.interfaces import spec_resolve
+    from activities.spec import Limits, PinnedSpec
+    from workflows.models import RunRequest, ToolCallRecord
+    from workflows.tool_calls import Stop, cause_message
+
+if TYPE_CHECKING:
+    from workflows.models import RunData
+
+
+def handoff_text(agent: str, already: str | None) -> tuple[str, str]:
+    """``(status, text)`` of a ``handoff_to_<agent>`` call; ``already``: a handoff of this turn."""
+    if already is not None and already != agent:
+        return "error", f"This turn already hands over to {already}; {agent} was not asked."
+    return "ok", f"Handing the conversation over to the agent {agent}."
+
+
+def with_system_prompt(messages: list[dict[str, Any]], prompt: str) -> list[dict[str, Any]]:
+    """The transcript with its system message replaced by ``prompt`` (added when missing)."""
+    if messages and messages[0].get("role") == "system":
+        return [{"role": "system", "content": prompt}, *messages[1:]]
+    return [{"role": "system", "content": prompt}, *messages]
+
+
+def keep_limits(new: PinnedSpec, old: Limits) -> PinnedSpec:
+    """``new`` with the run's limits kept (the turn count and deadline go on across agents)."""
+    spec = new.spec.model_copy(update={"limits": old})
+    return new.model_copy(update={"spec": spec})
+
+
+class Handoffs:
+    """Records and carries out handoffs; ``self._s`` is the run state."""
+
+    _s: RunData
+    _pinned: Callable[[], PinnedSpec]
+    _req: Callable[[], RunRequest]
+    _emit: Callable[..., None]
+    _publish: Callable[[], None]
+
+    def _ask_handoff(self, rec: ToolCallRecord, agent: str) -> str:
+        """The ``handoff_to_*`` call: note the handover for the end of the turn."""
+        status, text = handoff_text(agent, self._s.handoff_to)
+        rec.status = status  # type: ignore[assignment]
+        if status == "ok":
+            self._s.handoff_to = agent
+        return text
+
+    async def _apply_handoff(self) -> None:
+        """At the end of a turn: pin the other agent's spec and carry on with it."""
+        s = self._s
+        agent, s.handoff_to = s.handoff_to, None
+        if agent is None:
+            return
+        old = self._pinned()
+        req = self._req().model_copy(update={"agent": agent})
+        inp, opts = options.resolve_spec(req, old.workflow_rev)
+        try:
+            pinned = await workflow.execute_activity(spec_resolve, inp, **opts)
+        except ActivityError as e:
+            raise Stop("failed", f"handoff to {agent} failed", error=cause_message(e)) from None
+        if not s.lineage:
+            s.lineage.append(old.spec.name)
+        s.lineage.append(agent)
+        s.pinned = keep_limits(pinned, old.spec.limits)
+        s.messages = with_system_prompt(s.messages, pinned.spec.system_prompt)
+        s.token_counts = []
+        s.tools_tokens = None
+        self._emit("handoff", from_agent=old.spec.name, to_agent=agent, spec_hash=pinned.spec_hash)
+        self._publish()
