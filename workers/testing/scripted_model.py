@@ -63,12 +63,18 @@ from workers.testing.scripted_replies import (
     _InternalError,
     call_tool_then_answer,
     completion_payload,
+    conversation_marker,
     error,
-    first_user_text,
     garbage,
     text,
     tool_call,
     tool_calls,
+)
+from workers.testing.scripted_replies import (
+    _approx_tokens as _approx_tokens,  # re-exported: tests size prompts with them
+)
+from workers.testing.scripted_replies import (
+    _message_chars as _message_chars,
 )
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -357,24 +363,10 @@ class ScriptedModel:
         with self._lock:
             if self._scripts is None:
                 return self._next_from(self._script, "the script")
-            user_text = first_user_text(body)
-            matches = [marker for marker in self._scripts if marker in user_text]
-            if len(matches) > 1:
-                raise _InternalError(
-                    500,
-                    f"ScriptedModel: first user message matches several markers {matches!r}",
-                    "ambiguous_conversation_marker",
-                )
-            if not matches:
-                if self._default is not None:
-                    return self._default
-                raise _InternalError(
-                    500,
-                    "ScriptedModel: no script marker in the first user message "
-                    f"(markers: {list(self._scripts)!r})",
-                    "no_script_for_conversation",
-                )
-            return self._next_from(self._scripts[matches[0]], f"the script for {matches[0]!r}")
+            marker = conversation_marker(self._scripts, body, self._default is not None)
+            if marker is None:
+                return self._default  # type: ignore[return-value]
+            return self._next_from(self._scripts[marker], f"the script for {marker!r}")
 
     def _render(self, reply: Reply, body: dict[str, Any]) -> web.Response:
         """The non-streamed response of ``reply``."""

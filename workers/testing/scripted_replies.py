@@ -13,7 +13,7 @@ import dataclasses
 import json
 import math
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -404,6 +404,33 @@ def first_user_text(body: dict[str, Any]) -> str:
         None,
     )
     return _text_of(first_user.get("content")) if first_user else ""
+
+
+def conversation_marker(
+    markers: Collection[str], body: dict[str, Any], has_default: bool
+) -> str | None:
+    """The one marker contained in the request's first user message; None for the default reply.
+
+    Raises:
+        _InternalError: several markers match, or none does and there is no default reply.
+    """
+    user_text = first_user_text(body)
+    matches = [marker for marker in markers if marker in user_text]
+    if len(matches) > 1:
+        raise _InternalError(
+            500,
+            f"ScriptedModel: first user message matches several markers {matches!r}",
+            "ambiguous_conversation_marker",
+        )
+    if matches:
+        return matches[0]
+    if has_default:
+        return None
+    raise _InternalError(
+        500,
+        f"ScriptedModel: no script marker in the first user message (markers: {list(markers)!r})",
+        "no_script_for_conversation",
+    )
 
 
 def completion_payload(
