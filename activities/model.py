@@ -85,6 +85,32 @@ def _server_message(err: openai.APIStatusError) -> str:
     return err.message
 
 
+def _classify_status_error(exc: openai.APIStatusError, last_attempt: bool) -> ApplicationError:
+    """The :func:`classify_error` case of an HTTP error status from the model server."""
+    status = exc.status_code
+    message = _server_message(exc)
+    delay = _retry_after_seconds(exc.response.headers if exc.response is not None else None)
+    next_delay = timedelta(seconds=delay) if delay is not None else None
+    if status >= 500 and any(m in message.lower() for m in OUTPUT_INVALID_MARKERS):
+        return ApplicationError(
+            f"model output could not be parsed (HTTP {status}): {message}",
+            type=ERR_MODEL_OUTPUT_INVALID,
+            non_retryable=last_attempt,
+        )
+    if status in RETRYABLE_STATUS or status >= 500:
+        return ApplicationError(
+            f"model server answered HTTP {status}: {message}",
+            type=ERR_MODEL_UNAVAILABLE,
+            next_retry_delay=next_delay,
+        )
+    return ApplicationError(
+        f"model server rejected the request (HTTP {status}): {message}",
+        {"status": status},
+        type=ERR_MODEL_REQUEST_REJECTED,
+        non_retryable=True,
+    )
+
+
 def classify_error(
     exc: BaseException, attempt: int = 1, max_invalid_attempts: int = 3
 ) -> ApplicationError:
@@ -99,28 +125,7 @@ def classify_error(
       (the run ends ``failed``).
     """
     if isinstance(exc, openai.APIStatusError):
-        status = exc.status_code
-        message = _server_message(exc)
-        delay = _retry_after_seconds(exc.response.headers if exc.response is not None else None)
-        next_delay = timedelta(seconds=delay) if delay is not None else None
-        if status >= 500 and any(m in message.lower() for m in OUTPUT_INVALID_MARKERS):
-            return ApplicationError(
-                f"model output could not be parsed (HTTP {status}): {message}",
-                type=ERR_MODEL_OUTPUT_INVALID,
-                non_retryable=attempt >= max_invalid_attempts,
-            )
-        if status in RETRYABLE_STATUS or status >= 500:
-            return ApplicationError(
-                f"model server answered HTTP {status}: {message}",
-                type=ERR_MODEL_UNAVAILABLE,
-                next_retry_delay=next_delay,
-            )
-        return ApplicationError(
-            f"model server rejected the request (HTTP {status}): {message}",
-            {"status": status},
-            type=ERR_MODEL_REQUEST_REJECTED,
-            non_retryable=True,
-        )
+        return _classify_status_error(exc, attempt >= max_invalid_attempts)
     if isinstance(exc, openai.APIError) and not isinstance(
         exc, (openai.APIConnectionError, openai.APIResponseValidationError)
     ):
@@ -175,6 +180,39 @@ def _normalise(completion: Any, requested_model: str) -> ModelReply:
     )
 
 
+def _request_kwargs(req: CallModelInput, attempt: int) -> dict[str, Any]:
+    """The ``chat.completions.create`` arguments for ``req`` on activity attempt ``attempt``."""
+    temperature = req.settings.temperature
+    if attempt > 1:
+        # A retry of the same prompt at the same temperature tends to repeat an unparsable
+        # output; a little more randomness gives the next attempt a real chance.
+        temperature = min(1.0, temperature + 0.3 * (attempt - 1))
+    kwargs: dict[str, Any] = {
+        "model": req.model,
+        "messages": req.messages,
+        "temperature": temperature,
+    }
+    if req.settings.max_tokens:
+        kwargs["max_tokens"] = req.settings.max_tokens
+    if req.settings.top_p is not None:
+        kwargs["top_p"] = req.settings.top_p
+    if req.tools:
+        kwargs["tools"] = req.tools
+    return kwargs
+
+
+def _settle_reply(reply: ModelReply, req: CallModelInput) -> None:
+    """Canonicalise the reply's tool names against those offered and price its usage (USD)."""
+    offered = {t.get("function", {}).get("name") for t in req.tools}
+    for call in reply.tool_calls:  # MCP tools may be called `server.tool`: `server__tool`
+        call.name = canonical_tool_name(call.name, offered)
+    reply.usage.cost_usd = round(
+        reply.usage.prompt_tokens * req.prompt_price_per_mtok / 1e6
+        + reply.usage.completion_tokens * req.completion_price_per_mtok / 1e6,
+        8,
+    )
+
+
 class ModelActivities:
     """Holds the OpenAI-compatible client of one worker; ``complete`` is the activity.
 
@@ -197,24 +235,8 @@ class ModelActivities:
         Raises:
             ApplicationError: classified by :func:`classify_error`.
         """
-        info = activity.info()
-        attempt = info.attempt
-        temperature = req.settings.temperature
-        if attempt > 1:
-            # A retry of the same prompt at the same temperature tends to repeat an unparsable
-            # output; a little more randomness gives the next attempt a real chance.
-            temperature = min(1.0, temperature + 0.3 * (attempt - 1))
-        kwargs: dict[str, Any] = {
-            "model": req.model,
-            "messages": req.messages,
-            "temperature": temperature,
-        }
-        if req.settings.max_tokens:
-            kwargs["max_tokens"] = req.settings.max_tokens
-        if req.settings.top_p is not None:
-            kwargs["top_p"] = req.settings.top_p
-        if req.tools:
-            kwargs["tools"] = req.tools
+        attempt = activity.info().attempt
+        kwargs = _request_kwargs(req, attempt)
         bound = log.bind(
             run_id=req.run_id,
             turn=req.turn,
@@ -243,14 +265,7 @@ class ModelActivities:
             activity.heartbeat({"error": str(err)})
             raise err from None
         reply.latency_ms = round((time.perf_counter() - started) * 1000, 2)
-        offered = {t.get("function", {}).get("name") for t in req.tools}
-        for call in reply.tool_calls:  # MCP tools may be called `server.tool`: `server__tool`
-            call.name = canonical_tool_name(call.name, offered)
-        reply.usage.cost_usd = round(
-            reply.usage.prompt_tokens * req.prompt_price_per_mtok / 1e6
-            + reply.usage.completion_tokens * req.completion_price_per_mtok / 1e6,
-            8,
-        )
+        _settle_reply(reply, req)
         bound.info(
             "model_step",
             latency_ms=reply.latency_ms,

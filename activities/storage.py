@@ -40,7 +40,6 @@ import asyncio
 import hashlib
 import os
 import re
-import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -52,6 +51,8 @@ from temporalio.converter import (
     StorageDriverRetrieveContext,
     StorageDriverStoreContext,
 )
+
+from activities.atomic import write_atomic
 
 __all__ = [
     "LOCAL_DRIVER_NAME",
@@ -249,16 +250,7 @@ class LocalStorageDriver(StorageDriver):
                 os.utime(path)  # keeps it young for prune()
                 return claim
             path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
-            try:
-                with os.fdopen(fd, "wb") as fh:
-                    fh.write(data)
-                    fh.flush()
-                    os.fsync(fh.fileno())
-                os.replace(tmp, path)
-            except BaseException:
-                Path(tmp).unlink(missing_ok=True)
-                raise
+            write_atomic(path, data, prefix=".tmp-")
         except OSError as e:
             raise PayloadStoreError(
                 f"cannot write payload {key} to the local payload store {self._dir}: {e}"

@@ -79,9 +79,11 @@ def _hist_cell(d: Any, n: int) -> str:
 
 def table_history(r: dict[str, Any]) -> Table:
     """Scenario 1: one row per run length, one column per implementation."""
-    t = Table(title="1. History per run (model latency 0; a calculator call every turn)")
-    t.show_lines = True
-    t.add_column("turns")
+    t = Table(
+        "turns",
+        title="1. History per run (model latency 0; a calculator call every turn)",
+        show_lines=True,
+    )
     cols = [k for k in ("ours", "ours_inline", "plugin") if k in r]
     for k in cols:
         t.add_column(k)
@@ -98,9 +100,11 @@ def table_history(r: dict[str, Any]) -> Table:
 def table_overhead(r: dict[str, Any]) -> Table:
     """Scenario 2: per-turn time for bare Temporal, ours and the plugin, two server configs."""
     n = r.get("turns_per_run")
-    t = Table(title=f"2. Time per turn, model latency 0 ({n}-turn run after a warm-up run)")
-    t.show_lines = True
-    t.add_column("server config")
+    t = Table(
+        "server config",
+        title=f"2. Time per turn, model latency 0 ({n}-turn run after a warm-up run)",
+        show_lines=True,
+    )
     impls = ["bare", "ours", "plugin"]
     for k in impls:
         t.add_column("bare Temporal (2 trivial activities)" if k == "bare" else k)
@@ -144,11 +148,13 @@ def _tp_cell(d: Any) -> str:
 
 def table_throughput(r: dict[str, Any]) -> Table:
     """Scenario 3: one row per concurrency level."""
-    t = Table(title="3. Throughput: concurrent 5-turn runs, model latency 1 s, one worker")
-    t.show_lines = True
-    t.add_column("concurrent runs")
-    t.add_column("ours")
-    t.add_column("plugin")
+    t = Table(
+        "concurrent runs",
+        "ours",
+        "plugin",
+        title="3. Throughput: concurrent 5-turn runs, model latency 1 s, one worker",
+        show_lines=True,
+    )
     for n in r.get("levels", []):
         ours = r.get("ours", {}).get(str(n))
         plugin = r.get("plugin", {}).get(str(n))
@@ -172,12 +178,12 @@ def _crash_cell(d: Any) -> str:
 def table_crash(r: dict[str, Any]) -> Table:
     """Scenario 4."""
     t = Table(
+        "ours (shipped defaults)",
+        "plugin (defaults)",
         title=f"4. Crash recovery: worker SIGKILLed {r.get('kill_after_s')} s into a "
-        f"{r.get('model_latency_s')} s model call"
+        f"{r.get('model_latency_s')} s model call",
+        show_lines=True,
     )
-    t.show_lines = True
-    t.add_column("ours (shipped defaults)")
-    t.add_column("plugin (defaults)")
     t.add_row(_crash_cell(r.get("ours")), _crash_cell(r.get("plugin")))
     return t
 
@@ -191,11 +197,13 @@ TUNING_NAMES = {
 
 def table_tuning(r: dict[str, Any]) -> Table:
     """Scenario 5: worker settings."""
-    t = Table(title="5. Worker settings (ours unless marked)")
-    t.show_lines = True
-    t.add_column("load")
-    t.add_column("worker settings")
-    t.add_column("result")
+    t = Table(
+        "load",
+        "worker settings",
+        "result",
+        title="5. Worker settings (ours unless marked)",
+        show_lines=True,
+    )
     load = f"{r.get('runs')} runs x 5 turns, model 1 s"
     for impl in ("ours", "plugin"):
         for tuning, d in (r.get(impl) or {}).items():
@@ -272,12 +280,14 @@ def _g(tree: Any, *path: str) -> Any:
 
 def summary_table(s: dict[str, Any]) -> Table:
     """Headline figures, ours beside the plugin."""
-    t = Table(title="Summary: ours vs the OpenAI Agents plugin (details in the tables above)")
-    t.show_lines = True
-    t.add_column("scenario")
-    t.add_column("target")
-    t.add_column("ours")
-    t.add_column("plugin")
+    t = Table(
+        "scenario",
+        "target",
+        "ours",
+        "plugin",
+        title="Summary: ours vs the OpenAI Agents plugin (details in the tables above)",
+        show_lines=True,
+    )
 
     def hist(impl: str) -> str:
         h = _g(s, "history", impl)

@@ -22,6 +22,7 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureEr
 from bench.infra import (
     CpuMeter,
     DevServer,
+    WorkerProc,
     converter_choice,
     count_activities,
     counting_responder,
@@ -394,6 +395,30 @@ async def _one_overhead(
     }
 
 
+def _spawn_impl(
+    impl: str,
+    srv: DevServer,
+    tq: str,
+    d: Path,
+    model: ScriptedModel,
+    spec: Path,
+    name: str,
+    tuning: str = "ours",
+) -> WorkerProc:
+    """A worker of ``impl`` on ``srv``'s queue ``tq``: the bench spec and payload folder for ours."""
+    return spawn_worker(
+        impl,
+        srv.address,
+        tq,
+        d,
+        model_url=model.base_url,
+        spec_file=spec if impl == "ours" else None,
+        tuning=tuning,
+        name=name,
+        payload_dir=d / "payloads",
+    )
+
+
 async def scenario_overhead(opts: Options) -> dict[str, Any]:
     """Per-turn time with a zero-latency model: ours, bare Temporal, plugin; two server configs."""
     turns = 20 if opts.quick else 50
@@ -416,16 +441,7 @@ async def scenario_overhead(opts: Options) -> dict[str, Any]:
                                 continue
                             opts.log(f"  overhead {cname}: {impl}")
                             tq = _tq(f"ovh-{impl}")
-                            w = spawn_worker(
-                                impl,
-                                srv.address,
-                                tq,
-                                d,
-                                model_url=model.base_url,
-                                spec_file=spec if impl == "ours" else None,
-                                name=f"{impl}-{cname}",
-                                payload_dir=d / "payloads",
-                            )
+                            w = _spawn_impl(impl, srv, tq, d, model, spec, f"{impl}-{cname}")
                             try:
                                 await w.wait_ready()
                                 res[impl] = await _one_overhead(
@@ -454,17 +470,7 @@ async def _throughput_once(
         conv, _ = converter_choice(_settings(model.base_url, spec, d))
         async with dev_server(d, data_converter=conv if impl == "ours" else None) as srv:
             tq = _tq(f"tp-{impl}")
-            w = spawn_worker(
-                impl,
-                srv.address,
-                tq,
-                d,
-                model_url=model.base_url,
-                spec_file=spec if impl == "ours" else None,
-                tuning=tuning,
-                name=f"tp-{impl}-{tuning}-{n_runs}",
-                payload_dir=d / "payloads",
-            )
+            w = _spawn_impl(impl, srv, tq, d, model, spec, f"tp-{impl}-{tuning}-{n_runs}", tuning)
             pc = await _plugin_client(srv, model.base_url) if impl == "plugin" else None
             try:
                 await w.wait_ready()
@@ -631,13 +637,7 @@ async def _crash_once(
             conv, _ = converter_choice(_settings(model.base_url, spec, d))
             async with dev_server(d, data_converter=conv if impl == "ours" else None) as srv:
                 tq = _tq(f"crash-{impl}")
-                kw = dict(
-                    model_url=model.base_url,
-                    spec_file=spec if impl == "ours" else None,
-                    tuning=tuning,
-                    payload_dir=d / "payloads",
-                )
-                w1 = spawn_worker(impl, srv.address, tq, d, name="w1", **kw)  # type: ignore[arg-type]
+                w1 = _spawn_impl(impl, srv, tq, d, model, spec, "w1", tuning)
                 w2 = None
                 pc = await _plugin_client(srv, model.base_url) if impl == "plugin" else None
                 try:
@@ -653,7 +653,7 @@ async def _crash_once(
                     await asyncio.sleep(max(0.0, first.received_at + kill_after - time.monotonic()))
                     t_kill = time.monotonic()
                     w1.kill()
-                    w2 = spawn_worker(impl, srv.address, tq, d, name="w2", **kw)  # type: ignore[arg-type]
+                    w2 = _spawn_impl(impl, srv, tq, d, model, spec, "w2", tuning)
                     startup = await w2.wait_ready()
                     deadline = time.monotonic() + 240
                     while model.count < 2 and time.monotonic() < deadline:

@@ -32,6 +32,7 @@ import sysconfig
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.rule import Rule
@@ -148,16 +149,24 @@ class Outcome:
         console.print(f"[red]failed:[/red] {what}", highlight=False)
 
 
-async def ask_question(client, ws: Path, outcome: Outcome) -> RunResult:
-    """Run 1: the question; prints the result and checks the answer against the files."""
-    from workers.cli import _follow, _print_result, web_ui_url
+async def _start_step(client, title: str, request: str) -> Any:
+    """Print the step's title and request, start the run as the demo's principal; its handle."""
+    from workers.cli_base import web_ui_url
 
-    step("1. A question that needs the tools")
-    say(f"Request: {QUESTION}")
+    step(title)
+    say(f"Request: {request}")
     h = await rc.start_run(
-        client, RunRequest(agent="default", input=QUESTION, principal_id=PRINCIPAL)
+        client, RunRequest(agent="default", input=request, principal_id=PRINCIPAL)
     )
     say(f"run {h.id}  Web UI: {web_ui_url(h.id)}")
+    return h
+
+
+async def ask_question(client, ws: Path, outcome: Outcome) -> RunResult:
+    """Run 1: the question; prints the result and checks the answer against the files."""
+    from workers.cli_base import _follow, _print_result
+
+    h = await _start_step(client, "1. A question that needs the tools", QUESTION)
     res: RunResult = await _follow(client, h.id, PRINCIPAL, interactive=False)
     outcome.first_answer_after = time.monotonic() - outcome.started
     _print_result(res, False, h.id)
@@ -178,7 +187,7 @@ async def ask_question(client, ws: Path, outcome: Outcome) -> RunResult:
 
 
 def _show_how_to_approve(run_id: str, call_id: str) -> None:
-    from workers.cli import web_ui_url
+    from workers.cli_base import web_ui_url
 
     say("Approve it any of three ways:")
     say(f"  agentctl approve {run_id} {call_id} --principal {PRINCIPAL}")
@@ -191,14 +200,9 @@ def _show_how_to_approve(run_id: str, call_id: str) -> None:
 
 async def write_with_approval(client, ws: Path, outcome: Outcome) -> None:
     """Run 2: a write held for approval, approved with ``agentctl``; checks the note exists."""
-    from workers.cli import _print_result, web_ui_url
+    from workers.cli_base import _print_result
 
-    step("2. A write that waits for a person's approval")
-    say(f"Request: {NOTE_REQUEST}")
-    h = await rc.start_run(
-        client, RunRequest(agent="default", input=NOTE_REQUEST, principal_id=PRINCIPAL)
-    )
-    say(f"run {h.id}  Web UI: {web_ui_url(h.id)}")
+    h = await _start_step(client, "2. A write that waits for a person's approval", NOTE_REQUEST)
     try:
         st = await rc.wait_for_state(
             client,
@@ -241,7 +245,7 @@ async def write_with_approval(client, ws: Path, outcome: Outcome) -> None:
 
 async def demo_runs(ws: Path, outcome: Outcome) -> RunResult:
     """The two demo runs; failures go to ``outcome``; returns the first run's result."""
-    from workers.cli import web_ui_url
+    from workers.cli_base import web_ui_url
 
     client = await rc.connect()
     try:

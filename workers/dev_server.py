@@ -241,37 +241,32 @@ def start_dev_server(
     log_path = Path(log_file).resolve()
     log_path.parent.mkdir(parents=True, exist_ok=True)
 
-    popen_kw: dict[str, Any] = {}
-    if os.name == "nt":  # pragma: no cover - not exercised here
-        popen_kw["creationflags"] = (
-            subprocess.CREATE_NEW_PROCESS_GROUP | subprocess.DETACHED_PROCESS  # type: ignore[attr-defined]
-        )
-    else:
-        popen_kw["start_new_session"] = True
-    with open(log_path, "ab") as log_fh:
-        proc = subprocess.Popen(
-            args,
-            stdin=subprocess.DEVNULL,
-            stdout=log_fh,
-            stderr=subprocess.STDOUT,
-            cwd=base_dir,
-            close_fds=True,
-            **popen_kw,
-        )
+    proc = supervisor.spawn(args, log_path, cwd=base_dir)
     logger.info("started Temporal dev server pid %d at %s", proc.pid, cfg.address)
     pid_path = Path(pid_file) if pid_file is not None else None
     if pid_path is not None:
         supervisor.write_pid_file(pid_path, proc.pid)  # the pid alone, as `kill $(cat FILE)` wants
     if wait:
-        try:
-            elapsed = _wait_ready(proc, cfg, log_path, timeout)
-        except BaseException:
-            _terminate(proc, 5.0)
-            if pid_path is not None:
-                pid_path.unlink(missing_ok=True)
-            raise
-        logger.info("Temporal dev server ready at %s after %.2f s", cfg.address, elapsed)
+        _await_ready_or_kill(proc, cfg, log_path, timeout, pid_path)
     return proc
+
+
+def _await_ready_or_kill(
+    proc: subprocess.Popen[bytes],
+    cfg: DevServerConfig,
+    log_path: Path,
+    timeout: float,
+    pid_path: Path | None,
+) -> None:
+    """Wait for the server; on any failure kill it and remove its pid file, then re-raise."""
+    try:
+        elapsed = _wait_ready(proc, cfg, log_path, timeout)
+    except BaseException:
+        _terminate(proc, 5.0)
+        if pid_path is not None:
+            pid_path.unlink(missing_ok=True)
+        raise
+    logger.info("Temporal dev server ready at %s after %.2f s", cfg.address, elapsed)
 
 
 DEV_SERVER_MARKER = "start-dev"

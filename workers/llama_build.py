@@ -35,7 +35,6 @@ import platform
 import re
 import shutil
 import subprocess
-import sys
 import tarfile
 import threading
 import time
@@ -43,7 +42,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
-from workers.model_files import ModelServerError, pip_install
+from workers.model_files import ModelServerError, pip_install, run_pip
 
 SOURCE_PACKAGE = "llama-cpp-python"
 SOURCE_VERSION = "0.3.36"
@@ -225,29 +224,14 @@ def download_source(dest: Path) -> Path:
         ModelServerError: pip failed (the message has its output's tail).
     """
     dest.mkdir(parents=True, exist_ok=True)
-    cmd = [
-        sys.executable,
-        "-m",
-        "pip",
-        "download",
-        "--no-binary",
-        ":all:",
-        "--no-deps",
-        "--disable-pip-version-check",
-        "--no-input",
-        "-d",
-        str(dest),
-        SOURCE_REQUIREMENT,
-    ]
-    proc = subprocess.run(cmd, capture_output=True, text=True)  # noqa: S603
+    status, tail = run_pip(
+        "download", "--no-binary", ":all:", "--no-deps", "-d", str(dest), SOURCE_REQUIREMENT
+    )
     found = sorted(dest.glob("llama_cpp_python-*.tar.gz")) + sorted(
         dest.glob("llama-cpp-python-*.tar.gz")
     )
-    if proc.returncode != 0 or not found:
-        tail = (proc.stderr or proc.stdout).strip()[-2000:]
-        raise ModelServerError(
-            f"pip download {SOURCE_REQUIREMENT} failed ({proc.returncode})\n{tail}"
-        )
+    if status != 0 or not found:
+        raise ModelServerError(f"pip download {SOURCE_REQUIREMENT} failed ({status})\n{tail}")
     return found[0]
 
 

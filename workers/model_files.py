@@ -85,29 +85,37 @@ def _is_installed(target: Path, dist_name: str, version: str) -> bool:
     return (target / f"{_module_dir_name(dist_name)}-{version}.dist-info").is_dir()
 
 
-def pip_install(target: Path, requirements: Sequence[str]) -> None:
-    """``python -m pip install --no-deps --target TARGET REQ...`` with this interpreter."""
-    if not requirements:
-        return
-    target.mkdir(parents=True, exist_ok=True)
+def run_pip(subcommand: str, *args: str) -> tuple[int, str]:
+    """``python -m pip SUBCOMMAND ARGS...`` with this interpreter, quietly.
+
+    Returns:
+        pip's exit status and the last 2,000 characters of its output (stderr, else stdout).
+    """
     cmd = [
         sys.executable,
         "-m",
         "pip",
-        "install",
-        "--no-deps",
+        subcommand,
         "--disable-pip-version-check",
         "--no-input",
-        "--target",
-        str(target),
-        *requirements,
+        *args,
     ]
     proc = subprocess.run(cmd, capture_output=True, text=True)  # noqa: S603
-    if proc.returncode != 0:
-        tail = (proc.stderr or proc.stdout).strip()[-2000:]
-        raise ModelServerError(
-            f"pip install failed ({proc.returncode}): {' '.join(requirements)}\n{tail}"
-        )
+    return proc.returncode, (proc.stderr or proc.stdout).strip()[-2000:]
+
+
+def pip_install(target: Path, requirements: Sequence[str]) -> None:
+    """``python -m pip install --no-deps --target TARGET REQ...`` with this interpreter.
+
+    Raises:
+        ModelServerError: pip failed (the message has its output's tail).
+    """
+    if not requirements:
+        return
+    target.mkdir(parents=True, exist_ok=True)
+    status, tail = run_pip("install", "--no-deps", "--target", str(target), *requirements)
+    if status != 0:
+        raise ModelServerError(f"pip install failed ({status}): {' '.join(requirements)}\n{tail}")
 
 
 # --------------------------------------------------------------------------------------------

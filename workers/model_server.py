@@ -65,6 +65,7 @@ from workers.model_process import (
     wait_until_ready,
     write_pid_file,
 )
+from workers.supervisor import spawn
 
 TEMPLATE_PATH = Path(__file__).resolve().parent / "templates" / "qwen2.5-tools.jinja"
 
@@ -189,22 +190,8 @@ def start_server(
     settings = settings or load_settings()
     progress = progress or (lambda _msg: None)
     cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    env_host, env_port = host_port_from_env()
-    host = host or env_host
-    port = port or env_port
-    if _port_in_use(host, port):
-        raise ModelServerError(
-            f"{host}:{port} is already in use (a model server may already be running there)"
-        )
-    model = ensure_model(cache_dir, progress=progress)
-    progress(f"model {model.name} present and verified (sha256 {MODEL_SHA256[:12]}...)")
-    binary = choose_binary(
-        cache_dir,
-        mode=settings.llama_build,
-        override=settings.llama_server,
-        progress=progress,
-        jobs=settings.llama_build_jobs,
-    )
+    host, port = _free_address(host, port)
+    model, binary = _model_and_binary(cache_dir, settings, progress)
     log_path = Path(log_path) if log_path is not None else cache_dir / "llama-server.log"
     launch = {
         "host": host,
@@ -220,6 +207,34 @@ def start_server(
     if pid_file is not None:
         write_pid_file(Path(pid_file), handle.process.pid)
     return handle
+
+
+def _free_address(host: str | None, port: int | None) -> tuple[str, int]:
+    """``host``/``port``, defaulted from the environment; ModelServerError if already in use."""
+    env_host, env_port = host_port_from_env()
+    host = host or env_host
+    port = port or env_port
+    if _port_in_use(host, port):
+        raise ModelServerError(
+            f"{host}:{port} is already in use (a model server may already be running there)"
+        )
+    return host, port
+
+
+def _model_and_binary(
+    cache_dir: Path, settings: Settings, progress: Progress
+) -> tuple[Path, ServerBinary]:
+    """The verified model file and the ``llama-server`` binary to run it (fetched or built)."""
+    model = ensure_model(cache_dir, progress=progress)
+    progress(f"model {model.name} present and verified (sha256 {MODEL_SHA256[:12]}...)")
+    binary = choose_binary(
+        cache_dir,
+        mode=settings.llama_build,
+        override=settings.llama_server,
+        progress=progress,
+        jobs=settings.llama_build_jobs,
+    )
+    return model, binary
 
 
 def _launch_or_build(
@@ -270,15 +285,7 @@ def _launch(
     )
     with open(log_path, "ab") as log:
         log.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(cmd)}\n".encode())
-        log.flush()
-        proc = subprocess.Popen(  # noqa: S603
-            cmd,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=server_env(binary.path),
-            start_new_session=detach,
-        )
+    proc = spawn(cmd, log_path, env=server_env(binary.path), detach=detach)
     try:
         waited = wait_until_ready(proc, host, port, ready_timeout, log_path)
     except BaseException:

@@ -9,7 +9,6 @@ recorded, so a reused pid is never killed.
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -64,15 +63,8 @@ def start_background(name: str, module: str, ready_marker: str, wait_seconds: fl
         print(f"{name} already running (pid {pid})")
         return pid
     log = log_file(name)
-    with log.open("ab") as fh:
-        start = log.stat().st_size
-        proc = subprocess.Popen(
-            [sys.executable, "-m", *module.split()],
-            stdout=fh,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
+    start = log.stat().st_size if log.exists() else 0
+    proc = supervisor.spawn([sys.executable, "-m", *module.split()], log)
     record(name, proc.pid, module.split()[0])
     deadline = time.monotonic() + wait_seconds
     while time.monotonic() < deadline:

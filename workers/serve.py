@@ -26,7 +26,7 @@ import contextlib
 import json
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from aiohttp import web
 from pydantic import BaseModel, Field, ValidationError
@@ -39,6 +39,7 @@ from workflows.models import RunRequest
 STATIC = Path(__file__).parent / "static"
 KEEPALIVE_SECONDS = 15.0
 """Idle time after which the event stream sends a comment line."""
+B = TypeVar("B", bound=BaseModel)
 CLIENT_KEY = web.AppKey("client", Client)
 WEB_UI_KEY = web.AppKey("web_ui", Callable[[str], str])
 QUEUE_KEY = web.AppKey("task_queue", str)
@@ -82,7 +83,7 @@ def _error(status: int, message: str) -> web.Response:
     return web.json_response({"error": message}, status=status)
 
 
-async def _body(request: web.Request, model: type[BaseModel]) -> BaseModel:
+async def _body(request: web.Request, model: type[B]) -> B:
     """The request's JSON body as ``model``; raises an HTTP 400 naming what is wrong."""
     try:
         data = json.loads(await request.text() or "{}")
@@ -154,7 +155,6 @@ async def _state(request: web.Request) -> web.Response:
 
 async def _start(request: web.Request) -> web.Response:
     body = await _body(request, StartBody)
-    assert isinstance(body, StartBody)
     if body.mode not in ("task", "chat"):
         return _error(400, "mode must be task or chat")
     req = RunRequest(
@@ -171,7 +171,6 @@ async def _start(request: web.Request) -> web.Response:
 def _decider(decision: str) -> Callable[[web.Request], Awaitable[web.Response]]:
     async def decide(request: web.Request) -> web.Response:
         body = await _body(request, DecideBody)
-        assert isinstance(body, DecideBody)
         res = await rc.decide(
             request.app[CLIENT_KEY],
             request.match_info["run_id"],
@@ -189,7 +188,6 @@ def _decider(decision: str) -> Callable[[web.Request], Awaitable[web.Response]]:
 
 async def _interrupt(request: web.Request) -> web.Response:
     body = await _body(request, InterruptBody)
-    assert isinstance(body, InterruptBody)
     run_id = request.match_info["run_id"]
     await rc.interrupt(request.app[CLIENT_KEY], run_id, body.principal_id, body.reason)
     return web.json_response({"run_id": run_id, "sent": "interrupt"}, status=202)
@@ -197,7 +195,6 @@ async def _interrupt(request: web.Request) -> web.Response:
 
 async def _message(request: web.Request) -> web.Response:
     body = await _body(request, MessageBody)
-    assert isinstance(body, MessageBody)
     run_id = request.match_info["run_id"]
     await rc.send_message(request.app[CLIENT_KEY], run_id, body.content, body.principal_id)
     return web.json_response({"run_id": run_id, "sent": "send_message"}, status=202)

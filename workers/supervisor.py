@@ -88,6 +88,45 @@ def running(path: str | os.PathLike[str], marker: str | None = None) -> int | No
     return proc.pid if proc else None
 
 
+def spawn(
+    args: list[str],
+    log_path: str | os.PathLike[str],
+    *,
+    cwd: str | os.PathLike[str] | None = None,
+    env: dict[str, str] | None = None,
+    detach: bool = True,
+) -> subprocess.Popen[bytes]:
+    """Start ``args`` with stdin closed and stdout and stderr appended to ``log_path``.
+
+    Args:
+        args: the command line.
+        log_path: file the output is appended to (must be writable; its folder must exist).
+        cwd: working folder of the process (default: this process's).
+        env: its environment (default: this process's).
+        detach: give it its own session (process group on Windows) so it outlives the caller.
+
+    Raises:
+        OSError: the program cannot be started or the log opened.
+    """
+    popen_kw: dict[str, object] = {}
+    if detach and os.name == "nt":  # pragma: no cover - not exercised here
+        popen_kw["creationflags"] = (
+            subprocess.CREATE_NEW_PROCESS_GROUP | subprocess.DETACHED_PROCESS  # type: ignore[attr-defined]
+        )
+    elif detach:
+        popen_kw["start_new_session"] = True
+    with open(log_path, "ab") as log_fh:
+        return subprocess.Popen(  # noqa: S603
+            args,
+            stdin=subprocess.DEVNULL,
+            stdout=log_fh,
+            stderr=subprocess.STDOUT,
+            cwd=cwd,
+            env=env,
+            **popen_kw,
+        )
+
+
 def terminate(proc: psutil.Process | subprocess.Popen, timeout: float = 10.0) -> bool:
     """SIGTERM, then SIGKILL after ``timeout`` seconds; True if it was running.
 

@@ -13,13 +13,13 @@ import math
 import operator
 import os
 import re
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import Field
 
+from activities.atomic import write_atomic
 from activities.tools.ledger import LEDGER_DIR, run_once
 from activities.tools.registry import ToolContext, ToolError, tool
 
@@ -401,14 +401,7 @@ def _write(ctx: ToolContext, path: str, target: Path, data: bytes, overwrite: bo
         target.parent.mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError):
         raise ToolError(f"cannot create the folders of {rel!r}: a file is in the way") from None
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(target, data, prefix=f".{target.name}.", suffix=".tmp", fsync=False)
     text = data.decode("utf-8")
     lines = text.count("\n") + (1 if text and not text.endswith("\n") else 0)
     return f"Wrote {rel} ({len(data)} bytes, {lines} lines)."

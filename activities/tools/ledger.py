@@ -20,11 +20,11 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
-import os
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from activities.atomic import write_atomic
 
 LEDGER_DIR = ".tool-ledger"
 """Folder at the workspace root holding one entry per applied tool call (hidden from tools)."""
@@ -47,16 +47,8 @@ def _read(entry: Path, key: str) -> str | None:
 
 
 def _write(entry: Path, key: str, result: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=entry.parent, prefix=".entry.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump({"key": key, "result": result}, fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, entry)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    data = json.dumps({"key": key, "result": result}).encode("utf-8")
+    write_atomic(entry, data, prefix=".entry.", suffix=".tmp")
 
 
 def run_once(

@@ -32,11 +32,12 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+from pydantic import BaseModel, Field, ValidationError
 
 from activities import redaction
 from activities.contracts import ToolInfo, ToolOutcome
 from activities.tools.docstrings import parse_docstring
+from activities.tools.schema import build_arguments
 
 Risk = Literal["read", "write", "exec", "network"]
 
@@ -104,58 +105,41 @@ class ToolContext:
         self.workspace = Path(self.workspace).expanduser().resolve()
 
 
-# --------------------------------------------------------------------------- schemas
-
-_KEEP_AS_IS = {"default", "examples", "enum", "const"}
-
-
-def _clean_schema(node: Any) -> Any:
-    """Drop pydantic's ``title`` keys everywhere except where they are property names."""
-    if isinstance(node, list):
-        return [_clean_schema(x) for x in node]
-    if not isinstance(node, dict):
-        return node
-    out: dict[str, Any] = {}
-    for key, value in node.items():
-        if key == "title":
-            continue
-        if key in ("properties", "$defs", "definitions") and isinstance(value, dict):
-            out[key] = {name: _clean_schema(sub) for name, sub in value.items()}
-        elif key in _KEEP_AS_IS:
-            out[key] = value
-        else:
-            out[key] = _clean_schema(value)
-    return out
-
-
-def _simplify_optionals(schema: dict[str, Any]) -> None:
-    """``anyOf: [X, null]`` of an optional parameter becomes ``X`` (omitting it means null)."""
-    required = set(schema.get("required", []))
-    for name, prop in schema.get("properties", {}).items():
-        any_of = prop.get("anyOf")
-        if name in required or not isinstance(any_of, list) or len(any_of) != 2:
-            continue
-        others = [s for s in any_of if s != {"type": "null"}]
-        if len(others) != 1:
-            continue
-        del prop["anyOf"]
-        merged = {**others[0], **prop}
-        if "default" in merged and merged["default"] is None:
-            del merged["default"]
-        prop.clear()
-        prop.update(merged)
-
-
-def _key_order(key: str) -> int:
-    """Sort key of a property's keys: ``type`` and ``description`` first, the rest as they came."""
-    return {"type": 0, "description": 1}.get(key, 2)
-
-
 def _is_context(annotation: Any) -> bool:
     return annotation is ToolContext or (
         typing.get_origin(annotation) is typing.Annotated
         and typing.get_args(annotation)[0] is ToolContext
     )
+
+
+def _signature_fields(
+    fn: Callable[..., Any], tool_name: str, hints: dict[str, Any], arg_docs: dict[str, str]
+) -> tuple[dict[str, Any], dict[str, str], str | None]:
+    """Pydantic fields of ``fn``'s parameters, parameter -> field names, the context parameter.
+
+    Raises:
+        TypeError: a parameter has no type hint or is ``*args``/``**kwargs``/positional-only.
+    """
+    fields: dict[str, Any] = {}
+    field_names: dict[str, str] = {}
+    context_param: str | None = None
+    for p in inspect.signature(fn).parameters.values():
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD, p.POSITIONAL_ONLY):
+            raise TypeError(f"tool {tool_name}: parameter {p.name!r} must be a plain keyword")
+        annotation = hints.get(p.name, p.annotation)
+        if _is_context(annotation):
+            context_param = p.name
+            continue
+        if annotation is inspect.Parameter.empty:
+            raise TypeError(f"tool {tool_name}: parameter {p.name!r} needs a type hint")
+        default = ... if p.default is inspect.Parameter.empty else p.default
+        fname = p.name
+        if p.name.startswith("_") or hasattr(BaseModel, p.name):
+            fname = f"arg_{p.name.lstrip('_')}"
+        field_names[p.name] = fname
+        info = Field(default, alias=p.name, description=arg_docs.get(p.name) or None)
+        fields[fname] = (annotation, info)
+    return fields, field_names, context_param
 
 
 @dataclass(frozen=True)
@@ -205,44 +189,8 @@ class ToolDef:
             hints = typing.get_type_hints(fn, include_extras=True)
         except Exception as e:  # NameError for hints that only exist under TYPE_CHECKING, ...
             raise TypeError(f"tool {tool_name}: cannot resolve type hints: {e}") from e
-        fields: dict[str, Any] = {}
-        field_names: dict[str, str] = {}
-        context_param: str | None = None
-        for p in inspect.signature(fn).parameters.values():
-            if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD, p.POSITIONAL_ONLY):
-                raise TypeError(f"tool {tool_name}: parameter {p.name!r} must be a plain keyword")
-            annotation = hints.get(p.name, p.annotation)
-            if _is_context(annotation):
-                context_param = p.name
-                continue
-            if annotation is inspect.Parameter.empty:
-                raise TypeError(f"tool {tool_name}: parameter {p.name!r} needs a type hint")
-            default = ... if p.default is inspect.Parameter.empty else p.default
-            fname = p.name
-            if p.name.startswith("_") or hasattr(BaseModel, p.name):
-                fname = f"arg_{p.name.lstrip('_')}"
-            field_names[p.name] = fname
-            info = Field(default, alias=p.name, description=arg_docs.get(p.name) or None)
-            fields[fname] = (annotation, info)
-        try:
-            model = create_model(
-                f"{tool_name}_arguments",
-                __config__=ConfigDict(extra="forbid", protected_namespaces=()),
-                **fields,
-            )
-            schema = _clean_schema(model.model_json_schema(by_alias=True))
-        except Exception as e:
-            raise TypeError(f"tool {tool_name}: cannot build the argument schema: {e}") from e
-        _simplify_optionals(schema)
-        schema = {
-            "type": "object",
-            "properties": {
-                p: {k: prop[k] for k in sorted(prop, key=_key_order)}
-                for p, prop in schema.get("properties", {}).items()
-            },
-            "required": schema.get("required", []),
-            **{k: v for k, v in schema.items() if k not in ("type", "properties", "required")},
-        }
+        fields, field_names, context_param = _signature_fields(fn, tool_name, hints, arg_docs)
+        model, schema = build_arguments(tool_name, fields)
         return cls(
             name=tool_name,
             description=description,

@@ -42,19 +42,40 @@ import asyncio
 import dataclasses
 import inspect
 import json
-import math
 import threading
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from collections.abc import Awaitable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
-import typer
 from aiohttp import web
 
-from workers.entrypoints import run_command
+from workers.testing._loop_thread import LoopThread
 from workers.testing._sse import completion_chunks, write_event_stream
+from workers.testing.scripted_replies import (
+    RecordedRequest,
+    Reply,
+    Responder,
+    ToolCall,
+    _as_reply,
+    _check_delay,
+    _error_body,
+    _InternalError,
+    call_tool_then_answer,
+    completion_payload,
+    conversation_marker,
+    error,
+    garbage,
+    text,
+    tool_call,
+    tool_calls,
+)
+from workers.testing.scripted_replies import (
+    _approx_tokens as _approx_tokens,  # re-exported: tests size prompts with them
+)
+from workers.testing.scripted_replies import (
+    _message_chars as _message_chars,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     import openai
@@ -73,386 +94,6 @@ __all__ = [
     "call_tool_then_answer",
     "main",
 ]
-
-_ERROR_TYPES = {
-    400: ("invalid_request_error", None),
-    401: ("invalid_request_error", "invalid_api_key"),
-    403: ("permission_denied", None),
-    404: ("invalid_request_error", "model_not_found"),
-    408: ("timeout", None),
-    409: ("conflict", None),
-    422: ("invalid_request_error", None),
-    429: ("rate_limit_exceeded", "rate_limit_exceeded"),
-}
-
-
-# --------------------------------------------------------------------------------------------
-# Replies
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ToolCall:
-    """One function call inside an assistant reply.
-
-    Attributes:
-        name: the function (tool) name.
-        arguments: the arguments exactly as sent on the wire: JSON text, normally an object.
-            It is not validated, so a test can send malformed arguments on purpose.
-        id: the tool call id; ``None`` lets the server assign ``call_<n>`` (``n`` counts from 1
-            per server, across all replies).
-    """
-
-    name: str
-    arguments: str = "{}"
-    id: str | None = None
-
-
-@dataclass(frozen=True)
-class Reply:
-    """What the server answers to one request.
-
-    Build replies with :func:`text`, :func:`tool_call`, :func:`tool_calls`, :func:`error` or
-    :func:`garbage` rather than directly; :meth:`with_delay` adds a delay to any of them.
-
-    Attributes:
-        kind: ``"message"`` (a 200 chat completion), ``"error"`` (an HTTP error status) or
-            ``"garbage"`` (a raw body that is not a chat completion).
-        content: assistant text for ``"message"``; may be ``None`` when there are tool calls.
-        tool_calls: the calls of a ``"message"`` reply, in order.
-        finish_reason: overrides the computed ``finish_reason`` (``"tool_calls"`` when there are
-            calls, else ``"stop"``), e.g. ``"length"``.
-        status: the HTTP status code.
-        body: for ``"error"``: a JSON-able value, or a ``str`` sent as-is, or ``None`` for an
-            OpenAI-style default error body; for ``"garbage"``: the raw text.
-        headers: extra response headers, as ``(name, value)`` pairs.
-        content_type: the response ``Content-Type`` for ``"garbage"`` and ``str`` error bodies.
-        delay: seconds to wait (asynchronously) before answering, on top of the server's
-            ``latency``.
-        chunk_delay: when streamed, seconds between two chunks (None: the server's
-            ``chunk_delay``).
-    """
-
-    kind: Literal["message", "error", "garbage"] = "message"
-    content: str | None = None
-    tool_calls: tuple[ToolCall, ...] = ()
-    finish_reason: str | None = None
-    status: int = 200
-    body: Any = None
-    headers: tuple[tuple[str, str], ...] = ()
-    content_type: str | None = None
-    delay: float = 0.0
-    chunk_delay: float | None = None
-
-    def with_chunk_delay(self, seconds: float) -> Reply:
-        """A copy whose streamed chunks (``stream: true``) are sent ``seconds`` apart."""
-        return dataclasses.replace(self, chunk_delay=_check_delay(seconds))
-
-    def with_delay(self, seconds: float) -> Reply:
-        """Return a copy of this reply answered after ``seconds`` (>= 0) of extra delay."""
-        return dataclasses.replace(self, delay=_check_delay(seconds))
-
-
-Responder = Callable[[dict[str, Any]], "Reply | str | Awaitable[Reply | str]"]
-"""A function of the request JSON (a dict) returning the :class:`Reply` (a ``str`` is shorthand
-for :func:`text`); it may be ``async``. It runs on the server's event loop: keep it fast and
-non-blocking. If it raises, the request is answered with HTTP 500 naming the exception."""
-
-
-def _check_delay(seconds: float) -> float:
-    seconds = float(seconds)
-    if not math.isfinite(seconds) or seconds < 0:
-        raise ValueError(f"delay must be a finite number of seconds >= 0, got {seconds!r}")
-    return seconds
-
-
-def _arguments_text(arguments: Mapping[str, Any] | str) -> str:
-    if isinstance(arguments, str):
-        return arguments
-    if isinstance(arguments, Mapping):
-        return json.dumps(dict(arguments))
-    raise TypeError(f"tool arguments must be a dict or a JSON string, got {type(arguments)!r}")
-
-
-def text(content: str, *, finish_reason: str | None = None, delay: float = 0.0) -> Reply:
-    """An assistant message with text ``content`` (HTTP 200, ``finish_reason="stop"``).
-
-    Args:
-        content: the assistant's text.
-        finish_reason: override ``"stop"``, e.g. ``"length"`` to simulate truncation.
-        delay: seconds (>= 0) to wait before answering.
-    """
-    return Reply(content=content, finish_reason=finish_reason, delay=_check_delay(delay))
-
-
-def tool_call(
-    name: str,
-    arguments: Mapping[str, Any] | str | None = None,
-    id: str | None = None,
-    *,
-    content: str | None = None,
-    delay: float = 0.0,
-) -> Reply:
-    """An assistant message with one tool call (HTTP 200, ``finish_reason="tool_calls"``).
-
-    Args:
-        name: the function name.
-        arguments: a dict (serialised with ``json.dumps``) or raw JSON text sent unchanged (so it
-            may be malformed on purpose); ``None`` means ``{}``.
-        id: the tool call id; ``None`` assigns ``call_<n>``.
-        content: optional assistant text sent alongside the call.
-        delay: seconds (>= 0) to wait before answering.
-
-    Raises:
-        TypeError: ``arguments`` is neither a mapping nor a string.
-    """
-    call = ToolCall(
-        name=name, arguments=_arguments_text({} if arguments is None else arguments), id=id
-    )
-    return Reply(content=content, tool_calls=(call,), delay=_check_delay(delay))
-
-
-def tool_calls(
-    calls: Iterable[Reply | ToolCall | tuple[str, Mapping[str, Any] | str]],
-    *,
-    content: str | None = None,
-    delay: float = 0.0,
-) -> Reply:
-    """An assistant message with several tool calls in one reply (parallel tool calls).
-
-    Args:
-        calls: each item is a :func:`tool_call` reply (its calls are taken), a :class:`ToolCall`,
-            or a ``(name, arguments)`` pair.
-        content: optional assistant text sent alongside the calls.
-        delay: seconds (>= 0) to wait before answering.
-
-    Raises:
-        ValueError: ``calls`` is empty.
-        TypeError: an item is of another type.
-    """
-    out: list[ToolCall] = []
-    for item in calls:
-        if isinstance(item, Reply):
-            if not item.tool_calls:
-                raise TypeError("tool_calls() items must carry tool calls; got a reply without")
-            out.extend(item.tool_calls)
-        elif isinstance(item, ToolCall):
-            out.append(item)
-        elif isinstance(item, tuple) and len(item) == 2:
-            out.append(ToolCall(name=item[0], arguments=_arguments_text(item[1])))
-        else:
-            raise TypeError(f"unsupported tool_calls() item: {item!r}")
-    if not out:
-        raise ValueError("tool_calls() needs at least one call")
-    return Reply(content=content, tool_calls=tuple(out), delay=_check_delay(delay))
-
-
-def error(
-    status: int,
-    body: Any = None,
-    headers: Mapping[str, str] | None = None,
-    *,
-    delay: float = 0.0,
-) -> Reply:
-    """An HTTP error answer, e.g. ``error(429, headers={"retry-after": "1"})``.
-
-    The ``openai`` client maps the status to its exception classes (400 ``BadRequestError``,
-    401 ``AuthenticationError``, 429 ``RateLimitError``, >= 500 ``InternalServerError``, ...);
-    the headers are on the exception's ``.response.headers`` and a JSON body's ``error.message``
-    in its message.
-
-    Args:
-        status: HTTP status code, 400..599.
-        body: a JSON-able value sent as ``application/json``; a ``str`` sent as ``text/plain``;
-            or ``None`` for an OpenAI-style ``{"error": {"message", "type", "param", "code"}}``.
-        headers: extra response headers.
-        delay: seconds (>= 0) to wait before answering.
-
-    Raises:
-        ValueError: ``status`` is not in 400..599.
-    """
-    if not 400 <= status <= 599:
-        raise ValueError(f"error status must be 400..599, got {status}")
-    return Reply(
-        kind="error",
-        status=status,
-        body=body,
-        headers=tuple((headers or {}).items()),
-        content_type="text/plain" if isinstance(body, str) else None,
-        delay=_check_delay(delay),
-    )
-
-
-def garbage(
-    body: str,
-    *,
-    status: int = 200,
-    content_type: str = "application/json",
-    delay: float = 0.0,
-) -> Reply:
-    """A raw answer that is not a chat completion (a broken proxy, a truncated body...).
-
-    With the default ``Content-Type: application/json`` and a non-JSON ``body`` the ``openai``
-    client raises ``json.JSONDecodeError`` (a ``ValueError``) when parsing. With ``text/plain``
-    the client does not raise: it returns the body as a ``str`` instead of a completion.
-
-    Args:
-        body: the response body text.
-        status: HTTP status code.
-        content_type: the ``Content-Type`` header.
-        delay: seconds (>= 0) to wait before answering.
-    """
-    return Reply(
-        kind="garbage",
-        status=status,
-        body=body,
-        content_type=content_type,
-        delay=_check_delay(delay),
-    )
-
-
-def _as_reply(value: Any, where: str) -> Reply:
-    if isinstance(value, Reply):
-        return value
-    if isinstance(value, str):
-        return text(value)
-    raise TypeError(f"{where} must be a Reply (or str), got {type(value).__name__}: {value!r}")
-
-
-def call_tool_then_answer(
-    name: str,
-    arguments: Mapping[str, Any] | str | None = None,
-    answer: str = "done",
-) -> Callable[[dict[str, Any]], Reply]:
-    """A stateless responder: call tool ``name`` once, then answer ``answer``.
-
-    It answers ``text(answer)`` if the request's last message is a tool result, else
-    ``tool_call(name, arguments)``. Every conversation thus makes exactly one tool call and then
-    finishes, however many run at once -- the shape benchmarks use.
-    """
-    call = tool_call(name, arguments)
-    final = text(answer)
-
-    def respond(request: dict[str, Any]) -> Reply:
-        messages = request.get("messages") or []
-        if messages and isinstance(messages[-1], dict) and messages[-1].get("role") == "tool":
-            return final
-        return call
-
-    return respond
-
-
-def _always(reply: Reply) -> Callable[[dict[str, Any]], Reply]:
-    """A responder answering ``reply`` to every request."""
-
-    def respond(request: dict[str, Any]) -> Reply:
-        return reply
-
-    return respond
-
-
-# --------------------------------------------------------------------------------------------
-# Recorded requests
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass
-class RecordedRequest:
-    """One chat-completions request the server received.
-
-    Every request whose body is a JSON object is recorded, including rejected ones
-    (``stream=true``); bodies that are not JSON objects are answered 400 and not recorded.
-
-    Attributes:
-        index: 0-based arrival order.
-        body: the request JSON as sent (``model``, ``messages``, ``tools``, ...). Do not mutate.
-        headers: the request headers (e.g. ``authorization``), lower-cased names.
-        received_at: arrival time, seconds on the ``time.monotonic()`` clock (same process).
-        replied_at: when the answer was sent (after any delay), same clock; ``None`` while pending.
-        status: the HTTP status answered; ``None`` while pending.
-        reply: the :class:`Reply` used; ``None`` while pending or for internal errors.
-    """
-
-    index: int
-    body: dict[str, Any]
-    headers: dict[str, str]
-    received_at: float
-    replied_at: float | None = None
-    status: int | None = None
-    reply: Reply | None = None
-
-    @property
-    def messages(self) -> list[dict[str, Any]]:
-        """The request's ``messages`` list (empty if absent)."""
-        return list(self.body.get("messages") or [])
-
-    @property
-    def tools(self) -> list[dict[str, Any]]:
-        """The request's ``tools`` list (empty if absent)."""
-        return list(self.body.get("tools") or [])
-
-    @property
-    def duration(self) -> float | None:
-        """Seconds between arrival and answer; ``None`` while pending."""
-        return None if self.replied_at is None else self.replied_at - self.received_at
-
-
-# --------------------------------------------------------------------------------------------
-# Helpers
-# --------------------------------------------------------------------------------------------
-
-
-def _text_of(content: Any) -> str:
-    """Text of a message ``content``: a string, or a list of parts (``{"type": "text"}``)."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = []
-        for part in content:
-            if isinstance(part, dict) and isinstance(part.get("text"), str):
-                parts.append(part["text"])
-            elif isinstance(part, str):
-                parts.append(part)
-        return "".join(parts)
-    return ""
-
-
-def _approx_tokens(chars: int) -> int:
-    """A rough token count: 4 characters per token, rounded up."""
-    return (chars + 3) // 4
-
-
-def _message_chars(message: Any) -> int:
-    if not isinstance(message, dict):
-        return 0
-    n = len(_text_of(message.get("content")))
-    for call in message.get("tool_calls") or []:
-        fn = call.get("function") if isinstance(call, dict) else None
-        if isinstance(fn, dict):
-            n += len(str(fn.get("name") or "")) + len(str(fn.get("arguments") or ""))
-    return n
-
-
-def _error_body(
-    status: int, message: str, code: str | None = None, param: str | None = None
-) -> dict:
-    etype, default_code = _ERROR_TYPES.get(
-        status, ("server_error" if status >= 500 else "invalid_request_error", None)
-    )
-    return {
-        "error": {"message": message, "type": etype, "param": param, "code": code or default_code}
-    }
-
-
-class _InternalError(Exception):
-    """A request the server cannot answer from its script; becomes an HTTP error."""
-
-    def __init__(self, status: int, message: str, code: str, param: str | None = None):
-        super().__init__(message)
-        self.status = status
-        self.code = code
-        self.param = param
-
 
 # --------------------------------------------------------------------------------------------
 # The server
@@ -544,8 +185,7 @@ class ScriptedModel:
         self._completion_counter = 0
         self._consumed = 0
         self._port: int | None = None
-        self._thread: threading.Thread | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread = LoopThread("ScriptedModel")
         self._runner: web.AppRunner | None = None
 
     # ---- lifecycle ---------------------------------------------------------------------------
@@ -557,40 +197,7 @@ class ScriptedModel:
             RuntimeError: already running, or the server failed to start within ``timeout``
                 seconds (the cause, e.g. ``OSError`` for a port in use, is chained).
         """
-        if self._thread is not None:
-            raise RuntimeError("ScriptedModel is already running")
-        ready = threading.Event()
-        failure: list[BaseException] = []
-        loop = asyncio.new_event_loop()
-
-        def run() -> None:
-            asyncio.set_event_loop(loop)
-            try:
-                loop.run_until_complete(self._serve())
-            except BaseException as exc:  # handed to start()
-                failure.append(exc)
-                ready.set()
-                loop.close()
-                return
-            ready.set()
-            try:
-                loop.run_forever()
-            finally:
-                try:
-                    loop.run_until_complete(loop.shutdown_asyncgens())
-                finally:
-                    loop.close()
-
-        thread = threading.Thread(
-            target=run, name=f"ScriptedModel:{self._requested_port}", daemon=True
-        )
-        thread.start()
-        if not ready.wait(timeout):
-            raise RuntimeError(f"ScriptedModel did not start within {timeout} s")
-        if failure:
-            thread.join()
-            raise RuntimeError(f"ScriptedModel failed to start: {failure[0]}") from failure[0]
-        self._loop, self._thread = loop, thread
+        self._loop_thread.start(self._serve, f"ScriptedModel:{self._requested_port}", timeout)
         return self
 
     def stop(self, timeout: float = 10.0) -> None:
@@ -598,20 +205,11 @@ class ScriptedModel:
 
         Idempotent. The recorded requests are kept; the server may be started again.
         """
-        thread, loop, runner = self._thread, self._loop, self._runner
-        if thread is None or loop is None:
-            return
+        runner = self._runner
         try:
-            if runner is not None:
-                fut = asyncio.run_coroutine_threadsafe(runner.cleanup(), loop)
-                try:
-                    fut.result(timeout)
-                except Exception:  # best effort: the loop is stopped below anyway
-                    fut.cancel()
-            loop.call_soon_threadsafe(loop.stop)
-            thread.join(timeout)
+            self._loop_thread.stop(runner.cleanup if runner is not None else None, timeout)
         finally:
-            self._thread = self._loop = self._runner = None
+            self._runner = None
             self._port = None
 
     def __enter__(self) -> ScriptedModel:
@@ -765,32 +363,10 @@ class ScriptedModel:
         with self._lock:
             if self._scripts is None:
                 return self._next_from(self._script, "the script")
-            first_user = next(
-                (
-                    m
-                    for m in body.get("messages") or []
-                    if isinstance(m, dict) and m.get("role") == "user"
-                ),
-                None,
-            )
-            user_text = _text_of(first_user.get("content")) if first_user else ""
-            matches = [marker for marker in self._scripts if marker in user_text]
-            if len(matches) > 1:
-                raise _InternalError(
-                    500,
-                    f"ScriptedModel: first user message matches several markers {matches!r}",
-                    "ambiguous_conversation_marker",
-                )
-            if not matches:
-                if self._default is not None:
-                    return self._default
-                raise _InternalError(
-                    500,
-                    "ScriptedModel: no script marker in the first user message "
-                    f"(markers: {list(self._scripts)!r})",
-                    "no_script_for_conversation",
-                )
-            return self._next_from(self._scripts[matches[0]], f"the script for {matches[0]!r}")
+            marker = conversation_marker(self._scripts, body, self._default is not None)
+            if marker is None:
+                return self._default  # type: ignore[return-value]
+            return self._next_from(self._scripts[marker], f"the script for {marker!r}")
 
     def _render(self, reply: Reply, body: dict[str, Any]) -> web.Response:
         """The non-streamed response of ``reply``."""
@@ -839,23 +415,7 @@ class ScriptedModel:
         if calls:
             message["tool_calls"] = calls
         finish = reply.finish_reason or ("tool_calls" if calls else "stop")
-        prompt_tokens = _approx_tokens(sum(_message_chars(m) for m in body.get("messages") or []))
-        completion_tokens = _approx_tokens(_message_chars(message))
-        payload = {
-            "id": f"chatcmpl-scripted-{n}",
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": self.model,
-            "system_fingerprint": None,
-            "choices": [
-                {"index": 0, "message": message, "finish_reason": finish, "logprobs": None}
-            ],
-            "usage": {
-                "prompt_tokens": prompt_tokens,
-                "completion_tokens": completion_tokens,
-                "total_tokens": prompt_tokens + completion_tokens,
-            },
-        }
+        payload = completion_payload(n, self.model, message, finish, body.get("messages") or [])
         if request is not None and body.get("stream"):
             options = body.get("stream_options") or {}
             chunks = completion_chunks(
@@ -915,42 +475,6 @@ class ScriptedModel:
         )
 
 
-# --------------------------------------------------------------------------------------------
-# CLI
-# --------------------------------------------------------------------------------------------
-
-
-def _stand_alone(
-    host: str = typer.Option("127.0.0.1", help="interface to bind"),
-    port: int = typer.Option(8111, help="TCP port, 0 for any free one"),
-    latency: float = typer.Option(0.0, help="seconds before each answer"),
-    model: str = typer.Option("scripted", help="model id to report"),
-    tool: str | None = typer.Option(
-        None, help="tool to call once per conversation before answering"
-    ),
-    arguments: str = typer.Option("{}", help="the tool call's arguments, JSON"),
-    answer: str = typer.Option("done", help="the final text answer"),
-) -> None:
-    """A scripted OpenAI-compatible chat-completions server for manual tries."""
-    responder = call_tool_then_answer(tool, arguments, answer) if tool else _always(text(answer))
-    server = ScriptedModel(responder=responder, latency=latency, model=model, host=host, port=port)
-    try:
-        server.start()
-    except RuntimeError as exc:
-        print(f"error: {exc}")
-        raise typer.Exit(1) from None
-    print(
-        f"ScriptedModel serving model {model!r} at {server.base_url} (Ctrl-C to stop)", flush=True
-    )
-    try:
-        threading.Event().wait()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.stop()
-        print(f"stopped after {server.count} requests", flush=True)
-
-
 def main(argv: list[str] | None = None) -> int:
     """Serve a simple responder until interrupted (Ctrl-C); returns the exit status.
 
@@ -958,7 +482,9 @@ def main(argv: list[str] | None = None) -> int:
     calls that tool once (arguments from ``--arguments``) and then answers. Options are parsed
     by typer (``--help`` lists them); a usage error returns 2.
     """
-    return run_command(_stand_alone, argv, "python -m workers.testing.scripted_model")
+    from workers.testing.scripted_cli import main as cli_main
+
+    return cli_main(argv)
 
 
 if __name__ == "__main__":  # pragma: no cover

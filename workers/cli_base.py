@@ -1,0 +1,147 @@
+"""What every ``agentctl`` command shares: the typer app, consoles, exit codes, client and printing.
+
+Exit status: 0 the run completed (or the command succeeded), 1 the run ended otherwise or the
+command failed, 2 a usage error, 3 the Temporal server cannot be reached.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import json
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import typer
+from rich.console import Console
+from temporalio.client import Client, WorkflowUpdateFailedError
+from temporalio.service import RPCError, RPCStatusCode
+
+from workers import client as rc
+from workers.config import load_settings
+from workers.converter import PayloadStoreConfigError
+from workers.telemetry import TelemetryUnavailableError
+from workflows.models import RunResult
+
+T = TypeVar("T")
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="Durable AI agents on Temporal.")
+out = Console(soft_wrap=True)
+err = Console(stderr=True, soft_wrap=True)
+
+EXIT_OK, EXIT_RUN_NOT_COMPLETED, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
+PrincipalOpt = typer.Option(
+    "anonymous", "--principal", "-p", envvar="AGENT_PRINCIPAL", help="who you are"
+)
+
+
+class CommandFailed(Exception):
+    """A command failed for a reason to print as one line (exit 1)."""
+
+
+def _with_client(fn: Callable[[Client], Awaitable[T]]) -> T:
+    """Connect, run ``fn``, and drop the client before the loop closes (avoids a crash at exit)."""
+
+    async def main() -> T:
+        client = await rc.connect()
+        try:
+            return await fn(client)
+        finally:
+            del client
+            gc.collect()
+
+    try:
+        return asyncio.run(main())
+    except rc.ServerUnreachable as e:
+        err.print(f"[red]error:[/red] {e}", highlight=False)
+        raise typer.Exit(EXIT_UNREACHABLE) from None
+    except PayloadStoreConfigError as e:
+        err.print(f"[red]error:[/red] payload store: {e}", highlight=False)
+        raise typer.Exit(EXIT_USAGE) from None
+    except TelemetryUnavailableError as e:
+        err.print(f"[red]error:[/red] {e}", highlight=False)
+        raise typer.Exit(EXIT_USAGE) from None
+    except RPCError as e:
+        if e.status == RPCStatusCode.NOT_FOUND:
+            err.print(f"[red]error:[/red] no such run: {e.message}", highlight=False)
+        elif e.status == RPCStatusCode.UNAVAILABLE:
+            err.print(
+                f"[red]error:[/red] the Temporal server is unavailable: {e.message}",
+                highlight=False,
+            )
+            raise typer.Exit(EXIT_UNREACHABLE) from None
+        else:
+            err.print(f"[red]error:[/red] {e.message}", highlight=False)
+        raise typer.Exit(EXIT_RUN_NOT_COMPLETED) from None
+    except (CommandFailed, WorkflowUpdateFailedError) as e:
+        msg = str(e.cause) if isinstance(e, WorkflowUpdateFailedError) and e.cause else str(e)
+        err.print(f"[red]error:[/red] {msg}", highlight=False)
+        raise typer.Exit(EXIT_RUN_NOT_COMPLETED) from None
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
+
+
+def _exit_for(res: RunResult) -> int:
+    return EXIT_OK if res.status == "completed" else EXIT_RUN_NOT_COMPLETED
+
+
+def _print_result(res: RunResult, as_json: bool, run_id: str | None = None) -> None:
+    if as_json:
+        sys.stdout.write(res.model_dump_json() + "\n")
+        return
+    colour = "green" if res.status == "completed" else "yellow"
+    out.print(
+        f"[bold {colour}]{res.status}[/] after {res.turns} turn(s): {res.stopped_reason}",
+        highlight=False,
+    )
+    if res.error:
+        out.print(f"[red]error:[/red] {res.error}", highlight=False)
+    for c in res.tool_calls:
+        args = json.dumps(c.arguments) if isinstance(c.arguments, dict) else c.arguments
+        out.print(
+            f"  tool {c.name}({args}) -> {c.status} [{c.duration_ms:.0f} ms]",
+            highlight=False,
+            markup=False,
+        )
+    u = res.usage
+    out.print(
+        f"tokens: {u.prompt_tokens} prompt + {u.completion_tokens} completion = {u.total_tokens}; "
+        f"cost ${u.cost_usd:.6f}; {res.duration_ms / 1000:.1f} s",
+        highlight=False,
+    )
+    if res.output:
+        out.print("\n[bold]Answer:[/bold]")
+        out.print(res.output, markup=False, highlight=False)
+    if run_id:
+        out.print(f"\nWeb UI: {web_ui_url(run_id)}", highlight=False)
+
+
+def web_ui_url(run_id: str) -> str:
+    """The run's page in the Temporal Web UI (the dev server's UI port from temporal-dev.yml)."""
+    s = load_settings()
+    try:
+        from workers.dev_server import load_dev_config
+
+        base = load_dev_config("temporal-dev.yml").ui_url
+    except Exception:  # noqa: BLE001 - no dev config: the usual default
+        base = "http://127.0.0.1:8233"
+    return f"{base}/namespaces/{s.temporal_namespace}/workflows/{run_id}"
+
+
+async def _follow(client: Client, run_id: str, principal: str, interactive: bool) -> RunResult:
+    """Print the run live from its event stream until it ends (:mod:`workers.follow`)."""
+    from workers.follow import follow_run
+
+    return await follow_run(client, run_id, out, principal=principal, interactive=interactive)
+
+
+def _print_line(text: str) -> None:
+    out.print(text, markup=False, highlight=False, soft_wrap=True)
+
+
+def _runtime_converter() -> Any:
+    """The workers' data converter (resolves external payload references in stored histories)."""
+    from workers.converter import build_data_converter
+
+    return build_data_converter()

