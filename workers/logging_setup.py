@@ -81,7 +81,9 @@ def configure_logging(level: str = "info", stream=None, forward_core: bool = Fal
     structlog.configure(
         processors=[*shared, _format_exc_info, redact_event, _json()],
         wrapper_class=structlog.make_filtering_bound_logger(lvl),
-        logger_factory=structlog.PrintLoggerFactory(stream),
+        # One write per line (message and newline together): `print` writes them apart, so a
+        # line from another thread (the SDK core's forwarded logs) could land between the two.
+        logger_factory=structlog.WriteLoggerFactory(stream),
         cache_logger_on_first_use=False,
     )
     handler = logging.StreamHandler(stream)
