@@ -171,6 +171,7 @@ class Children:
     _s: RunData
     _req: Callable[[], RunRequest]
     _emit: Callable[..., None]
+    _tool_finished: Callable[[ToolCallRecord, str], None]
     _publish: Callable[[], None]
     _ask_share: int = 1
     _ask_handoff: Callable[[ToolCallRecord, str], str]
@@ -186,15 +187,7 @@ class Children:
             text = self._ask_handoff(rec, agent)
         else:
             text = await self._ask_child(call, rec, info, self._ask_share)
-        self._emit(
-            "tool_finished",
-            tool_call_id=rec.id,
-            name=rec.name,
-            arguments=rec.arguments,
-            status=rec.status,
-            duration_ms=rec.duration_ms,
-            result=text,
-        )
+        self._tool_finished(rec, text)
         return text
 
     # ---- approvals of children
