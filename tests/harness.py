@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -139,3 +142,35 @@ class Harness:
     async def run(self, input: str, **kw: Any) -> RunResult:
         h = await self.start(input, **kw)
         return await asyncio.wait_for(h.result(), timeout=60)
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def spawn_worker_process(
+    h: Harness, address: str, log: Path, argv: list[str] | None = None
+) -> subprocess.Popen[bytes]:
+    """A worker in its own process group (so a test can SIGKILL it), configured for ``h``.
+
+    ``argv`` defaults to ``python -m workers.cli worker``; its output is appended to ``log``.
+    """
+    env = dict(os.environ)
+    env.update(
+        TEMPORAL_ADDRESS=address,
+        TEMPORAL_NAMESPACE="default",
+        AGENT_TASK_QUEUE=h.task_queue,
+        OPENAI_BASE_URL=h.model.base_url,
+        OPENAI_API_KEY="test-key",
+        AGENT_SPEC_FILE=str(h.spec_file),
+        AGENT_TOOL_MODULES="tests.support_tools",
+        AGENT_MODEL="scripted",
+        PYTHONPATH=str(ROOT),
+    )
+    return subprocess.Popen(
+        argv or [sys.executable, "-m", "workers.cli", "worker"],
+        cwd=ROOT,
+        env=env,
+        stdout=log.open("ab"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )

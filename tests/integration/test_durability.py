@@ -6,14 +6,13 @@ import asyncio
 import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
-from tests.harness import Harness
+from tests.harness import Harness, spawn_worker_process
 from tests.support_tools import journal_events
 from workers.testing.scripted_model import ScriptedModel, text, tool_call
 from workflows.agent_run import AgentRun
@@ -22,26 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _spawn_worker(h: Harness, address: str, log: Path) -> subprocess.Popen[bytes]:
-    env = dict(os.environ)
-    env.update(
-        TEMPORAL_ADDRESS=address,
-        TEMPORAL_NAMESPACE="default",
-        AGENT_TASK_QUEUE=h.task_queue,
-        OPENAI_BASE_URL=h.model.base_url,
-        OPENAI_API_KEY="test-key",
-        AGENT_SPEC_FILE=str(h.spec_file),
-        AGENT_TOOL_MODULES="tests.support_tools",
-        AGENT_MODEL="scripted",
-        PYTHONPATH=str(ROOT),
-    )
-    return subprocess.Popen(
-        [sys.executable, "-m", "workers.cli", "worker"],
-        cwd=ROOT,
-        env=env,
-        stdout=log.open("ab"),
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    return spawn_worker_process(h, address, log)
 
 
 async def _until(cond, timeout: float = 30.0) -> None:

@@ -28,7 +28,7 @@ from activities.model import ModelActivities
 from activities.runtime import RuntimeActivities
 from activities.spec import PinnedSpec
 from activities.tokens import count_tokens
-from tests.harness import Harness
+from tests.harness import Harness, spawn_worker_process
 from tests.integration.test_durability import _until
 from workers import client as rc
 from workers.testing.scripted_model import ScriptedModel, text, tool_call, tool_calls
@@ -62,26 +62,7 @@ GATED = {
 
 
 def _spawn_workflow_worker(h: Harness, address: str, log: Path) -> subprocess.Popen[bytes]:
-    env = dict(os.environ)
-    env.update(
-        TEMPORAL_ADDRESS=address,
-        TEMPORAL_NAMESPACE="default",
-        AGENT_TASK_QUEUE=h.task_queue,
-        OPENAI_BASE_URL=h.model.base_url,
-        OPENAI_API_KEY="test-key",
-        AGENT_SPEC_FILE=str(h.spec_file),
-        AGENT_TOOL_MODULES="tests.support_tools",
-        AGENT_MODEL="scripted",
-        PYTHONPATH=str(ROOT),
-    )
-    return subprocess.Popen(
-        [sys.executable, "-c", WORKFLOW_WORKER],
-        cwd=ROOT,
-        env=env,
-        stdout=log.open("ab"),
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    return spawn_worker_process(h, address, log, [sys.executable, "-c", WORKFLOW_WORKER])
 
 
 def _activities(h: Harness, rev: int | None) -> list:
