@@ -123,6 +123,11 @@ class CallModelInput(BaseModel):
     prompt_price_per_mtok: float = 0.0
     completion_price_per_mtok: float = 0.0
     tenant_id: str = "default"
+    stream: bool = True
+    """Stream the reply (``stream=True``) so its text can be published while it is written. The
+    workflow sets it when someone watches the run as the step is scheduled
+    (``RunEvents.watched``); a step nobody watches is one plain request, whose text the workflow
+    emits whole when the step ends. Inputs recorded before this field existed stream."""
 
 
 class ModelReply(BaseModel):

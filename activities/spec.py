@@ -35,7 +35,6 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -47,15 +46,12 @@ from pydantic import (
 
 from activities.contracts import ToolInfo
 from activities.mcp.config import McpServerSpec, check_server_name, tool_name
+from activities.spec_file import SpecError, load_spec_file  # noqa: F401 - also imported from here
 from activities.subagents import AgentGraphError, check_agent_graph
 
 PolicyAction = Literal["allow", "deny", "approve"]
 AGENT_TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,48}")
 """Agent names that may follow ``ask_`` / ``handoff_to_`` in a tool name (OpenAI: 64 chars)."""
-
-
-class SpecError(ValueError):
-    """The spec file is missing, is not valid YAML, or does not validate; the message names the field."""
 
 
 class Limits(BaseModel):
@@ -397,24 +393,6 @@ def _format_error_at(prefix: str, err: ValidationError) -> str:
 
 def _format_error(agent: str, err: ValidationError) -> str:
     return _format_error_at(f"agents.{agent}", err)
-
-
-def load_spec_file(path: str | Path) -> dict[str, Any]:
-    """Read a spec file as a mapping.
-
-    Raises:
-        SpecError: the file is missing, is not YAML, or has no ``agents`` mapping.
-    """
-    p = Path(path)
-    try:
-        raw = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except FileNotFoundError as e:
-        raise SpecError(f"agent spec file not found: {p}") from e
-    except yaml.YAMLError as e:
-        raise SpecError(f"agent spec file {p} is not valid YAML: {e}") from e
-    if not isinstance(raw, dict) or not isinstance(raw.get("agents"), dict):
-        raise SpecError(f"agent spec file {p}: top-level `agents` mapping is missing")
-    return raw
 
 
 def resolve_agent(path: str | Path, agent: str, default_model: str) -> AgentSpec:

@@ -164,6 +164,8 @@ class DeltaPublisher:
         batch_seconds: interval between batches (None: :data:`BATCH_SECONDS`).
         watch_seconds: interval between two "is anyone watching" queries (None:
             :data:`WATCH_CHECK_SECONDS`).
+        live: False for a step that is not streamed (``CallModelInput.stream``): nothing is
+            batched, only a retried attempt's ``model_retry`` notice is published.
     """
 
     def __init__(
@@ -171,8 +173,10 @@ class DeltaPublisher:
         turn: int,
         batch_seconds: float | None = None,
         watch_seconds: float | None = None,
+        live: bool = True,
     ) -> None:
         self._turn = turn
+        self._live = live
         self._batch = BATCH_SECONDS if batch_seconds is None else batch_seconds
         self._watch_every = WATCH_CHECK_SECONDS if watch_seconds is None else watch_seconds
         self._pending: list[str] = []
@@ -195,7 +199,8 @@ class DeltaPublisher:
         )
         if info.attempt > 1:
             await self._retry_notice(info.attempt, info.heartbeat_details)
-        self._task = asyncio.create_task(self._run())
+        if self._live:
+            self._task = asyncio.create_task(self._run())
         return self
 
     async def __aexit__(self, exc_type: object, *_: object) -> None:

@@ -22,7 +22,9 @@ from rich.table import Table
 from bench.infra import jsonable, machine_info
 from bench.scenarios import SCENARIOS, Options
 
-DEFAULT_ORDER = ["history", "overhead", "throughput", "crash", "tuning", "fairness", "rate_limit"]
+DEFAULT_ORDER = [
+    "history", "overhead", "throughput", "cpu", "crash", "tuning", "fairness", "rate_limit"
+]  # fmt: skip
 console = Console()
 
 
@@ -235,6 +237,36 @@ def table_fairness(r: dict[str, Any]) -> Table:
     return t
 
 
+def table_cpu(r: dict[str, Any]) -> Table:
+    """Scenario 8: worker CPU per run, the hand-written loop beside ours and the plugin."""
+    t = Table(
+        "implementation",
+        "worker CPU per run",
+        "server CPU per run",
+        "runs/s, latency",
+        title=f"8. Worker CPU per {r.get('turns_per_run')}-turn run, model latency 0, "
+        f"{r.get('runs')} runs, {r.get('concurrency')} at a time",
+        show_lines=True,
+    )
+    names = {"hand": "hand-written loop (bench/handwritten.py)", "ours": "ours", "plugin": "plugin"}
+    for k, label in names.items():
+        d = r.get(k)
+        e = _err(d)
+        if e or d is None:
+            t.add_row(label, e or "-", "", "")
+            continue
+        lat = d["run_latency_s"]
+        t.add_row(
+            label,
+            f"[bold]{_v(d['worker_cpu_ms_per_run'])} ms[/bold]",
+            f"{_v(d['server_cpu_ms_per_run'])} ms",
+            f"{_v(d['runs_per_s'], digits=2)} runs/s; p50 {_v(lat['p50'], ' s', 3)}",
+        )
+    if r.get("ours_over_hand"):
+        t.caption = f"ours / hand-written: {r['ours_over_hand']}x"
+    return t
+
+
 def table_rate_limit(r: dict[str, Any]) -> Table:
     """Scenario 7: a rate-limited model served by two workers."""
     t = Table(title="7. Model rate limit held across two workers")
@@ -267,6 +299,7 @@ TABLES = {
     "throughput": table_throughput,
     "crash": table_crash,
     "tuning": table_tuning,
+    "cpu": table_cpu,
 }
 
 
@@ -369,6 +402,18 @@ def summary_table(s: dict[str, Any]) -> Table:
 
     if "tuning" in s:
         t.add_row("5. worker settings", "", tn(), "-")
+
+    def cpu(impl: str) -> str:
+        d = _g(s, "cpu", impl)
+        if not isinstance(d, dict):
+            return "-"
+        return _err(d) or f"{_v(d['worker_cpu_ms_per_run'])} ms"
+
+    if "cpu" in s:
+        t.add_row(
+            "8. worker CPU per 5-turn run", f"hand-written loop: {cpu('hand')}", cpu("ours"),
+            cpu("plugin"),
+        )  # fmt: skip
     return t
 
 

@@ -753,6 +753,7 @@ async def scenario_crash(opts: Options) -> dict[str, Any]:
     return out
 
 
+from bench.cpu import scenario_cpu  # noqa: E402
 from bench.models import scenario_fairness, scenario_rate_limit  # noqa: E402
 
 SCENARIOS = {
@@ -764,4 +765,5 @@ SCENARIOS = {
     "throughput": scenario_throughput,
     "crash": scenario_crash,
     "tuning": scenario_tuning,
+    "cpu": scenario_cpu,
 }

@@ -4,6 +4,7 @@
   ``agentctl worker`` builds it, JSON logs as ``agentctl worker`` configures them.
 * ``plugin``: ``PluginAgentRun`` with the OpenAI Agents plugin (bench/plugin_agent.py).
 * ``bare``: ``BareTurns`` (bench/bare.py).
+* ``hand``: ``HandLoop``, a hand-written agent loop (bench/handwritten.py).
 
 ``--tuning`` picks the worker options: ``ours`` (``WorkerTuning``, the shipped defaults), ``sdk``
 (the Temporal SDK's defaults) or ``autoscale`` (``WorkerTuning`` plus autoscaling pollers).
@@ -109,6 +110,22 @@ async def _build(args: argparse.Namespace) -> tuple[Any, Worker]:
             activities=[bare_model, bare_tool],
             **opts,
         )
+    if args.kind == "hand":
+        from temporalio.contrib.pydantic import pydantic_data_converter
+
+        from bench.handwritten import HandLoop, configure, hand_model, hand_tool
+
+        configure(args.model_url)
+        client = await Client.connect(
+            args.address, namespace="default", data_converter=pydantic_data_converter
+        )
+        return client, Worker(
+            client,
+            task_queue=args.task_queue,
+            workflows=[HandLoop],
+            activities=[hand_model, hand_tool],
+            **opts,
+        )
     raise SystemExit(f"unknown kind {args.kind!r}")
 
 
@@ -133,7 +150,7 @@ async def _main(args: argparse.Namespace) -> None:
 def main() -> None:
     """Parse arguments, configure logging as ``agentctl worker`` does, run until SIGTERM."""
     p = argparse.ArgumentParser(prog="python -m bench.worker_proc")
-    p.add_argument("--kind", choices=["ours", "plugin", "bare"], required=True)
+    p.add_argument("--kind", choices=["ours", "plugin", "bare", "hand"], required=True)
     p.add_argument("--address", required=True)
     p.add_argument("--task-queue", required=True)
     p.add_argument("--model-url", required=True)

@@ -61,6 +61,7 @@ def model_step(
     *,
     summary_of: int | None = None,
     model: str | None = None,
+    stream: bool = True,
 ) -> tuple[CallModelInput, dict[str, Any]]:
     """Input and options of one ``model.complete`` step on ``model`` (default: the spec's primary).
 
@@ -69,7 +70,8 @@ def model_step(
 
     ``summary_of`` is set for the compaction summary step (that many dropped messages): no tools,
     :data:`SUMMARY_SETTINGS`, 3 attempts; otherwise the spec's sampling, tools and retries
-    (``model_max_attempts``, backoff 1 s doubling up to 30 s).
+    (``model_max_attempts``, backoff 1 s doubling up to 30 s). ``stream``: whether the activity
+    streams the reply (``CallModelInput.stream``).
     """
     spec = pinned.spec
     name = model or spec.model
@@ -85,6 +87,7 @@ def model_step(
         prompt_price_per_mtok=spec.pricing.prompt_per_mtok,
         completion_price_per_mtok=spec.pricing.completion_per_mtok,
         tenant_id=req.tenant_id,
+        stream=stream,
     )
     if summary_of is not None:
         retry = RetryPolicy(maximum_attempts=3)

@@ -279,7 +279,9 @@ class AgentRun(ToolCalls, Compacting, RunHandlers, Children, Handoffs, Planning)
         models, index = pinned.spec.models(), 0
         while True:
             name = models[index]
-            inp, opts = options.model_step(pinned, self._req(), s.turn, s.messages, model=name)
+            inp, opts = options.model_step(
+                pinned, self._req(), s.turn, s.messages, model=name, stream=self._events.watched()
+            )
             self._emit("model_started", model=name)
             try:
                 reply = await self._race(

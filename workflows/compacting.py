@@ -25,6 +25,7 @@ with workflow.unsafe.imports_passed_through():
         summary_request,
         truncate_tool_results,
     )
+    from workflows.events import RunEvents
     from workflows.models import RunData, RunRequest
 
 
@@ -35,6 +36,7 @@ class Compacting:
     _pinned: Callable[[], PinnedSpec]
     _req: Callable[[], RunRequest]
     _emit: Callable[..., None]
+    _events: RunEvents
 
     async def _maybe_compact(self) -> None:
         """Compact if needed, counting only messages not counted before.
@@ -110,7 +112,12 @@ class Compacting:
         """A model step of its own that summarises the dropped messages (None if it fails)."""
         s = self._s
         inp, opts = options.model_step(
-            self._pinned(), self._req(), s.turn, summary_request(dropped), summary_of=len(dropped)
+            self._pinned(),
+            self._req(),
+            s.turn,
+            summary_request(dropped),
+            summary_of=len(dropped),
+            stream=self._events.watched(),
         )
         # the summary is a model step of the event stream too (its text deltas are bracketed)
         self._emit("model_started", model=inp.model, purpose="summary")
