@@ -92,6 +92,18 @@ async def _runs(impl: str, client: Client, tq: str, n: int, concurrency: int) ->
     return lat
 
 
+async def _event_counts(client: Client, tq: str) -> dict[str, int]:
+    """Events by type over every run on ``tq`` (to see whether runs did different work)."""
+    from collections import Counter
+
+    counts: Counter[str] = Counter()
+    async for wf in client.list_workflows(f"TaskQueue = '{tq}'"):
+        hist = await client.get_workflow_handle(wf.id, run_id=wf.run_id).fetch_history()
+        for e in hist.events:
+            counts[str(e.WhichOneof("attributes")).removesuffix("_event_attributes")] += 1
+    return dict(counts)
+
+
 async def _one_impl(impl: str, d: Path, runs: int, concurrency: int) -> dict[str, Any]:
     spec = write_bench_spec(d, {"bench": {"limits": {"max_turns": TURNS + 5, "max_seconds": 600}}})
     with ScriptedModel(responder=counting_responder(TURNS)) as model:
@@ -121,6 +133,8 @@ async def _one_impl(impl: str, d: Path, runs: int, concurrency: int) -> dict[str
                 meter.start()
                 lat = await _runs(impl, client, tq, runs, concurrency)
                 cpu = meter.stop()
+                if os.environ.get("BENCH_CPU_EVENTS"):
+                    cpu["events"] = await _event_counts(client, tq)
             finally:
                 w.stop()
                 pin(os.getpid(), set(range(os.cpu_count() or 1)))

@@ -101,6 +101,8 @@ async def test_stream_of_a_run_with_two_tool_calls_and_an_approval(client: Clien
     # watched: the answer came in several batches from the activity, not in one piece at the end
     last_step = events[types.index("model_started", types.index("approval_requested")) :]
     assert len([e for e in last_step if e["type"] == "text_delta"]) > 1
+    # the follower polled before the steps were scheduled: both were streamed requests
+    assert [r.body.get("stream") for r in model.requests] == [True, True]
     statuses = [e["status"] for e in events if e["type"] == "status"]
     assert "awaiting_approval" in statuses
     assert [e["type"] for e in again] == types
@@ -115,6 +117,10 @@ async def test_unwatched_run_streams_nothing_and_still_adds_up(client: Client, t
         history = await handle.fetch_history()
     assert res.status == "completed"
     assert step_texts(events) == ["", ANSWER]
+    # nobody watched: each step was one plain request, its text emitted whole by the workflow
+    assert [r.body.get("stream") for r in model.requests] == [None, None]
+    deltas = [e["delta"] for e in events if e["type"] == "text_delta"]
+    assert deltas == [ANSWER]
     signals = [
         e for e in history.events if e.HasField("workflow_execution_signaled_event_attributes")
     ]
