@@ -26,6 +26,7 @@ from activities.spec import SpecError, load_rate_limits, load_spec_file
 from activities.tokens import count_tokens
 from activities.tools import load_tool_modules
 from workers.config import STATE_DIR_DEFAULT, Settings, load_settings
+from workers.sandbox import workflow_runner
 from workflows.agent_run import AgentRun
 
 log = structlog.get_logger("workers.worker")
@@ -127,24 +128,6 @@ def build_workers(
     return [main] if tools_only else [main, *build_model_workers(client, settings)]
 
 
-def precompile_workflow_modules() -> None:
-    """Write the bytecode of ``workflows/`` (``__pycache__``) where it is missing or stale.
-
-    The workflow sandbox imports the workflow's module afresh for every run it starts (and for
-    every run that comes back after leaving the cache). Python reads that module's ``.pyc`` when
-    one is there; without one it compiles the source each time, which cost 12% of the worker's
-    CPU under load (py-spy, ``make bench`` throughput scenario) on a machine that sets
-    ``PYTHONDONTWRITEBYTECODE`` and with an editable install, where pip compiles nothing.
-    A folder that cannot be written is left as it is (the worker still runs, only slower).
-    """
-    import compileall
-
-    import workflows
-
-    for folder in workflows.__path__:
-        compileall.compile_dir(folder, maxlevels=0, quiet=2)
-
-
 def runtime_activities(settings: Settings) -> RuntimeActivities:
     """The tool and spec activities for ``settings``.
 
@@ -182,7 +165,6 @@ def build_worker(
     activities: list[Any] = [runtime.invoke_tool]
     workflows: list[Any] = []
     if not tools_only:
-        precompile_workflow_modules()
         model = ModelActivities(settings.openai_base_url, settings.openai_api_key)
         activities = [model.complete, runtime.resolve_spec, runtime.invoke_tool, count_tokens]
         workflows = [AgentRun]
@@ -193,6 +175,7 @@ def build_worker(
         activities=activities,
         # Secrets are redacted from every result, error, heartbeat of an activity (one place).
         interceptors=[RedactingInterceptor()],
+        workflow_runner=workflow_runner(),
         max_concurrent_activities=t.max_concurrent_activities,
         max_concurrent_workflow_tasks=t.max_concurrent_workflow_tasks,
         max_cached_workflows=t.max_cached_workflows,

@@ -34,11 +34,15 @@ class ReplayReport(BaseModel):
 def _replayer(workflows: Sequence[type] | None, data_converter: DataConverter) -> Any:
     from temporalio.worker import Replayer
 
+    from workers.sandbox import workflow_runner
+
     if workflows is None:
         from workflows.agent_run import AgentRun
 
         workflows = [AgentRun]
-    return Replayer(workflows=list(workflows), data_converter=data_converter)
+    return Replayer(
+        workflows=list(workflows), data_converter=data_converter, workflow_runner=workflow_runner()
+    )
 
 
 async def replay_histories(
