@@ -85,6 +85,26 @@ class Redactor:
         """Whether ``text`` holds any secret."""
         return any(v in text for v in self._values)
 
+    def stable_prefix(self, text: str) -> int:
+        """How much of ``text`` can be redacted now, whatever text is appended to it later.
+
+        ``text`` is the beginning of a longer text (a reply being streamed). The returned length
+        ends before the last ``len(longest secret) - 1`` characters, where a secret may have begun
+        and not be complete yet, and never inside a secret, so ``redact(text[:n])`` is also the
+        beginning of the redaction of the whole text and holds no part of a secret.
+        """
+        if not self._values:
+            return len(text)
+        cut = max(0, len(text) - (len(self._values[0]) - 1))
+        moved = True
+        while moved and cut > 0:
+            moved = False
+            for v in self._values:  # a complete secret across the cut moves the cut to its start
+                i = text.find(v, max(0, cut - len(v) + 1))
+                if -1 < i < cut:
+                    cut, moved = i, True
+        return cut
+
     def value(self, obj: Any) -> Any:
         """``obj`` with secrets redacted in every string inside it (models, dicts, lists).
 
@@ -103,6 +123,43 @@ class Redactor:
         if isinstance(obj, (list, tuple)):
             return type(obj)(self.value(x) for x in obj)
         return obj
+
+
+class PieceRedactor:
+    """Redacts a text that arrives in pieces (a streamed reply) without leaking a split secret.
+
+    :meth:`add` the pieces as they come; :meth:`take` returns the next redacted text that is safe
+    to send, and :meth:`sent` records that it went out. All that is taken and sent, the last
+    ``take(final=True)`` included, adds up to ``redactor.redact(whole text)``; a secret split over
+    pieces is held back until it is complete and then sent as ``[REDACTED]``.
+
+    Args:
+        redactor: the secrets (e.g. :func:`current`).
+    """
+
+    def __init__(self, redactor: Redactor) -> None:
+        self._r = redactor
+        self._raw: list[str] = []
+        self._sent = 0
+
+    def add(self, piece: str) -> None:
+        """Append the next raw characters."""
+        self._raw.append(piece)
+
+    def take(self, final: bool = False) -> str:
+        """The redacted text not sent yet; with ``final``, all of it (the text is complete)."""
+        full = "".join(self._raw)
+        cut = len(full) if final else self._r.stable_prefix(full)
+        return self._r.redact(full[:cut])[self._sent :]
+
+    def sent(self, piece: str) -> None:
+        """Record that ``piece`` (the last :meth:`take`) was sent."""
+        self._sent += len(piece)
+
+    @property
+    def sent_chars(self) -> int:
+        """Characters of redacted text sent so far."""
+        return self._sent
 
 
 def redactor_for(names: Iterable[str] = ()) -> Redactor:

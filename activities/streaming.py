@@ -156,7 +156,9 @@ class DeltaPublisher:
     """Publishes one model attempt's text to the run's event stream while the run is watched.
 
     Use as ``async with DeltaPublisher(turn) as pub:``, feed :meth:`add`, and read
-    :attr:`streamed` after the block: the characters published (confirmed by the server). Stream
+    :attr:`streamed` after the block: the characters of the redacted reply text published
+    (confirmed by the server). Text is redacted before it leaves (:class:`activities.redaction.PieceRedactor`: a secret
+    split between two batches is held back until it is whole, then sent as ``[REDACTED]``). Stream
     failures are logged and stop publishing; they never fail the model step.
 
     Args:
@@ -179,7 +181,8 @@ class DeltaPublisher:
         self._live = live
         self._batch = BATCH_SECONDS if batch_seconds is None else batch_seconds
         self._watch_every = WATCH_CHECK_SECONDS if watch_seconds is None else watch_seconds
-        self._pending: list[str] = []
+        self._text: redaction.PieceRedactor | None = None
+        self._dirty = False
         self.streamed = 0
         self.batches = 0
         self._watched = False
@@ -211,11 +214,14 @@ class DeltaPublisher:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
         if exc_type is None and self.streamed > 0:
-            await self._send()  # the rest of a step that was streamed
+            await self._send(final=True)  # the rest of a step that was streamed
 
     def add(self, text: str) -> None:
         """Queue ``text`` (the next characters of the reply) for the next batch."""
-        self._pending.append(text)
+        if self._text is None:
+            self._text = redaction.PieceRedactor(redaction.current())
+        self._text.add(text)
+        self._dirty = True
 
     async def _retry_notice(self, attempt: int, details: Any) -> None:
         error = "the previous attempt did not finish (worker lost or timed out)"
@@ -228,7 +234,7 @@ class DeltaPublisher:
         while not self._stop.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stop.wait(), self._batch)
-            if self._stop.is_set() or not self._pending or self._broken:
+            if self._stop.is_set() or not self._dirty or self._broken:
                 continue
             if time.monotonic() - self._checked_at >= self._watch_every:
                 self._checked_at = time.monotonic()
@@ -245,14 +251,19 @@ class DeltaPublisher:
             log.info("stream_watch_query_failed", error=str(exc))
             return False
 
-    async def _send(self) -> None:
-        if not self._pending or self._broken:
+    async def _send(self, final: bool = False) -> None:
+        """Publish the text not published yet: all of it when ``final``, else what is safe now
+        (a secret that may be split between this batch and the next is held back)."""
+        if self._text is None or self._broken:
             return
-        text = "".join(self._pending)
-        self._pending = []
-        self._publish({"type": "text_delta", "delta": text})
+        self._dirty = False
+        piece = self._text.take(final)
+        if not piece:
+            return
+        self._publish({"type": "text_delta", "delta": piece})
         if await self._flush():
-            self.streamed += len(text)
+            self._text.sent(piece)
+            self.streamed = self._text.sent_chars
             self.batches += 1
 
     def _publish(self, fields: dict[str, Any]) -> None:

@@ -58,6 +58,22 @@ def tuning_options(name: str) -> dict[str, Any]:
     raise SystemExit(f"unknown tuning {name!r}")
 
 
+async def _pydantic_worker(
+    args: argparse.Namespace, opts: dict[str, Any], workflow: type, activities: list[Any]
+) -> tuple[Any, Worker]:
+    """A client with the pydantic converter and a worker of one workflow and its activities."""
+    from temporalio.client import Client
+    from temporalio.contrib.pydantic import pydantic_data_converter
+
+    client = await Client.connect(
+        args.address, namespace="default", data_converter=pydantic_data_converter
+    )
+    worker = Worker(
+        client, task_queue=args.task_queue, workflows=[workflow], activities=activities, **opts
+    )
+    return client, worker
+
+
 async def _build(args: argparse.Namespace) -> tuple[Any, Worker]:
     from temporalio.client import Client
 
@@ -96,36 +112,14 @@ async def _build(args: argparse.Namespace) -> tuple[Any, Worker]:
             **opts,
         )
     if args.kind == "bare":
-        from temporalio.contrib.pydantic import pydantic_data_converter
-
         from bench.bare import BareTurns, bare_model, bare_tool
 
-        client = await Client.connect(
-            args.address, namespace="default", data_converter=pydantic_data_converter
-        )
-        return client, Worker(
-            client,
-            task_queue=args.task_queue,
-            workflows=[BareTurns],
-            activities=[bare_model, bare_tool],
-            **opts,
-        )
+        return await _pydantic_worker(args, opts, BareTurns, [bare_model, bare_tool])
     if args.kind == "hand":
-        from temporalio.contrib.pydantic import pydantic_data_converter
-
         from bench.handwritten import HandLoop, configure, hand_model, hand_tool
 
         configure(args.model_url)
-        client = await Client.connect(
-            args.address, namespace="default", data_converter=pydantic_data_converter
-        )
-        return client, Worker(
-            client,
-            task_queue=args.task_queue,
-            workflows=[HandLoop],
-            activities=[hand_model, hand_tool],
-            **opts,
-        )
+        return await _pydantic_worker(args, opts, HandLoop, [hand_model, hand_tool])
     raise SystemExit(f"unknown kind {args.kind!r}")
 
 

@@ -102,3 +102,26 @@ async def test_a_key_across_the_truncation_cut_leaks_no_part(client: Client, tmp
     assert "output truncated" in content  # it was cut ...
     assert content[limit - 10 : limit] == "[REDACTED]"  # ... after redaction, at the marker
     assert_nowhere(raw, model)
+
+
+async def test_a_key_the_model_streams_in_pieces_is_redacted_whole(
+    client: Client, tmp_path: Path
+) -> None:
+    from workers import client as rc
+
+    answer = f"The key is {KEY}, and that is all."
+    model = ScriptedModel([text(answer).with_chunk_delay(0.02)], chunk_chars=5)
+    async with Harness(client, tmp_path, model) as h:
+        handle = await h.start("what is the key")
+        events = [ev async for ev in rc.follow(client, handle.id)]
+        res = await handle.result()
+        history = await ih.fetch_history(client, handle.id)
+    deltas = [e["delta"] for e in events if e["type"] == "text_delta"]
+    assert model.requests[0].body.get("stream") is True  # watched: streamed in batches
+    assert len(deltas) > 1
+    assert "".join(deltas) == "The key is [REDACTED], and that is all." == res.output
+    raw = b"".join(ev.SerializeToString() for ev in history.events)
+    for p in pieces(KEY, 4):
+        assert not any(p in d for d in deltas), f"{p!r} of the key was streamed"
+    for p in pieces(KEY):
+        assert p.encode() not in raw, f"{p!r} of the key is in the history"

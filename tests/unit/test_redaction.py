@@ -16,6 +16,7 @@ from activities import redaction
 from activities.contracts import ToolOutcome
 from activities.redaction import (
     RedactingFilter,
+    PieceRedactor,
     RedactingInterceptor,
     Redactor,
     redact_error,
@@ -154,3 +155,48 @@ def test_logging_filter_never_raises():
     record = logging.LogRecord("x", logging.INFO, __file__, 1, "%s and %s", (KEY,), None)
     assert RedactingFilter().filter(record)  # too few %-arguments: still emitted, redacted
     assert KEY not in record.getMessage()
+
+
+SECRET = "sk-live-0123456789abcdef"
+
+
+def _stream(text: str, cuts: list[int], redactor: Redactor) -> list[str]:
+    """Feed ``text`` cut at ``cuts``, taking a batch after every piece; returns the batches."""
+    pieces = [text[a:b] for a, b in zip([0, *cuts], [*cuts, len(text)], strict=True)]
+    out = PieceRedactor(redactor)
+    batches = []
+    for p in pieces:
+        out.add(p)
+        batch = out.take()
+        out.sent(batch)
+        batches.append(batch)
+    last = out.take(final=True)
+    out.sent(last)
+    return [*batches, last]
+
+
+def test_a_secret_split_across_stream_batches_never_leaks_in_part():
+    r = Redactor([SECRET, "tok-abcd"])
+    text = f"here is the key {SECRET} and again {SECRET}; tok-abcd done"
+    whole = r.redact(text)
+    assert SECRET not in whole and "tok-abcd" not in whole
+    for i in range(1, len(text)):
+        for j in range(i + 1, len(text), 7):
+            batches = _stream(text, [i, j], r)
+            assert "".join(batches) == whole, (i, j)
+            for b in batches:  # no batch ends with the first 4+ characters of a secret
+                for n in range(4, len(SECRET)):
+                    assert not b.endswith(SECRET[:n]), (i, j, b)
+                assert not b.startswith(SECRET[-4:]), (i, j, b)
+
+
+def test_text_without_secrets_streams_at_once_but_for_the_hold_back():
+    r = Redactor([SECRET])
+    out = PieceRedactor(r)
+    out.add("x" * 100)
+    first = out.take()
+    assert first == "x" * (100 - (len(SECRET) - 1))  # the last len-1 characters wait
+    assert PieceRedactor(Redactor([])).take() == ""
+    none = PieceRedactor(Redactor([]))
+    none.add("abc")
+    assert none.take() == "abc"  # no secrets: nothing is held back
