@@ -252,8 +252,10 @@ class DeltaPublisher:
             return False
 
     async def _send(self, final: bool = False) -> None:
-        """Publish the text not published yet: all of it when ``final``, else what is safe now
-        (a secret that may be split between this batch and the next is held back)."""
+        """Publish the text not published yet: all of it when ``final``, else what is safe now.
+
+        A secret that may be split between this batch and the next is held back.
+        """
         if self._text is None or self._broken:
             return
         self._dirty = False

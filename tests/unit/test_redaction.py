@@ -15,8 +15,8 @@ from temporalio.exceptions import ApplicationError
 from activities import redaction
 from activities.contracts import ToolOutcome
 from activities.redaction import (
-    RedactingFilter,
     PieceRedactor,
+    RedactingFilter,
     RedactingInterceptor,
     Redactor,
     redact_error,
