@@ -451,8 +451,13 @@ def spawn_worker(
     name: str = "worker",
     payload_dir: Path | None = None,
     payload_store: str | None = None,
+    root: Path = ROOT,
 ) -> WorkerProc:
-    """Start ``python -m bench.worker_proc`` (kind ``ours``, ``plugin`` or ``bare``)."""
+    """Start ``python -m bench.worker_proc`` (kind ``ours``, ``plugin``, ``bare`` or ``hand``).
+
+    ``root`` is the checkout whose code the worker runs (another one for a before/after
+    comparison, ``bench.cpu``).
+    """
     ready = workdir / f"{name}-{uuid.uuid4().hex[:6]}.ready"
     log = workdir / f"{name}.log"
     args = [
@@ -468,14 +473,14 @@ def spawn_worker(
     if payload_store is not None:
         args += ["--payload-store", payload_store]
     env = dict(os.environ)
-    env["PYTHONPATH"] = str(ROOT) + (
+    env["PYTHONPATH"] = str(root) + (
         os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else ""
     )
     env["OPENAI_AGENTS_DISABLE_TRACING"] = "1"
     wall, mono = time.time(), time.monotonic()
     proc = subprocess.Popen(
         args,
-        cwd=ROOT,
+        cwd=root,
         env=env,
         stdin=subprocess.DEVNULL,
         stdout=log.open("ab"),

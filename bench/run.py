@@ -238,32 +238,35 @@ def table_fairness(r: dict[str, Any]) -> Table:
 
 
 def table_cpu(r: dict[str, Any]) -> Table:
-    """Scenario 8: worker CPU per run, the hand-written loop beside ours and the plugin."""
+    """Scenario 8: worker CPU per run, every worker side by side; ratios to the hand-written loop."""
     t = Table(
-        "implementation",
-        "worker CPU per run",
-        "server CPU per run",
-        "runs/s, latency",
-        title=f"8. Worker CPU per {r.get('turns_per_run')}-turn run, model latency 0, "
-        f"{r.get('runs')} runs, {r.get('concurrency')} at a time",
+        "worker",
+        "worker CPU per run (median)",
+        "ratio to the hand-written loop",
+        "per round (ms)",
+        title=f"8. Worker CPU per {r.get('turns_per_run')}-turn run, model latency 0, all workers "
+        f"at once, {r.get('round_count')} rounds of {r.get('runs_per_round')} runs each",
         show_lines=True,
     )
-    names = {"hand": "hand-written loop (bench/handwritten.py)", "ours": "ours", "plugin": "plugin"}
+    names = {
+        "hand": "hand-written loop (bench/handwritten.py)",
+        "ours": "ours",
+        "baseline": f"baseline ({r.get('baseline_dir')})",
+        "plugin": "plugin",
+    }
+    e = _err(r.get("error")) if isinstance(r.get("error"), dict) else None
+    if e:
+        t.add_row("-", e, "", "")
+        return t
     for k, label in names.items():
         d = r.get(k)
-        e = _err(d)
-        if e or d is None:
-            t.add_row(label, e or "-", "", "")
+        if not isinstance(d, dict):
             continue
-        lat = d["run_latency_s"]
-        t.add_row(
-            label,
-            f"[bold]{_v(d['worker_cpu_ms_per_run'])} ms[/bold]",
-            f"{_v(d['server_cpu_ms_per_run'])} ms",
-            f"{_v(d['runs_per_s'], digits=2)} runs/s; p50 {_v(lat['p50'], ' s', 3)}",
-        )
-    if r.get("ours_over_hand"):
-        t.caption = f"ours / hand-written: {r['ours_over_hand']}x"
+        rounds = ", ".join(str(x["worker_cpu_ms_per_run"].get(k)) for x in r.get("rounds", []))
+        t.add_row(label, f"[bold]{_v(d['worker_cpu_ms_per_run'])} ms[/bold]",
+                  _v(d.get("over_hand"), "x", 2) if k != "hand" else "1", rounds)  # fmt: skip
+    if isinstance(r.get("ours"), dict) and r["ours"].get("over_baseline"):
+        t.caption = f"ours / baseline, median of the rounds' ratios: {r['ours']['over_baseline']}"
     return t
 
 
@@ -407,7 +410,8 @@ def summary_table(s: dict[str, Any]) -> Table:
         d = _g(s, "cpu", impl)
         if not isinstance(d, dict):
             return "-"
-        return _err(d) or f"{_v(d['worker_cpu_ms_per_run'])} ms"
+        ratio = f" ({_v(d['over_hand'], 'x', 2)} the loop)" if d.get("over_hand") else ""
+        return _err(d) or f"{_v(d['worker_cpu_ms_per_run'])} ms{ratio}"
 
     if "cpu" in s:
         t.add_row(
@@ -479,8 +483,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--extended", action="store_true", help="tuning: also autoscaling pollers and the plugin"
     )
+    p.add_argument(
+        "--baseline",
+        default=None,
+        metavar="DIR",
+        help="cpu: also run AgentRun from this checkout (e.g. `git worktree add DIR REV`) beside ours",
+    )
     p.add_argument("--out", default="bench-results/bench.json", help="JSON output file")
     args = p.parse_args(argv)
+    if args.baseline and not (Path(args.baseline) / "bench" / "worker_proc.py").is_file():
+        p.error(
+            f"--baseline {args.baseline}: not a checkout of this project (no bench/worker_proc.py)"
+        )
     names = (
         DEFAULT_ORDER if not args.only else [n.strip() for n in args.only.split(",") if n.strip()]
     )
@@ -490,7 +504,10 @@ def main(argv: list[str] | None = None) -> int:
     machine = machine_info()
     console.print(machine_table(machine))
     opts = Options(
-        quick=args.quick, extended=args.extended, log=lambda m: console.print(m, highlight=False)
+        quick=args.quick,
+        extended=args.extended,
+        log=lambda m: console.print(m, highlight=False),
+        baseline=args.baseline,
     )
     t0 = time.monotonic()
     out = asyncio.run(_run(names, opts))

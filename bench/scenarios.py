@@ -58,6 +58,8 @@ class Options:
     quick: bool = False
     extended: bool = False
     log: Any = print
+    baseline: str | None = None
+    """Another checkout of this project: scenario ``cpu`` runs its ``AgentRun`` beside ours."""
 
 
 def _err(e: BaseException) -> dict[str, Any]:

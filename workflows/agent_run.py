@@ -287,7 +287,11 @@ class AgentRun(ToolCalls, Compacting, RunHandlers, Children, Handoffs, Planning)
                 reply = await self._race(
                     functools.partial(workflow.execute_activity, model_complete, inp, **opts)
                 )
-            except ActivityError as e:
+            except (ActivityError, Stop) as e:
+                # the step ends with nothing from it: subscribers drop its partial text
+                self._emit("model_finished", reply=ModelReply(model=name))
+                if isinstance(e, Stop):
+                    raise
                 fallback = model_choice.next_model(models, index, e)
                 if fallback is None:
                     raise
@@ -295,7 +299,6 @@ class AgentRun(ToolCalls, Compacting, RunHandlers, Children, Handoffs, Planning)
                     "model step failed; trying the next model",
                     extra={"turn": s.turn, "model": name, "next": fallback},
                 )
-                self._emit("model_finished", reply=ModelReply(model=name))  # nothing from it
                 index += 1
                 continue
             s.model_steps.append(

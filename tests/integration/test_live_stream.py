@@ -245,3 +245,36 @@ async def test_long_watched_run_keeps_history_and_stream_bounded(
     assert retained[-1]["type"] == "run_finished" and retained[-1]["offset"] == offsets[-1]
     assert retained[0]["offset"] > 0 and len(retained) < len(seen)
     assert retained == seen[-len(retained) :]
+
+
+async def test_a_step_that_ends_without_a_reply_is_closed_in_the_stream(
+    client: Client, tmp_path: Path
+):
+    """A step that fails for good, and one cut by an interrupt, still get their model_finished."""
+    from workers.testing.scripted_model import error
+
+    def pairs(events: list[dict[str, Any]]) -> list[str]:
+        return [e["type"] for e in events if e["type"] in ("model_started", "model_finished")]
+
+    failing = ScriptedModel([error(500), error(500)])
+    agents = {"default": {"model_max_attempts": 2}}
+    async with Harness(client, tmp_path, failing, agents=agents) as h:
+        handle = await h.start("go")
+        events = await collect(client, handle.id)
+        assert (await handle.result()).status == "failed"
+    assert pairs(events) == ["model_started", "model_finished"]
+    assert events[-1]["type"] == "run_finished"
+
+    slow = ScriptedModel([text("never read", delay=30)])
+    (tmp_path / "slow").mkdir()
+    async with Harness(client, tmp_path / "slow", slow) as h:
+        handle = await h.start("go")
+        while slow.count == 0:
+            await asyncio.sleep(0.05)
+        await rc.interrupt(client, handle.id, "alice", "enough")
+        res = await handle.result()
+        events = await collect(client, handle.id)
+    assert res.status == "interrupted"
+    assert pairs(events) == ["model_started", "model_finished"]
+    closing = [e for e in events if e["type"] == "model_finished"][0]
+    assert events.index(closing) < len(events) - 1 and events[-1]["type"] == "run_finished"
