@@ -461,7 +461,7 @@ class AgentRun(ToolCalls, Compacting, RunHandlers, Children, Handoffs, Planning)
             self._events.emit(type, turn, **fields)
 
     def _publish(self) -> None:
-        self._emit("status", status=self._s.status)
+        self._emit("status", status=state.shown_status(self._s))
         details = state.details(self._s)
         if details is not None:
             workflow.set_current_details(details)

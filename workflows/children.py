@@ -45,6 +45,7 @@ with workflow.unsafe.imports_passed_through():
         RejectSignal,
         RunRequest,
         RunResult,
+        RunStatus,
         ToolCallRecord,
     )
     from workflows.policy import parse_arguments
@@ -57,6 +58,8 @@ SA_PARENT_RUN = SearchAttributeKey.for_keyword("ParentRunId")
 ``ParentWorkflowId`` (the parent's workflow id) the server sets both, a run cannot."""
 CHILD_APPROVALS_SIGNAL = "child_approvals"
 """Signal a child sends its parent whenever the calls it waits on change (:class:`ChildApprovals`)."""
+PATCH_SHOWN_STATUS = "parent-status-from-children"
+"""Patch: a parent upserts ``AgentStatus`` when a child's approvals change what it shows."""
 ANSWER_CHARS = 16_000
 """Characters of a child's answer given to the parent's model at most."""
 
@@ -135,6 +138,19 @@ def with_child_approvals(
     return out
 
 
+def shown_status(data: RunData) -> RunStatus:
+    """The status people see: ``awaiting_approval`` while a child run waits for a person.
+
+    That is while the run itself is ``running`` (it waits on that child); else ``data.status``.
+    Used by the ``state`` query, the Web UI details, the event stream's ``status`` events and
+    search attribute ``AgentStatus``, so ``agentctl list --status awaiting_approval`` finds the
+    parent too.
+    """
+    if data.status == "running" and any(data.child_pending.values()):
+        return "awaiting_approval"
+    return data.status
+
+
 def child_holding(children: dict[str, list[PendingApproval]], tool_call_id: str) -> str | None:
     """The child run whose pending approvals hold ``tool_call_id``, or None."""
     for run_id, pending in children.items():
@@ -176,6 +192,7 @@ class Children:
     _ask_share: int = 1
     _ask_handoff: Callable[[ToolCallRecord, str], str]
     _ignore: Callable[..., None]
+    _upsert_search_attributes: Callable[[], None]
 
     async def _invoke_agent(
         self, call: ToolCallRequest, rec: ToolCallRecord, info: ToolInfo
@@ -211,11 +228,18 @@ class Children:
         if not any(c.run_id == got.run_id and c.status == "running" for c in self._s.children):
             self._ignore(CHILD_APPROVALS_SIGNAL, "system", f"{got.run_id} is no running child")
             return
+        before = shown_status(self._s)
         if got.pending:
             self._s.child_pending[got.run_id] = got.pending
         else:
             self._s.child_pending.pop(got.run_id, None)
+        self._shown_status_changed(before)
         self._publish()
+
+    def _shown_status_changed(self, before: RunStatus) -> None:
+        """Upsert ``AgentStatus`` when a child's approvals changed the status people see."""
+        if shown_status(self._s) != before and workflow.patched(PATCH_SHOWN_STATUS):
+            self._upsert_search_attributes()
 
     def _child_of_call(self, tool_call_id: str) -> str | None:
         """The child run waiting on ``tool_call_id`` (None: not a child's call)."""
@@ -310,7 +334,9 @@ class Children:
         record.status = result.status
         record.usage = result.usage
         s.usage = s.usage.add(result.usage)
+        before = shown_status(s)
         s.child_pending.pop(record.run_id, None)
+        self._shown_status_changed(before)
         status, text = child_answer(agent, result)
         rec.status = "ok" if status == "ok" else "error"
         self._emit(

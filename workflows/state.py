@@ -11,7 +11,7 @@ from typing import Any
 from temporalio.common import SearchAttributeKey, SearchAttributePair
 
 import workflows.render as render
-from workflows.children import children_markdown, with_child_approvals
+from workflows.children import children_markdown, shown_status, with_child_approvals
 from workflows.models import IgnoredSignal, RunData, RunResult, RunState, RunStatus
 from workflows.plan import plan_markdown
 
@@ -45,6 +45,7 @@ def run_state(data: RunData, held: list[IgnoredSignal] | None = None) -> RunStat
     return RunState(
         **{
             **_shared(data, RunState),
+            "status": shown_status(data),
             "pending_approvals": with_child_approvals(
                 list(data.pending.values()), data.child_pending
             ),
@@ -76,7 +77,7 @@ def details(data: RunData) -> str | None:
         return None
     spec = data.pinned.spec
     text = render.current_details(
-        status=data.status,
+        status=shown_status(data),
         turn=data.turn,
         max_turns=spec.limits.max_turns,
         model=spec.model,
@@ -94,7 +95,7 @@ def details(data: RunData) -> str | None:
 def search_attribute_pairs(data: RunData, initial: bool) -> list[SearchAttributePair[Any]]:
     """Search attributes to upsert: status, tokens and cost; with ``initial`` also who and what."""
     pairs: list[SearchAttributePair[Any]] = [
-        SA_STATUS.value_set(data.status),
+        SA_STATUS.value_set(shown_status(data)),
         SA_TOKENS.value_set(data.usage.total_tokens),
         SA_COST.value_set(data.usage.cost_usd),
     ]

@@ -23,7 +23,7 @@ from workers.testing.scripted_model import (
     tool_calls,
 )
 from workflows.models import RunResult, RunState
-from workflows.state import SA_PRINCIPAL, SA_TENANT
+from workflows.state import SA_PRINCIPAL, SA_STATUS, SA_TENANT
 
 AGENTS: dict[str, dict[str, Any]] = {
     "boss": {
@@ -190,6 +190,14 @@ async def test_a_childs_approval_is_decided_through_the_parent(client: Client, t
         st = await until(pending)
         [p] = st.pending_approvals
         assert p.run_id == f"{handle.id}.writer-1" and p.name == "write_file"
+        # the parent waits on a child that waits for a person: it shows awaiting_approval
+        assert st.status == "awaiting_approval"
+
+        async def listed_waiting() -> bool:
+            desc = await handle.describe()
+            return desc.typed_search_attributes.get(SA_STATUS) == "awaiting_approval"
+
+        await until(listed_waiting)
         await rc.decide(client, handle.id, p.tool_call_id, "approve", "alice")
         res = await asyncio.wait_for(handle.result(), timeout=60)
         child = await client.get_workflow_handle(p.run_id, result_type=RunResult).result()
@@ -201,6 +209,7 @@ async def test_a_childs_approval_is_decided_through_the_parent(client: Client, t
     ]
     assert (h.workspace / "note.md").read_text() == "hello"
     assert after.pending_approvals == []
+    assert after.status == "completed"
 
 
 async def test_a_child_counts_against_the_parents_budget(client: Client, tmp_path: Path):
