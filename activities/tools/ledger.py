@@ -12,22 +12,78 @@ and continue-as-new) and wraps its effect in :func:`run_once`::
 
 The ledger is a folder :data:`LEDGER_DIR` at the workspace root that the workspace tools refuse
 to read, list or write (``resolve_in_workspace``). Each applied call leaves one small JSON file
-there holding the result to return to a later attempt.
+there holding the result to return to a later attempt, and a lock file. Files older than
+``AGENT_TOOL_LEDGER_DAYS`` days (default :data:`KEEP_DAYS`) are removed, at most once an hour per
+ledger, by the worker that writes an entry: a call retried after that long would apply again.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import json
+import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import structlog
 
 from activities.atomic import write_atomic
 
 LEDGER_DIR = ".tool-ledger"
 """Folder at the workspace root holding one entry per applied tool call (hidden from tools)."""
+
+
+KEEP_DAYS = 7.0
+"""Days a ledger file is kept (``AGENT_TOOL_LEDGER_DAYS`` overrides); longer than any run's
+tool-call retries are expected to go on."""
+PRUNE_EVERY_SECONDS = 3600.0
+_pruned_at: dict[Path, float] = {}
+
+
+def keep_seconds() -> float:
+    """How long ledger files are kept, in seconds (``AGENT_TOOL_LEDGER_DAYS``, else 7 days).
+
+    Raises:
+        ValueError: ``AGENT_TOOL_LEDGER_DAYS`` is set but not a positive number.
+    """
+    raw = os.environ.get("AGENT_TOOL_LEDGER_DAYS")
+    days = KEEP_DAYS if raw is None or raw.strip() == "" else float(raw)
+    if not days > 0:
+        raise ValueError(f"AGENT_TOOL_LEDGER_DAYS must be a positive number of days, got {raw!r}")
+    return days * 86400
+
+
+def prune(folder: Path, older_than: float, now: float | None = None) -> int:
+    """Remove the files of ``folder`` older than ``older_than`` seconds; returns how many went.
+
+    Age is ``now`` (default: the current time, seconds since the epoch) minus the file's
+    modification time. A missing folder removes nothing.
+    """
+    now = time.time() if now is None else now
+    removed = 0
+    with contextlib.suppress(FileNotFoundError):
+        for f in Path(folder).iterdir():
+            with contextlib.suppress(OSError):
+                if f.is_file() and now - f.stat().st_mtime > older_than:
+                    f.unlink()
+                    removed += 1
+    return removed
+
+
+def _prune_now_and_then(folder: Path) -> None:
+    """Prune ``folder`` unless done in the last hour; never fails the call that applied."""
+    now = time.monotonic()
+    if now - _pruned_at.get(folder, -PRUNE_EVERY_SECONDS) < PRUNE_EVERY_SECONDS:
+        return
+    _pruned_at[folder] = now
+    try:
+        prune(folder, keep_seconds())
+    except ValueError as e:  # a bad AGENT_TOOL_LEDGER_DAYS: keep everything, say so
+        structlog.get_logger("activities.tools.ledger").warning("ledger_not_pruned", error=str(e))
 
 
 def ledger_path(workspace: Path, key: str) -> Path:
@@ -101,6 +157,7 @@ def run_once(
             result = effect()
             _write(entry, key, result)
             started.unlink(missing_ok=True)
-            return result
         finally:
             fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+    _prune_now_and_then(entry.parent)
+    return result

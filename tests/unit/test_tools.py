@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -659,3 +660,36 @@ def test_run_once_asks_the_target_after_an_attempt_died_mid_effect(ws, tmp_path)
     started.parent.mkdir(parents=True, exist_ok=True)
     started.touch()
     assert run_once(other, effect) == "applied again" and runs == [1]
+
+
+def test_old_ledger_files_are_pruned_and_fresh_ones_kept(ws, monkeypatch):
+    from activities.tools import ledger
+
+    ctx = ToolContext(workspace=ws, idempotency_key="wf/old")
+    assert run_once(ctx, lambda: "done") == "done"
+    folder = ledger_path(ws, "wf/old").parent
+    old = sorted(folder.iterdir())
+    assert old  # the entry and its lock
+    ten_days_ago = time.time() - 10 * 86400
+    for f in old:
+        os.utime(f, (ten_days_ago, ten_days_ago))
+    monkeypatch.setattr(ledger, "_pruned_at", {})  # as if the last pass was long ago
+    assert run_once(ToolContext(workspace=ws, idempotency_key="wf/new"), lambda: "new") == "new"
+    left = sorted(f.name for f in folder.iterdir())
+    assert all(not (folder / f.name).exists() for f in old)
+    new_entry = ledger_path(ws, "wf/new")
+    assert left == sorted([new_entry.name, new_entry.with_suffix(".lock").name])
+    # the old call would now apply again: that is what the retention bounds
+    assert run_once(ctx, lambda: "again") == "again"
+
+
+def test_ledger_retention_comes_from_the_environment(monkeypatch):
+    from activities.tools import ledger
+
+    monkeypatch.setenv("AGENT_TOOL_LEDGER_DAYS", "0.5")
+    assert ledger.keep_seconds() == 43200
+    monkeypatch.setenv("AGENT_TOOL_LEDGER_DAYS", "0")
+    with pytest.raises(ValueError, match="AGENT_TOOL_LEDGER_DAYS"):
+        ledger.keep_seconds()
+    monkeypatch.delenv("AGENT_TOOL_LEDGER_DAYS")
+    assert ledger.keep_seconds() == 7 * 86400
