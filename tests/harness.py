@@ -19,7 +19,7 @@ from workers.client import start_run
 from workers.config import Settings
 from workers.testing.scripted_model import ScriptedModel
 from workers.worker import build_workers
-from workflows.models import RunRequest, RunResult
+from workflows.models import RunRequest, RunResult, RunState
 
 TEST_TOOLS = [
     "list_files",
@@ -174,3 +174,21 @@ def spawn_worker_process(
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )
+
+
+async def until_state(handle: Any, pred: Any, timeout: float = 20.0) -> RunState:
+    """Query ``state`` every 50 ms until ``pred(state)``; raises AssertionError after ``timeout``.
+
+    The state is decoded here from the plain JSON (a bare client's converter may not know
+    ``RunState``); a query before the run's first workflow task is retried.
+    """
+    st = None
+    for _ in range(int(timeout / 0.05)):
+        try:
+            st = RunState.model_validate(await handle.query("state"))
+            if pred(st):
+                return st
+        except Exception:  # noqa: BLE001 - query before the first workflow task
+            pass
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"state not reached; last: {st}")

@@ -21,7 +21,7 @@ from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 from activities.contracts import SEARCH_ATTRIBUTES
-from tests.harness import Harness
+from tests.harness import Harness, until_state
 from tests.integration.test_cli import _env, agentctl
 from tests.integration.test_people import GATED, deployed
 from workers.dev_server import temporal_binary
@@ -55,20 +55,6 @@ async def temporal_cli(address: str, *args: str) -> subprocess.CompletedProcess[
         text=True,
         timeout=60,
     )
-
-
-async def until(handle: WorkflowHandle[Any, Any], pred: Any) -> RunState:
-    """The ``state`` query, decoded here (a bare client's converter may not know RunState)."""
-    st = None
-    for _ in range(400):
-        try:
-            st = RunState.model_validate(await handle.query("state"))
-            if pred(st):
-                return st
-        except Exception:  # noqa: BLE001 - query before the first task completes
-            pass
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"state not reached; last: {st}")
 
 
 def _wid() -> str:
@@ -169,10 +155,10 @@ async def test_bad_signals_are_ignored_with_why_and_a_valid_approval_still_works
         handle = await bare.start_workflow(
             "AgentRun", {"input": "deploy it"}, id=_wid(), task_queue=h.task_queue
         )
-        await until(handle, lambda s: s.status == "awaiting_approval")
+        await until_state(handle, lambda s: s.status == "awaiting_approval")
         for name, payload, _ in BAD_SIGNALS:
             await handle.signal(name, args=_args(payload))
-        st = await until(handle, lambda s: len(s.ignored_signals) == len(BAD_SIGNALS))
+        st = await until_state(handle, lambda s: len(s.ignored_signals) == len(BAD_SIGNALS))
         assert st.status == "awaiting_approval" and not st.paused
         for (name, _, says), ignored in zip(BAD_SIGNALS, st.ignored_signals, strict=True):
             assert ignored.signal == name
@@ -211,7 +197,7 @@ async def test_decide_refuses_a_bad_payload_and_a_good_one_still_works(
         handle = await bare.start_workflow(
             "AgentRun", {"input": "deploy it"}, id=_wid(), task_queue=h.task_queue
         )
-        await until(handle, lambda s: s.status == "awaiting_approval")
+        await until_state(handle, lambda s: s.status == "awaiting_approval")
         with pytest.raises(WorkflowUpdateFailedError) as err:
             await handle.execute_update("decide", args=_args(payload))
         assert says in str(err.value.cause)
@@ -231,7 +217,7 @@ async def test_temporal_workflow_signal_without_input_is_ignored(
 ):
     async with Harness(client, tmp_path, ScriptedModel(DEPLOY), agents=GATED) as h:
         handle = await h.start("deploy it")
-        await until(handle, lambda s: s.status == "awaiting_approval")
+        await until_state(handle, lambda s: s.status == "awaiting_approval")
 
         async def signal(name: str, *payload: str) -> None:
             args = ["--workflow-id", handle.id, "--name", name]
@@ -243,7 +229,7 @@ async def test_temporal_workflow_signal_without_input_is_ignored(
             await signal(name)  # no --input at all
         await signal("approve", "--input", "null")
         await signal("approve", "--input", '{"tool_call_id": "call_d"}', "--input", "{}")
-        st = await until(handle, lambda s: len(s.ignored_signals) == len(sent))
+        st = await until_state(handle, lambda s: len(s.ignored_signals) == len(sent))
         assert [i.signal for i in st.ignored_signals] == sent
         reasons = [i.reason for i in st.ignored_signals]
         assert all("no payload" in r for r in reasons[:4])

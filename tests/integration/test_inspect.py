@@ -23,7 +23,7 @@ from temporalio.converter import ExternalStorage, StorageDriver, StorageDriverCl
 from temporalio.testing import WorkflowEnvironment
 from typer.testing import CliRunner
 
-from tests.harness import Harness
+from tests.harness import Harness, until_state
 from workers import client as rc
 from workers import history as ih
 from workers.cli import app
@@ -43,19 +43,6 @@ GATED = {
         }
     }
 }
-
-
-async def until_state(handle, pred, timeout: float = 20.0) -> RunState:
-    st = None
-    for _ in range(int(timeout / 0.05)):
-        try:
-            st = await handle.query("state", result_type=RunState)
-            if pred(st):
-                return st
-        except Exception:  # noqa: BLE001 - query before the first task completes
-            pass
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"state not reached; last: {st}")
 
 
 @pytest_asyncio.fixture(scope="module")

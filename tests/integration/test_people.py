@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client, WorkflowUpdateFailedError
 
-from tests.harness import Harness
+from tests.harness import Harness, until_state
 from tests.support_tools import journal_events
 from workers import client as rc
 from workers.dev_server import temporal_binary
@@ -32,19 +32,6 @@ GATED = {
         }
     }
 }
-
-
-async def until_state(handle, pred, timeout: float = 20.0) -> RunState:
-    st = None
-    for _ in range(int(timeout / 0.05)):
-        try:
-            st = await handle.query("state", result_type=RunState)
-            if pred(st):
-                return st
-        except Exception:  # noqa: BLE001 - query before the first task completes
-            pass
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"state not reached; last: {st}")
 
 
 def deployed(h: Harness) -> list[str]:

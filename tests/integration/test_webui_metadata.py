@@ -18,7 +18,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import Client, WorkflowHandle
 
-from tests.harness import Harness
+from tests.harness import Harness, until_state
 from workers import client as rc
 from workers.testing.scripted_model import ScriptedModel, text, tool_call
 from workflows import render
@@ -32,7 +32,7 @@ from workflows.agent_run import (
     SA_TENANT,
     SA_TOKENS,
 )
-from workflows.models import RunRequest, RunState
+from workflows.models import RunRequest
 
 PRICING = {"prompt_per_mtok": 3.0, "completion_per_mtok": 15.0}
 
@@ -74,21 +74,6 @@ async def timer_summaries(client: Client, handle: WorkflowHandle[Any, Any]) -> l
             (summary,) = await client.data_converter.decode([ev.user_metadata.summary])
         out.append(summary)
     return out
-
-
-async def until_state(
-    handle: WorkflowHandle[Any, Any], pred: Any, timeout: float = 20.0
-) -> RunState:
-    st = None
-    for _ in range(int(timeout / 0.05)):
-        try:
-            st = await handle.query("state", result_type=RunState)
-            if pred(st):
-                return st
-        except Exception:  # noqa: BLE001 - query before the first workflow task
-            pass
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"state not reached; last: {st}")
 
 
 async def listed(
