@@ -194,8 +194,8 @@ class DeltaPublisher:
 
     async def __aenter__(self) -> DeltaPublisher:
         info = activity.info()
-        if not info.workflow_id:
-            self._broken = True
+        if not info.workflow_id or (not self._live and info.attempt == 1):
+            self._broken = True  # nothing to publish: no stream client
             return self
         self._client = WorkflowStreamClient.from_within_activity(
             batch_interval=timedelta(hours=1), max_retry_duration=timedelta(seconds=30)

@@ -1,9 +1,11 @@
 """Workflow modules import their siblings by full name, so the sandbox passes them through.
 
-The sandbox re-imports ``workflows/agent_run.py`` for every run and checks the name each import
-statement gives: ``from workflows import turn`` names the package (already loaded inside the
-sandbox), so ``turn`` would be loaded afresh inside the sandbox every run (measured: 5 modules,
-about 5 ms of worker CPU per run); ``import workflows.turn as turn`` is passed through.
+The worker passes the whole ``workflows`` package through Temporal's sandbox
+(``workers/sandbox.py``); a test or tool that runs ``AgentRun`` in the default sandbox re-imports
+``workflows/agent_run.py`` for every run and checks the name each import statement gives:
+``from workflows import turn`` names the package (already loaded inside the sandbox), so ``turn``
+would be loaded afresh inside the sandbox every run (measured: 5 modules, about 5 ms of worker CPU
+per run); ``import workflows.turn as turn`` is passed through either way.
 """
 
 from __future__ import annotations
