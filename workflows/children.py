@@ -151,6 +151,28 @@ def shown_status(data: RunData) -> RunStatus:
     return data.status
 
 
+def refused_by_child(
+    children: dict[str, list[PendingApproval]], tool_call_id: str, principal_id: str
+) -> str | None:
+    """Why a child's call may not be decided by ``principal_id``, as far as the parent can tell.
+
+    The parent knows the call's approvers, not the child's roles: when every approver is a
+    principal id (no ``role:NAME``) and ``principal_id`` is none of them, the reason; else None
+    (the child checks, and ignores a decision it refuses).
+    """
+    for run_id, pending in children.items():
+        for p in pending:
+            if p.tool_call_id != tool_call_id or not p.approvers:
+                continue
+            if any(a.startswith("role:") for a in p.approvers) or principal_id in p.approvers:
+                return None
+            return (
+                f"principal {principal_id!r} is not among the approvers {p.approvers} "
+                f"of {tool_call_id} in child run {run_id}"
+            )
+    return None
+
+
 def child_holding(children: dict[str, list[PendingApproval]], tool_call_id: str) -> str | None:
     """The child run whose pending approvals hold ``tool_call_id``, or None."""
     for run_id, pending in children.items():

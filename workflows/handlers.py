@@ -20,6 +20,7 @@ with workflow.unsafe.imports_passed_through():
 
     import workflows.state as state
     import workflows.turn as turn
+    from workflows.children import refused_by_child
     from workflows.held import HeldDecisions
     from workflows.inbound import Invalid, decode_args
     from workflows.models import (
@@ -178,7 +179,11 @@ class RunHandlers(HeldDecisions):
         if isinstance(upd, Invalid):
             raise ValueError(upd.problem)
         if self._child_of_call(upd.tool_call_id) is not None:
-            return  # a child's call: forwarded, and the child checks who decides
+            # a child's call: forwarded, and the child checks who decides (roles included)
+            problem = refused_by_child(self._s.child_pending, upd.tool_call_id, upd.principal_id)
+            if problem:
+                raise ValueError(problem)
+            return
         if upd.tool_call_id in self._s.unconfirmed:
             raise ValueError(
                 f"tool call {upd.tool_call_id} is not recorded in the run's history yet; retry"

@@ -7,7 +7,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from temporalio.client import Client
+import pytest
+from temporalio.client import Client, WorkflowUpdateFailedError
 
 import workers.client as rc
 from tests.harness import Harness
@@ -198,6 +199,10 @@ async def test_a_childs_approval_is_decided_through_the_parent(client: Client, t
             return desc.typed_search_attributes.get(SA_STATUS) == "awaiting_approval"
 
         await until(listed_waiting)
+        # the writer's approvers are ["alice"]: the parent refuses anyone else at once
+        with pytest.raises(WorkflowUpdateFailedError) as refused:
+            await rc.decide(client, handle.id, p.tool_call_id, "approve", "mallory")
+        assert "not among the approvers ['alice']" in str(refused.value.cause)
         await rc.decide(client, handle.id, p.tool_call_id, "approve", "alice")
         res = await asyncio.wait_for(handle.result(), timeout=60)
         child = await client.get_workflow_handle(p.run_id, result_type=RunResult).result()

@@ -86,3 +86,25 @@ def test_children_markdown_lists_children_and_handoffs():
     assert "| `p.reader-1` | reader | completed | 12 |" in md
     assert "`triage` → `reader`" in md
     assert children_markdown([], []) == ""
+
+
+def test_the_parent_refuses_only_what_the_childs_approver_list_rules_out():
+    from workflows.children import refused_by_child
+    from workflows.models import PendingApproval
+
+    def pending(call: str, approvers: list[str]) -> PendingApproval:
+        return PendingApproval(
+            tool_call_id=call, name="write_file", arguments={}, requested_at="t", turn=1,
+            approvers=approvers,
+        )  # fmt: skip
+
+    children = {
+        "p.writer-1": [pending("c1", ["alice"]), pending("c2", ["alice", "role:ops"])],
+        "p.reader-1": [pending("c3", [])],
+    }
+    assert refused_by_child(children, "c1", "alice") is None
+    problem = refused_by_child(children, "c1", "mallory")
+    assert problem and "mallory" in problem and "p.writer-1" in problem
+    assert refused_by_child(children, "c2", "mallory") is None  # a role: only the child knows
+    assert refused_by_child(children, "c3", "mallory") is None  # no approvers: anyone
+    assert refused_by_child(children, "c9", "mallory") is None  # not a child's call
