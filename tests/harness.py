@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import subprocess
 import sys
 import uuid
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 from temporalio.client import Client, WorkflowHandle
@@ -20,6 +22,8 @@ from workers.config import Settings
 from workers.testing.scripted_model import ScriptedModel
 from workers.worker import build_workers
 from workflows.models import RunRequest, RunResult, RunState
+
+T = TypeVar("T")
 
 TEST_TOOLS = [
     "list_files",
@@ -192,3 +196,44 @@ async def until_state(handle: Any, pred: Any, timeout: float = 20.0) -> RunState
             pass
         await asyncio.sleep(0.05)
     raise AssertionError(f"state not reached; last: {st}")
+
+
+async def through_a_worker_crash(
+    h: Harness,
+    address: str,
+    log: Path,
+    start: Callable[[], Awaitable[Any]],
+    crash_when: Callable[[], bool],
+    finish: Callable[[Any], Awaitable[T]],
+    crash_timeout: float = 30.0,
+) -> T:
+    """Run with a worker process that is SIGKILLed, then replaced by a second one.
+
+    ``start()`` starts the run (its result is passed to ``finish``); once ``crash_when()`` is
+    true (polled every 50 ms, at most ``crash_timeout`` s) the first worker's process group is
+    SIGKILLed (no graceful shutdown) and a second worker started; ``finish(handle)`` waits for what
+    the test needs. The second worker then gets SIGTERM and must exit 0 (a graceful shutdown);
+    the first is killed if still alive.
+    """
+    w1 = spawn_worker_process(h, address, log)
+    try:
+        handle = await start()
+        for _ in range(int(crash_timeout / 0.05)):
+            if crash_when():
+                break
+            await asyncio.sleep(0.05)
+        else:
+            raise AssertionError("the moment to crash the worker never came")
+        os.killpg(w1.pid, signal.SIGKILL)
+        w1.wait()
+        w2 = spawn_worker_process(h, address, log)
+        try:
+            result = await finish(handle)
+        finally:
+            w2.send_signal(signal.SIGTERM)
+            w2.wait(timeout=30)
+        assert w2.returncode == 0, f"the second worker exited {w2.returncode} on SIGTERM"
+        return result
+    finally:
+        if w1.poll() is None:
+            w1.kill()

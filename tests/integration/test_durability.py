@@ -3,25 +3,18 @@
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
-import subprocess
 from pathlib import Path
 
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
-from tests.harness import Harness, spawn_worker_process
+from tests.harness import Harness, through_a_worker_crash
 from tests.support_tools import journal_events
 from workers.testing.scripted_model import ScriptedModel, text, tool_call
 from workflows.agent_run import AgentRun
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _spawn_worker(h: Harness, address: str, log: Path) -> subprocess.Popen[bytes]:
-    return spawn_worker_process(h, address, log)
 
 
 async def _until(cond, timeout: float = 30.0) -> None:
@@ -44,22 +37,14 @@ async def test_worker_killed_mid_run_run_completes_without_rerunning_completed_a
         ]
     )
     async with Harness(client, tmp_path, model, worker=False) as h:
-        log = tmp_path / "worker.log"
-        w1 = _spawn_worker(h, dev_server_address, log)
-        try:
-            handle = await h.start("survive a crash")
-            await _until(lambda: any(e.get("phase") == "start" for e in journal_events(h.journal)))
-            os.killpg(w1.pid, signal.SIGKILL)  # no graceful shutdown: the process is gone
-            w1.wait()
-            w2 = _spawn_worker(h, dev_server_address, log)
-            try:
-                res = await asyncio.wait_for(handle.result(), timeout=90)
-            finally:
-                w2.send_signal(signal.SIGTERM)
-                w2.wait(timeout=30)
-        finally:
-            if w1.poll() is None:
-                w1.kill()
+        res = await through_a_worker_crash(
+            h,
+            dev_server_address,
+            tmp_path / "worker.log",
+            start=lambda: h.start("survive a crash"),
+            crash_when=lambda: any(e.get("phase") == "start" for e in journal_events(h.journal)),
+            finish=lambda handle: asyncio.wait_for(handle.result(), timeout=90),
+        )
     assert res.status == "completed", res
     assert res.output == "finished"
     events = journal_events(h.journal)
@@ -70,7 +55,6 @@ async def test_worker_killed_mid_run_run_completes_without_rerunning_completed_a
     ]  # the completed activity before the crash did not run again
     echo = [e["phase"] for e in events if e["tool"] == "slow_echo"]
     assert echo.count("end") == 1  # the interrupted call ran to completion once, on the new worker
-    assert w2.returncode == 0  # graceful shutdown on SIGTERM
 
 
 async def test_recorded_history_replays(client: Client, tmp_path: Path):

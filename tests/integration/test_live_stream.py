@@ -158,14 +158,14 @@ LONG = (
 async def test_worker_killed_mid_stream_yields_model_retry_and_the_right_text(
     client: Client, dev_server_address: str, tmp_path: Path
 ):
-    from tests.integration.test_durability import _spawn_worker
+    from tests.harness import spawn_worker_process
 
     model = ScriptedModel(
         [text(LONG).with_chunk_delay(0.05), text(LONG).with_chunk_delay(0.01)], chunk_chars=3
     )
     async with Harness(client, tmp_path, model, worker=False) as h:
         log = tmp_path / "worker.log"
-        w1 = _spawn_worker(h, dev_server_address, log)
+        w1 = spawn_worker_process(h, dev_server_address, log)
         w2 = None
         try:
             handle = await h.start("write slowly")
@@ -175,7 +175,7 @@ async def test_worker_killed_mid_stream_yields_model_retry_and_the_right_text(
                 if ev["type"] == "text_delta" and w2 is None:
                     os.killpg(w1.pid, signal.SIGKILL)  # mid-stream: the process is gone
                     w1.wait()
-                    w2 = _spawn_worker(h, dev_server_address, log)
+                    w2 = spawn_worker_process(h, dev_server_address, log)
             res = await asyncio.wait_for(handle.result(), timeout=60)
         finally:
             for w in (w1, w2):

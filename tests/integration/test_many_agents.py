@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import signal
 from pathlib import Path
 from typing import Any
 
 from temporalio.client import Client
 
-from tests.harness import Harness
-from tests.integration.test_durability import _spawn_worker, _until
+from tests.harness import Harness, through_a_worker_crash
 from tests.integration.test_subagents import AGENTS, after_tools, by_agent, usage_of
 from tests.support_tools import journal_events
 from workers.testing.scripted_model import (
@@ -217,29 +214,26 @@ async def test_worker_killed_while_children_run(
     )
     agents = {**AGENTS, "writer": {**AGENTS["writer"], "policy": {"default": "allow"}}}
     async with Harness(client, tmp_path, model, agents=agents, worker=False) as h:
-        log = tmp_path / "worker.log"
-        w1 = _spawn_worker(h, dev_server_address, log)
-        try:
-            handle = await h.start("[boss] survive", agent="boss")
-            await _until(
-                lambda: sum(1 for e in journal_events(h.journal) if e.get("phase") == "start") >= 2,
-                timeout=60,
-            )
-            os.killpg(w1.pid, signal.SIGKILL)
-            w1.wait()
-            w2 = _spawn_worker(h, dev_server_address, log)
-            try:
-                res = await asyncio.wait_for(handle.result(), timeout=120)
-                kids = [
-                    await client.get_workflow_handle(c.run_id, result_type=RunResult).result()
-                    for c in res.children
-                ]
-            finally:
-                w2.send_signal(signal.SIGTERM)
-                w2.wait(timeout=30)
-        finally:
-            if w1.poll() is None:
-                w1.kill()
+
+        async def finish(handle: Any) -> tuple[RunResult, list[RunResult]]:
+            res = await asyncio.wait_for(handle.result(), timeout=120)
+            kids = [
+                await client.get_workflow_handle(c.run_id, result_type=RunResult).result()
+                for c in res.children
+            ]
+            return res, kids
+
+        res, kids = await through_a_worker_crash(
+            h,
+            dev_server_address,
+            tmp_path / "worker.log",
+            start=lambda: h.start("[boss] survive", agent="boss"),
+            crash_when=lambda: (
+                sum(1 for e in journal_events(h.journal) if e.get("phase") == "start") >= 2
+            ),
+            finish=finish,
+            crash_timeout=60,
+        )
     assert res.status == "completed", res
     assert res.output == "parent done"
     assert [k.output for k in kids] == ["reader done", "writer done"]
