@@ -7,7 +7,7 @@ STATE := .agent-runtime
 AGENTCTL := $(BIN)/agentctl
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: help install test test-unit test-slow demo demo-check dev-server codec-server model-server worker stop bench chaos lint clean
+.PHONY: help install test test-unit test-slow demo demo-check security dev-server codec-server model-server worker stop bench chaos lint clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -23,6 +23,9 @@ install: $(VENV)/.installed ## create .venv and install the project with its tes
 
 test: install ## run the test suite (real Temporal dev server, scripted model server); not the slow tests
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not slow" tests
+
+security: install ## the security suite: attacks on the console, codec server, decisions and sandbox (tests/security)
+	$(BIN)/python -m pytest -q -p no:cacheprovider tests/security
 
 test-slow: install ## the slow tests: build llama-server from source in a clean cache and answer a tool call (10-20 min)
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m slow -s tests

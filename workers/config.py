@@ -1,6 +1,6 @@
 """Configuration from the environment, read in exactly this one place.
 
-Names and defaults are pinned by ``shared/CONTRACT.md``. Connection to Temporal itself
+Names and defaults are pinned by ``docs/contract.md``. Connection to Temporal itself
 (``TEMPORAL_ADDRESS``, ``TEMPORAL_NAMESPACE``, ``TEMPORAL_API_KEY``, ``TEMPORAL_TLS_*``,
 ``TEMPORAL_PROFILE``) follows ``temporalio.envconfig``, see :func:`temporal_connect_config`.
 """
@@ -157,6 +157,53 @@ class Settings(BaseSettings):
     )
     otel_service_name: str = _env(
         "OTEL_SERVICE_NAME", "agent-runtime", "service.name of the exported spans"
+    )
+
+    console_auth: Literal["token", "oidc", "proxy"] = _env(
+        "AGENT_CONSOLE_AUTH",
+        "token",
+        "how the run console authenticates people (workers/console_auth.py): token (the default: "
+        "a random token in <state_dir>/console-token, loopback only), oidc (JWT bearer tokens "
+        "checked against AGENT_OIDC_JWKS_URL) or proxy (AGENT_CONSOLE_IDENTITY_HEADER from "
+        "AGENT_CONSOLE_TRUSTED_PROXIES)",
+    )
+    console_principal: str = _env(
+        "AGENT_CONSOLE_PRINCIPAL", "console", "principal id of the local token's holder (console)"
+    )
+    console_tenants: str = _env(
+        "AGENT_CONSOLE_TENANTS",
+        "*",
+        "comma-separated tenants the local token's holder sees (* = all, the default)",
+    )
+    console_allowed_hosts: str = _env(
+        "AGENT_CONSOLE_ALLOWED_HOSTS",
+        "",
+        "comma-separated Host names the console answers besides the bind address, 127.0.0.1, "
+        "localhost and ::1 (default none); any other Host gets 421",
+    )
+    console_allowed_origins: str = _env(
+        "AGENT_CONSOLE_ALLOWED_ORIGINS",
+        "",
+        "comma-separated origins (scheme://host:port) allowed to change state besides the "
+        "console's own (default none)",
+    )
+    console_identity_header: str = _env(
+        "AGENT_CONSOLE_IDENTITY_HEADER",
+        "X-Forwarded-User",
+        "header carrying the principal in proxy mode (X-Forwarded-User; roles and tenants come "
+        "from X-Forwarded-Groups entries role:NAME and tenant:NAME)",
+    )
+    console_trusted_proxies: str = _env(
+        "AGENT_CONSOLE_TRUSTED_PROXIES",
+        "",
+        "comma-separated peer addresses whose identity header is trusted (proxy mode)",
+    )
+    oidc_jwks_url: str | None = _env(
+        "AGENT_OIDC_JWKS_URL", None, "JWKS URL of the identity provider (oidc mode)"
+    )
+    oidc_issuer: str | None = _env("AGENT_OIDC_ISSUER", None, "required `iss` claim (oidc mode)")
+    oidc_audience: str | None = _env(
+        "AGENT_OIDC_AUDIENCE", None, "required `aud` claim (oidc mode)"
     )
 
     @field_validator("tool_modules", mode="before")

@@ -15,8 +15,19 @@ An aiohttp application (:func:`build_app`) on ``127.0.0.1:8235`` by default:
   ``POST /runs/{run_id}/interrupt`` (``{"principal_id", "reason"?}``) and ``/messages``
   (``{"content", "principal_id"}``) send those signals.
 
-Errors are JSON ``{"error": message}``: 400 bad input, 404 no such run, 409 a decision the run
-refused (the validator's reason), 503 the Temporal server is unreachable.
+* ``GET /api/session`` -- who you are (``principal_id``, ``roles``, ``tenants``) and the
+  ``csrf_token`` the page sends back as ``X-CSRF-Token``.
+
+Every request passes :mod:`workers.console_auth` first: a Host allow-list (421), authentication
+(401; the local token by default), and for ``POST`` the JSON content type, the Origin /
+``Sec-Fetch-Site`` check and the CSRF token (403). **The principal is the authenticated
+identity**: a body's ``principal_id`` may only repeat it (another one: 403). A person sees and acts
+on the runs of their own tenants only: the run list is filtered by ``TenantId`` and another
+tenant's run answers 404.
+
+Errors are JSON ``{"error": message}``: 400 bad input, 401 not authenticated, 403 refused,
+404 no such run, 409 a decision the run refused (the validator's reason), 421 a Host this console
+does not answer for, 503 the Temporal server is unreachable.
 """
 
 from __future__ import annotations
@@ -34,6 +45,8 @@ from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from workers import client as rc
+from workers import console_auth as ca
+from workers.config import load_settings
 from workflows.models import RunRequest
 
 STATIC = Path(__file__).parent / "static"
@@ -43,6 +56,7 @@ B = TypeVar("B", bound=BaseModel)
 CLIENT_KEY = web.AppKey("client", Client)
 WEB_UI_KEY = web.AppKey("web_ui", Callable[[str], str])
 QUEUE_KEY = web.AppKey("task_queue", str)
+AUTH_KEY = web.AppKey("auth", ca.Authenticator)
 
 
 class StartBody(BaseModel):
@@ -51,15 +65,15 @@ class StartBody(BaseModel):
     input: str = Field(min_length=1)
     agent: str = "default"
     mode: str = "task"
-    principal_id: str = "console"
-    tenant_id: str = "default"
+    principal_id: str | None = None
+    tenant_id: str | None = None
 
 
 class DecideBody(BaseModel):
     """``POST /runs/{id}/approve`` and ``/reject``."""
 
     tool_call_id: str = Field(min_length=1)
-    principal_id: str = "console"
+    principal_id: str | None = None
     reason: str | None = None
     comment: str | None = None
     arguments: dict[str, Any] | None = None
@@ -68,7 +82,7 @@ class DecideBody(BaseModel):
 class InterruptBody(BaseModel):
     """``POST /runs/{id}/interrupt``."""
 
-    principal_id: str = "console"
+    principal_id: str | None = None
     reason: str = "interrupted from the console"
 
 
@@ -76,11 +90,47 @@ class MessageBody(BaseModel):
     """``POST /runs/{id}/messages``."""
 
     content: str = Field(min_length=1)
-    principal_id: str = "console"
+    principal_id: str | None = None
 
 
 def _error(status: int, message: str) -> web.Response:
     return web.json_response({"error": message}, status=status)
+
+
+def _who(request: web.Request, named: str | None = None) -> ca.Identity:
+    """The authenticated person; raises 403 when the body ``named`` somebody else."""
+    ident: ca.Identity = request[ca.IDENTITY_KEY]
+    if named is not None and named != ident.principal_id:
+        raise web.HTTPForbidden(
+            text=json.dumps(
+                {"error": f"you are {ident.principal_id!r}: a request cannot name another "
+                 f"principal ({named!r})"}
+            ),
+            content_type="application/json",
+        )
+    return ident
+
+
+async def _own_run(request: web.Request) -> str:
+    """The path's run id, after checking it belongs to one of the person's tenants (else 404)."""
+    run_id = request.match_info["run_id"]
+    ident = _who(request)
+    if "*" in ident.tenants:
+        return run_id
+    desc = await rc.handle(request.app[CLIENT_KEY], run_id).describe()
+    tenant = ((desc.search_attributes or {}).get("TenantId") or ["default"])[0]
+    if not ident.may_see(str(tenant)):
+        raise web.HTTPNotFound(
+            text=json.dumps({"error": f"no such run: {run_id}"}), content_type="application/json"
+        )
+    return run_id
+
+
+def _tenant_filter(ident: ca.Identity) -> str:
+    if "*" in ident.tenants:
+        return ""
+    names = ", ".join(f"'{rc._quote(t)}'" for t in sorted(ident.tenants))  # noqa: SLF001
+    return f" AND TenantId IN ({names})"
 
 
 async def _body(request: web.Request, model: type[B]) -> B:
@@ -122,6 +172,14 @@ async def _index(_request: web.Request) -> web.FileResponse:
     return web.FileResponse(STATIC / "console.html")
 
 
+async def _session(request: web.Request) -> web.Response:
+    ident = _who(request)
+    return web.json_response(
+        {**ident.public(), "csrf_token": request.app[AUTH_KEY].csrf_for(ident)},
+        headers={"Cache-Control": "no-store"},
+    )
+
+
 async def _runs(request: web.Request) -> web.Response:
     client = request.app[CLIENT_KEY]
     try:
@@ -130,7 +188,8 @@ async def _runs(request: web.Request) -> web.Response:
         return _error(400, "limit must be an integer")
     web_ui = request.app[WEB_UI_KEY]
     out = []
-    for wf in await rc.list_runs(client, rc.list_query(), limit=limit):
+    query = rc.list_query() + _tenant_filter(_who(request))
+    for wf in await rc.list_runs(client, query, limit=limit):
         sa = wf.search_attributes or {}
         out.append(
             {
@@ -146,7 +205,7 @@ async def _runs(request: web.Request) -> web.Response:
 
 
 async def _state(request: web.Request) -> web.Response:
-    run_id = request.match_info["run_id"]
+    run_id = await _own_run(request)
     st = await rc.state(request.app[CLIENT_KEY], run_id)
     return web.json_response(
         {**st.model_dump(mode="json"), "run_id": run_id, "web_ui": request.app[WEB_UI_KEY](run_id)}
@@ -157,12 +216,17 @@ async def _start(request: web.Request) -> web.Response:
     body = await _body(request, StartBody)
     if body.mode not in ("task", "chat"):
         return _error(400, "mode must be task or chat")
+    ident = _who(request, body.principal_id)
+    mine = sorted(t for t in ident.tenants if t != "*")
+    tenant = body.tenant_id or (mine[0] if len(mine) == 1 else "default")
+    if not ident.may_see(tenant):
+        return _error(403, f"you may not start runs for tenant {tenant!r}")
     req = RunRequest(
         agent=body.agent,
         input=body.input,
         mode=body.mode,  # type: ignore[arg-type]
-        principal_id=body.principal_id,
-        tenant_id=body.tenant_id,
+        principal_id=ident.principal_id,
+        tenant_id=tenant,
     )
     h = await rc.start_run(request.app[CLIENT_KEY], req, task_queue=request.app[QUEUE_KEY] or None)
     return web.json_response({"run_id": h.id, "web_ui": request.app[WEB_UI_KEY](h.id)}, status=201)
@@ -171,12 +235,13 @@ async def _start(request: web.Request) -> web.Response:
 def _decider(decision: str) -> Callable[[web.Request], Awaitable[web.Response]]:
     async def decide(request: web.Request) -> web.Response:
         body = await _body(request, DecideBody)
+        ident = _who(request, body.principal_id)
         res = await rc.decide(
             request.app[CLIENT_KEY],
-            request.match_info["run_id"],
+            await _own_run(request),
             body.tool_call_id,
             decision,
-            body.principal_id,
+            ident.principal_id,
             arguments=body.arguments,
             reason=body.reason,
             comment=body.comment,
@@ -188,15 +253,17 @@ def _decider(decision: str) -> Callable[[web.Request], Awaitable[web.Response]]:
 
 async def _interrupt(request: web.Request) -> web.Response:
     body = await _body(request, InterruptBody)
-    run_id = request.match_info["run_id"]
-    await rc.interrupt(request.app[CLIENT_KEY], run_id, body.principal_id, body.reason)
+    ident = _who(request, body.principal_id)
+    run_id = await _own_run(request)
+    await rc.interrupt(request.app[CLIENT_KEY], run_id, ident.principal_id, body.reason)
     return web.json_response({"run_id": run_id, "sent": "interrupt"}, status=202)
 
 
 async def _message(request: web.Request) -> web.Response:
     body = await _body(request, MessageBody)
-    run_id = request.match_info["run_id"]
-    await rc.send_message(request.app[CLIENT_KEY], run_id, body.content, body.principal_id)
+    ident = _who(request, body.principal_id)
+    run_id = await _own_run(request)
+    await rc.send_message(request.app[CLIENT_KEY], run_id, body.content, ident.principal_id)
     return web.json_response({"run_id": run_id, "sent": "send_message"}, status=202)
 
 
@@ -214,7 +281,7 @@ def _from_offset(request: web.Request) -> int:
 
 async def _events(request: web.Request) -> web.StreamResponse:
     client = request.app[CLIENT_KEY]
-    run_id = request.match_info["run_id"]
+    run_id = await _own_run(request)
     start = _from_offset(request)
     await rc.handle(client, run_id).describe()  # 404 as JSON before the stream starts
     resp = web.StreamResponse(
@@ -256,18 +323,25 @@ async def _events(request: web.Request) -> web.StreamResponse:
 
 
 def build_app(
-    client: Client, web_ui_url: Callable[[str], str], task_queue: str | None = None
+    client: Client,
+    web_ui_url: Callable[[str], str],
+    task_queue: str | None = None,
+    *,
+    gate: ca.Gate,
 ) -> web.Application:
     """The application: routes above, ``client`` for Temporal, ``web_ui_url(run_id)`` for links.
 
-    ``task_queue`` is where ``POST /runs`` starts runs (None: ``AGENT_TASK_QUEUE``).
+    ``task_queue`` is where ``POST /runs`` starts runs (None: ``AGENT_TASK_QUEUE``); ``gate``
+    says who may use it (:mod:`workers.console_auth`).
     """
-    app = web.Application(middlewares=[_errors], client_max_size=1024 * 1024)
+    app = web.Application(middlewares=[ca.guard(gate), _errors], client_max_size=1024 * 1024)
+    app[AUTH_KEY] = gate.auth
     app[CLIENT_KEY] = client
     app[WEB_UI_KEY] = web_ui_url
     app[QUEUE_KEY] = task_queue or ""
     app.router.add_get("/", _index)
     app.router.add_static("/static/", STATIC)
+    app.router.add_get("/api/session", _session)
     app.router.add_get("/api/runs", _runs)
     app.router.add_post("/runs", _start)
     app.router.add_get("/runs/{run_id}", _state)
@@ -285,14 +359,27 @@ async def start_server(
     port: int,
     web_ui_url: Callable[[str], str],
     task_queue: str | None = None,
+    auth: ca.Authenticator | None = None,
 ) -> tuple[web.AppRunner, str]:
     """Start serving; returns the runner (``await runner.cleanup()`` stops it) and the base URL.
 
+    ``auth`` None: as the settings say (``AGENT_CONSOLE_AUTH``, the local token by default).
+
     Raises:
         OSError: the address is in use or cannot be bound.
+        workers.console_auth.AuthConfigError: the settings cannot work on ``host`` (say what to
+            set), e.g. the local token on a non-loopback address.
     """
+    settings = load_settings()
+    auth = auth or ca.authenticator_from_settings(settings, host)
+    gate = ca.Gate.build(
+        auth,
+        host,
+        ca.split_list(settings.console_allowed_hosts),
+        ca.split_list(settings.console_allowed_origins),
+    )
     runner = web.AppRunner(
-        build_app(client, web_ui_url, task_queue), access_log=None, shutdown_timeout=1.0
+        build_app(client, web_ui_url, task_queue, gate=gate), access_log=None, shutdown_timeout=1.0
     )
     await runner.setup()
     site = web.TCPSite(runner, host, port)
@@ -310,7 +397,13 @@ async def run_server(
 ) -> None:
     """Serve until cancelled (Ctrl-C); prints the console's address."""
     runner, url = await start_server(client, host, port, web_ui_url)
-    print(f"run console: {url}/  (events: {url}/runs/RUN_ID/events; Ctrl-C to stop)", flush=True)
+    settings = load_settings()
+    login = (
+        f"{url}/?token={ca.read_token(settings.state_dir)}"
+        if settings.console_auth == "token"
+        else f"{url}/"
+    )
+    print(f"run console: {login}  (events: {url}/runs/RUN_ID/events; Ctrl-C to stop)", flush=True)
     try:
         await asyncio.Event().wait()
     finally:

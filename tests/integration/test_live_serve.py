@@ -13,10 +13,13 @@ import pytest
 from temporalio.client import Client
 
 from tests.harness import Harness
+from workers.console_auth import Authenticator
 from workers.serve import start_server
 from workers.testing.scripted_model import ScriptedModel, text, tool_call
 
 REPO = Path(__file__).resolve().parents[2]
+TOKEN = "console-test-token"
+AUTH = Authenticator(token=TOKEN)
 ANSWER = "I wrote notes.txt with the summary you asked for; it has three lines."
 
 
@@ -46,9 +49,12 @@ def events_of(msgs: list[tuple[str | None, str, str]]) -> list[dict[str, Any]]:
 async def test_sse_stream_resumes_after_last_event_id(client: Client, tmp_path: Path):
     model = ScriptedModel([tool_call("read_file", {"path": "README.md"}), text(ANSWER)])
     async with Harness(client, tmp_path, model) as h:
-        runner, url = await start_server(client, "127.0.0.1", 0, lambda r: f"http://ui/{r}")
+        runner, url = await start_server(
+            client, "127.0.0.1", 0, lambda r: f"http://ui/{r}", auth=AUTH
+        )
         try:
-            async with aiohttp.ClientSession() as http:
+            bearer = {"Authorization": f"Bearer {TOKEN}"}
+            async with aiohttp.ClientSession(headers=bearer) as http:
                 started = await http.post(
                     f"{url}/runs", json={"input": "read it"}, params={}, headers={}
                 )
@@ -74,7 +80,9 @@ async def test_sse_stream_resumes_after_last_event_id(client: Client, tmp_path: 
                     assert resp.status == 400 and "from" in (await resp.json())["error"]
                 async with http.get(f"{url}/runs/run-nope/events") as resp:
                     assert resp.status == 404 and "no such run" in (await resp.json())["error"]
-                bad = await http.post(f"{url}/runs", data="not json")
+                bad = await http.post(
+                    f"{url}/runs", data="not json", headers={"Content-Type": "application/json"}
+                )
                 assert bad.status == 400 and "not JSON" in (await bad.json())["error"]
                 empty = await http.post(f"{url}/runs", json={"input": ""})
                 assert empty.status == 400 and "input" in (await empty.json())["error"]
@@ -123,13 +131,14 @@ async def test_console_shows_a_run_live_and_approves_with_a_click(client: Client
     )
     async with Harness(client, tmp_path, model) as h:
         runner, url = await start_server(
-            client, "127.0.0.1", 0, lambda r: f"http://127.0.0.1:8233/x/{r}", h.task_queue
+            client, "127.0.0.1", 0, lambda r: f"http://127.0.0.1:8233/x/{r}", h.task_queue, AUTH
         )
         try:
             async with async_playwright() as pw:
                 browser = await pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
                 page = await browser.new_page(viewport={"width": 1280, "height": 760})
-                await page.goto(url + "/")
+                await page.goto(url + f"/?token={TOKEN}")
+                await expect(page.locator("#principal")).to_have_text("console")
                 await page.fill("#input", "Summarise the README into notes.txt")
                 await page.click("#start button[type=submit]")
                 await expect(page.locator("#timeline .step .text").first).to_have_text(

@@ -3,9 +3,12 @@
 "use strict";
 
 const $ = (id) => document.getElementById(id);
-const principalBox = $("principal");
-principalBox.value = localStorage.getItem("principal") || "console";
-principalBox.addEventListener("change", () => localStorage.setItem("principal", principalBox.value));
+// Who we are comes from the server (the authenticated identity), never from this page; the
+// CSRF token it gives goes back on every state-changing request.
+let session = { principal_id: "", csrf_token: "" };
+const sessionReady = fetch("/api/session", { credentials: "same-origin" })
+  .then((r) => r.json()).then((s) => { session = s; $("principal").textContent = s.principal_id; })
+  .catch(() => {});
 
 let source = null;   // the EventSource of the selected run
 let current = null;  // the selected run id
@@ -24,9 +27,11 @@ function pretty(v) {
 }
 
 async function call(method, path, body) {
+  await sessionReady;
   const r = await fetch(path, {
     method,
-    headers: { "Content-Type": "application/json" },
+    credentials: "same-origin",
+    headers: { "Content-Type": "application/json", "X-CSRF-Token": session.csrf_token },
     body: body ? JSON.stringify(body) : undefined,
   });
   const data = await r.json().catch(() => ({ error: `HTTP ${r.status}` }));
@@ -77,7 +82,7 @@ function approvalCard(ev) {
     yes.disabled = no.disabled = true;
     try {
       await call("POST", `/runs/${encodeURIComponent(current)}/${what}`, {
-        tool_call_id: ev.tool_call_id, principal_id: principalBox.value,
+        tool_call_id: ev.tool_call_id,
         reason: what === "reject" ? "rejected in the console" : undefined,
       });
       showError(null);
@@ -173,7 +178,7 @@ $("start").onsubmit = async (e) => {
   e.preventDefault();
   try {
     const r = await call("POST", "/runs", {
-      input: $("input").value, agent: $("agent").value, principal_id: principalBox.value,
+      input: $("input").value, agent: $("agent").value,
     });
     $("input").value = "";
     location.hash = "run=" + encodeURIComponent(r.run_id);
@@ -181,7 +186,7 @@ $("start").onsubmit = async (e) => {
 };
 
 $("interrupt").onclick = async () => {
-  try { await call("POST", `/runs/${encodeURIComponent(current)}/interrupt`, { principal_id: principalBox.value }); }
+  try { await call("POST", `/runs/${encodeURIComponent(current)}/interrupt`, {}); }
   catch (e) { showError(e); }
 };
 
@@ -189,7 +194,7 @@ $("message").onsubmit = async (e) => {
   e.preventDefault();
   try {
     await call("POST", `/runs/${encodeURIComponent(current)}/messages`,
-      { content: $("message-text").value, principal_id: principalBox.value });
+      { content: $("message-text").value });
     $("message-text").value = "";
   } catch (err) { showError(err); }
 };
