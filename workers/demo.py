@@ -198,8 +198,44 @@ def _show_how_to_approve(run_id: str, call_id: str) -> None:
     say(f"  Web UI: {web_ui_url(run_id)} -> Send Signal 'approve' with the same input")
 
 
+def _console_login() -> tuple[str, str | None]:
+    """The run console's URL with its token (``?token=``), and the token (None: no console)."""
+    from workers.config import load_settings
+    from workers.console_auth import read_token
+
+    tok = read_token(load_settings().state_dir) if procs.running("console") else None
+    return (f"{procs.CONSOLE_URL}?token={tok}" if tok else procs.CONSOLE_URL), tok
+
+
+async def _approve(run_id: str, call_id: str, outcome: Outcome) -> None:
+    """Approve as a person in the run console would: its HTTP API, with the console's token.
+
+    With no console running, approves with ``agentctl``.
+    """
+    import aiohttp
+
+    _, tok = _console_login()
+    if tok is None:
+        say("The demo approves now with agentctl (no run console is running):")
+        out = await asyncio.to_thread(agentctl, "approve", run_id, call_id, "--principal", PRINCIPAL)
+        say(f"  $ agentctl approve ... -> exit {out.returncode}: {out.stdout.strip()}")
+        if out.returncode != 0:
+            outcome.fail(f"agentctl approve exited {out.returncode}")
+        return
+    say("The demo approves now through the run console, authenticated by its token:")
+    url = f"{procs.CONSOLE_URL}runs/{run_id}/approve"
+    async with aiohttp.ClientSession() as http:
+        r = await http.post(
+            url, json={"tool_call_id": call_id}, headers={"Authorization": f"Bearer {tok}"}
+        )
+        body = await r.text()
+    say(f"  POST {url} -> HTTP {r.status}: {body[:200]}")
+    if r.status != 200:
+        outcome.fail(f"the console refused the approval: HTTP {r.status} {body[:200]}")
+
+
 async def write_with_approval(client, ws: Path, outcome: Outcome) -> None:
-    """Run 2: a write held for approval, approved with ``agentctl``; checks the note exists."""
+    """Run 2: a write held for approval, approved in the run console; checks the note exists."""
     from workers.cli_base import _print_result
 
     h = await _start_step(client, "2. A write that waits for a person's approval", NOTE_REQUEST)
@@ -222,15 +258,7 @@ async def write_with_approval(client, ws: Path, outcome: Outcome) -> None:
             highlight=False,
         )
         _show_how_to_approve(h.id, p.tool_call_id)
-        say("The demo approves now with agentctl:")
-        out = await asyncio.to_thread(
-            agentctl, "approve", h.id, p.tool_call_id, "--principal", PRINCIPAL
-        )
-        say(
-            f"  $ agentctl approve ... -> exit {out.returncode}: {out.stdout.strip()} {out.stderr.strip()}"
-        )
-        if out.returncode != 0:
-            outcome.fail(f"agentctl approve exited {out.returncode}")
+        await _approve(h.id, p.tool_call_id, outcome)
     res = await asyncio.wait_for(rc.result(client, h.id), timeout=300)
     _print_result(res, False, h.id)
     note = ws / NOTE_PATH
@@ -255,7 +283,7 @@ async def demo_runs(ws: Path, outcome: Outcome) -> RunResult:
         say(
             "The servers keep running: browse the runs at "
             f"{web_ui_url('').rsplit('/', 1)[0]}\n"
-            f"Watch and approve runs live in the run console: {procs.CONSOLE_URL}\n"
+            f"Watch and approve runs live in the run console: {_console_login()[0]}\n"
             'Try: .venv/bin/agentctl run "How many functions does shlex.py define?" --follow\n'
             "Stop everything with: make stop"
         )
