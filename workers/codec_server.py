@@ -58,12 +58,14 @@ from temporalio.api.common.v1 import Payload, Payloads
 from temporalio.converter import ExternalStorage
 
 from workers.config import Settings, load_settings
+from workers.console_auth import Authenticator, authenticator_from_settings
 from workers.converter import (
     build_external_storage,
     reference_of,
     resolve_references,
     store_large_payloads,
 )
+from workers.encryption import AesGcmCodec, codec_from_setting
 from workers.entrypoints import run_command
 
 __all__ = [
@@ -83,6 +85,8 @@ MAX_BODY_BYTES = 256 * 1024 * 1024
 _STORAGE_KEY: web.AppKey[ExternalStorage] = web.AppKey("storage", ExternalStorage)
 _ORIGINS_KEY: web.AppKey[frozenset[str]] = web.AppKey("origins", frozenset)
 _INFO_KEY: web.AppKey[dict[str, Any]] = web.AppKey("info", dict)
+_AUTH_KEY = web.AppKey("auth", Authenticator)
+_CODEC_KEY = web.AppKey("codec", AesGcmCodec)
 
 
 def default_allowed_origins(ui_url: str | None = None) -> list[str]:
@@ -145,6 +149,17 @@ async def _origin_guard(request: web.Request, handler: Any) -> web.StreamRespons
         return web.json_response(
             {"error": f"origin {origin} is not allowed (allowed: {allowed})"}, status=403
         )
+    if request.method == "POST" and request.path != "/healthz":
+        auth = request.app.get(_AUTH_KEY)
+        if auth is not None and await auth.identify(request) is None:
+            return web.json_response(
+                {
+                    "error": "not authenticated: send Authorization: Bearer <console token> or the "
+                    "console's cookie (tick 'include cross-origin credentials' in the Web UI)"
+                },
+                status=401,
+                headers=_cors_headers(request),
+            )
     try:
         resp = await handler(request)
     except web.HTTPException as e:
@@ -192,12 +207,17 @@ async def _decode(request: web.Request) -> web.Response:
     storage = request.app[_STORAGE_KEY]
     results = await resolve_references(storage, payloads, return_exceptions=True)
     out: list[Payload] = []
+    codec = request.app.get(_CODEC_KEY)
     for original, res in zip(payloads, results, strict=True):
         if isinstance(res, BaseException):
             logger.warning("cannot resolve an external payload reference: %s", res)
             out.append(_error_payload(original, res))
-        else:
-            out.append(res)
+            continue
+        try:
+            out.append(codec.decrypt(res) if codec is not None else res)
+        except ValueError as e:
+            logger.warning("cannot decrypt a payload: %s", e)
+            out.append(_error_payload(original, e))
     logger.debug(
         "decode namespace=%s payloads=%d", request.headers.get("X-Namespace"), len(payloads)
     )
@@ -207,6 +227,9 @@ async def _decode(request: web.Request) -> web.Response:
 async def _encode(request: web.Request) -> web.Response:
     payloads = await _read_payloads(request)
     storage = request.app[_STORAGE_KEY]
+    codec = request.app.get(_CODEC_KEY)
+    if codec is not None:
+        payloads = [codec.encrypt(p) for p in payloads]
     try:
         out = await store_large_payloads(storage, payloads)
     except Exception as e:  # noqa: BLE001 - reported to the caller
@@ -224,6 +247,8 @@ def build_codec_app(
     *,
     allowed_origins: Iterable[str] | None = None,
     info: dict[str, Any] | None = None,
+    auth: Authenticator | None = None,
+    codec: AesGcmCodec | None = None,
 ) -> web.Application:
     """The aiohttp application of the codec server (routes in the module docstring).
 
@@ -233,12 +258,20 @@ def build_codec_app(
         allowed_origins: browser origins allowed (``"*"`` for any); default
             :func:`default_allowed_origins`.
         info: extra fields for ``GET /healthz``.
+        auth: who may decode and encode (:mod:`workers.console_auth`: the console's token,
+            OIDC or a trusted proxy); None serves anyone who passes the Origin check (tests of
+            the storage alone).
+        codec: decrypts on ``/decode`` and encrypts on ``/encode`` (``AGENT_ENCRYPTION_KEYS``).
     """
     origins = list(default_allowed_origins() if allowed_origins is None else allowed_origins)
     app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[_origin_guard])
     app[_STORAGE_KEY] = storage
     app[_ORIGINS_KEY] = frozenset(o.rstrip("/") for o in origins)
     app[_INFO_KEY] = dict(info or {})
+    if auth is not None:
+        app[_AUTH_KEY] = auth
+    if codec is not None:
+        app[_CODEC_KEY] = codec
     app.router.add_get("/healthz", _health)
     # The protocol asks servers to look only at the last path segment, so the endpoint can be
     # mounted at any depth (e.g. http://host:8234/default/decode).
@@ -300,6 +333,7 @@ async def start_codec_server(
     port: int | None = None,
     allowed_origins: Iterable[str] | None = None,
     storage: ExternalStorage | None = None,
+    auth: Authenticator | None = None,
 ) -> CodecServer:
     """Start the codec server in the running event loop.
 
@@ -309,6 +343,7 @@ async def start_codec_server(
         port: TCP port; default ``settings.codec_port`` (8234); 0 = any free port.
         allowed_origins: browser origins allowed; default :func:`default_allowed_origins`.
         storage: default ``build_external_storage(settings)``.
+        auth: default: as the settings say (the console's token by default).
 
     Returns:
         The server; ``await server.stop()`` (or ``async with``) to stop it.
@@ -319,7 +354,13 @@ async def start_codec_server(
     """
     settings = settings or load_settings()
     storage = storage or build_external_storage(settings)
-    app = build_codec_app(storage, allowed_origins=allowed_origins, info=_settings_info(settings))
+    app = build_codec_app(
+        storage,
+        allowed_origins=allowed_origins,
+        info=_settings_info(settings),
+        auth=auth or authenticator_from_settings(settings, host),
+        codec=codec_from_setting(settings.encryption_keys),
+    )
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, host, settings.codec_port if port is None else port)
@@ -348,11 +389,15 @@ def _serve(
     logging.basicConfig(level=settings.log_level.upper(), format="%(levelname)s %(message)s")
     try:
         storage = build_external_storage(settings)
+        auth = authenticator_from_settings(settings, host)
+        codec = codec_from_setting(settings.encryption_keys)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         raise typer.Exit(2) from None
     origins = allow_origin or default_allowed_origins()
-    app = build_codec_app(storage, allowed_origins=origins, info=_settings_info(settings))
+    app = build_codec_app(
+        storage, allowed_origins=origins, info=_settings_info(settings), auth=auth, codec=codec
+    )
     banner = (
         f"codec_server_started url=http://{host}:{port} store={settings.payload_store} "
         f"payload_dir={settings.payload_path} allowed_origins={','.join(origins)}"

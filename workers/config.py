@@ -206,6 +206,13 @@ class Settings(BaseSettings):
         "AGENT_OIDC_AUDIENCE", None, "required `aud` claim (oidc mode)"
     )
 
+    encryption_keys: str | None = _env(
+        "AGENT_ENCRYPTION_KEYS",
+        None,
+        "payload encryption at rest (workers/encryption.py): a file path or the value itself, "
+        "`key_id:base64key` lines, the first encrypts and all decrypt; unset: no encryption",
+    )
+
     @field_validator("tool_modules", mode="before")
     @classmethod
     def _split_modules(cls, value: Any) -> Any:

@@ -67,6 +67,7 @@ from temporalio.converter import (
 
 from activities.storage import LocalStorageDriver
 from workers.config import Settings, load_settings
+from workers.encryption import codec_from_setting
 
 __all__ = [
     "PayloadStoreConfigError",
@@ -111,12 +112,17 @@ def build_data_converter(
         A ``DataConverter``: ``pydantic_data_converter`` plus ``external_storage`` (see the module
         docstring; with ``none`` the local driver is still registered for reading only).
 
+    With ``AGENT_ENCRYPTION_KEYS`` set, payloads are encrypted by
+    :class:`workers.encryption.AesGcmCodec` before they are stored, inline or external.
+
     Raises:
         PayloadStoreConfigError: ``s3`` without ``AGENT_S3_BUCKET``, or aioboto3 not installed.
+        workers.encryption.EncryptionKeyError: ``AGENT_ENCRYPTION_KEYS`` cannot be used.
     """
     settings = settings or load_settings()
     return dataclasses.replace(
         pydantic_data_converter,
+        payload_codec=codec_from_setting(settings.encryption_keys),
         external_storage=build_external_storage(settings, s3_client=s3_client),
     )
 

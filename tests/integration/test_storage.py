@@ -30,6 +30,7 @@ from activities.tools import tool
 from tests.harness import TEST_TOOLS, Harness
 from workers.codec_server import default_allowed_origins, start_codec_server
 from workers.config import Settings
+from workers.console_auth import Authenticator
 from workers.converter import build_data_converter, is_reference
 from workers.dev_server import DevServerConfig, dev_server_args, find_executable, temporal_binary
 from workers.testing.scripted_model import ScriptedModel, text, tool_call
@@ -179,7 +180,10 @@ async def test_tool_output_over_2_mib_reaches_the_model_and_stays_out_of_history
 
     # the codec server turns a reference from this history back into the original JSON
     codec = await start_codec_server(
-        settings, port=0, allowed_origins=default_allowed_origins("http://127.0.0.1:8233")
+        settings,
+        port=0,
+        allowed_origins=default_allowed_origins("http://127.0.0.1:8233"),
+        auth=Authenticator(token="t"),
     )
     try:
         ref = scheduled_inputs(history, MODEL_COMPLETE)[1]
@@ -191,7 +195,11 @@ async def test_tool_output_over_2_mib_reaches_the_model_and_stays_out_of_history
                 }
             ]
         }
-        headers = {"Origin": "http://127.0.0.1:8233", "X-Namespace": "default"}
+        headers = {
+            "Origin": "http://127.0.0.1:8233",
+            "X-Namespace": "default",
+            "Authorization": "Bearer t",
+        }
         async with aiohttp.ClientSession() as http:
             async with http.post(f"{codec.url}/decode", json=body, headers=headers) as r:
                 assert r.status == 200
@@ -217,7 +225,8 @@ async def test_tool_output_over_2_mib_reaches_the_model_and_stays_out_of_history
             subprocess.run,
             [exe, "workflow", "show", "--workflow-id", handle.id, "--output", "json"]
             + ["--address", env.client.service_client.config.target_host]
-            + ["--namespace", env.client.namespace, "--codec-endpoint", codec.url],
+            + ["--namespace", env.client.namespace, "--codec-endpoint", codec.url]
+            + ["--codec-auth", "Bearer t"],
             capture_output=True,
             text=True,
             timeout=60,

@@ -28,6 +28,7 @@ from activities.storage import (
 )
 from workers.codec_server import default_allowed_origins, start_codec_server
 from workers.config import Settings, load_settings
+from workers.console_auth import Authenticator
 from workers.converter import (
     PayloadStoreConfigError,
     build_data_converter,
@@ -283,9 +284,11 @@ async def test_codec_server_decode_encode_and_cors(tmp_path: Path):
     s = _settings(tmp_path, payload_threshold_bytes=1000)
     dc = build_data_converter(s)
     ref, small = await dc.encode([{"content": "q" * 5000}, "small"])
-    server = await start_codec_server(s, port=0, allowed_origins=default_allowed_origins(UI))
+    server = await start_codec_server(
+        s, port=0, allowed_origins=default_allowed_origins(UI), auth=Authenticator(token="t")
+    )
     try:
-        async with aiohttp.ClientSession() as http:
+        async with aiohttp.ClientSession(headers={"Authorization": "Bearer t"}) as http:
             # what the Web UI sends: base64 metadata/data, X-Namespace, its Origin
             body = {"payloads": [_json_payload(ref), _json_payload(small)]}
             headers = {"Origin": UI, "X-Namespace": "default"}
