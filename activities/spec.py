@@ -46,6 +46,7 @@ from pydantic import (
 
 from activities.contracts import ToolInfo
 from activities.mcp.config import McpServerSpec, check_server_name, tool_name
+from activities.signing import parse_public_key
 from activities.spec_file import SpecError, load_spec_file  # noqa: F401 - also imported from here
 from activities.subagents import AgentGraphError, check_agent_graph
 
@@ -141,6 +142,25 @@ class Policy(BaseModel):
     )
     approval_timeout_seconds: float = Field(86_400, gt=0)
     on_approval_timeout: Literal["reject", "fail"] = "reject"
+    require_signed_decisions: bool = Field(
+        False,
+        description="approve/reject/decide must carry an Ed25519 signature verified against "
+        "decision_keys (activities/signing.py); unsigned or badly signed ones are refused",
+    )
+    decision_keys: list[str] = Field(
+        default_factory=list,
+        description="base64 raw Ed25519 public keys whose signatures decisions may carry "
+        "(`agentctl decision-key` prints the local one); pinned at run start",
+    )
+
+    @model_validator(mode="after")
+    def _keys_when_required(self) -> Policy:
+        """Signed decisions need at least one valid key."""
+        for k in self.decision_keys:
+            parse_public_key(k)
+        if self.require_signed_decisions and not self.decision_keys:
+            raise ValueError("policy.require_signed_decisions needs policy.decision_keys")
+        return self
 
 
 class Pricing(BaseModel):

@@ -28,15 +28,33 @@ def serve(
     port: int = typer.Option(8235, "--port", help="TCP port"),
 ) -> None:
     """Serve the run console (/) and the runs' events as Server-Sent Events."""
+    from workers.console_auth import AuthConfigError
     from workers.serve import run_server
 
     async def go(client: Client) -> None:
         try:
             await run_server(client, host, port, web_ui_url)
+        except AuthConfigError as e:
+            raise CommandFailed(str(e)) from None
         except OSError as e:
             raise CommandFailed(f"cannot serve on {host}:{port}: {e.strerror or e}") from None
 
     _with_client(go)
+
+
+@app.command("decision-key")
+def decision_key() -> None:
+    """Print the public key of this machine's decision-signing key (created on first use).
+
+    List it in a spec's ``policy.decision_keys`` with ``require_signed_decisions: true``: the run
+    console and ``agentctl approve``/``reject`` sign with it (docs/security.md).
+    """
+    from activities.signing import public_key_text
+    from workers.decision_keys import key_file, load_or_create
+
+    state = load_settings().state_dir
+    typer.echo(public_key_text(load_or_create(state)))
+    typer.echo(f"(private key: {key_file(state)}, mode 0600)", err=True)
 
 
 @app.command()

@@ -11,9 +11,10 @@ import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
-from datetime import timedelta
-from typing import Any
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from temporalio.client import (
     Client,
     WorkflowHandle,
@@ -25,8 +26,10 @@ from temporalio.contrib.workflow_streams import WorkflowStreamClient
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.contracts import SEARCH_ATTRIBUTES, fairness_key
+from activities.signing import decision_message, sign_decision
 from workers.config import Settings, load_settings, temporal_connect_config
 from workers.converter import build_data_converter
+from workers.decision_keys import local_signer
 from workers.telemetry import temporal_plugins
 from workflows.agent_run import (
     SA_AGENT,
@@ -249,8 +252,13 @@ async def decide(
     arguments: dict[str, Any] | None = None,
     reason: str | None = None,
     comment: str | None = None,
+    signer: Ed25519PrivateKey | None | Literal["local"] = "local",
 ) -> DecideResult:
     """Approve or reject through the validated update ``decide``.
+
+    ``signer`` signs the decision (activities/signing.py) for runs whose spec requires signed
+    decisions: ``"local"`` (the default) uses the key in ``<AGENT_STATE_DIR>/decision-key`` when
+    it exists (:mod:`workers.decision_keys`), None sends it unsigned.
 
     A request the run made outside a workflow task (seen through a query on a worker that had to
     rebuild the run) is refused until it is in the run's history (workflows/held.py, revision 3);
@@ -268,6 +276,20 @@ async def decide(
         reason=reason,
         comment=comment,
     )
+    key = local_signer(load_settings().state_dir) if signer == "local" else signer
+    if key is not None:
+        upd.signed_at = datetime.now(UTC).isoformat()
+        upd.signature = sign_decision(
+            key,
+            decision_message(
+                run_id,
+                tool_call_id,
+                decision,
+                arguments if decision == "approve" else None,
+                principal_id,
+                upd.signed_at,
+            ),
+        )
     h = handle(client, run_id)
     deadline = asyncio.get_running_loop().time() + NOT_IN_HISTORY_RETRY_SECONDS
     while True:

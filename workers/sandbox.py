@@ -21,8 +21,11 @@ from __future__ import annotations
 
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
-PASSTHROUGH = ("workflows",)
-"""Packages imported once per worker, outside the per-run sandbox."""
+PASSTHROUGH = ("workflows", "cryptography")
+"""Packages imported once per worker, outside the per-run sandbox. ``cryptography`` verifies signed
+decisions in handlers (activities/signing.py): its Rust extension imports
+``cryptography.exceptions`` when a signature fails, and a second copy of the extension inside the
+sandbox aborts the process (seen here: "Fatal Python error: Aborted"); it is deterministic."""
 
 
 def workflow_runner() -> SandboxedWorkflowRunner:

@@ -40,12 +40,14 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from aiohttp import web
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pydantic import BaseModel, Field, ValidationError
 from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from workers import client as rc
 from workers import console_auth as ca
+from workers import decision_keys
 from workers.config import load_settings
 from workflows.models import RunRequest
 
@@ -57,6 +59,7 @@ CLIENT_KEY = web.AppKey("client", Client)
 WEB_UI_KEY = web.AppKey("web_ui", Callable[[str], str])
 QUEUE_KEY = web.AppKey("task_queue", str)
 AUTH_KEY = web.AppKey("auth", ca.Authenticator)
+SIGNER_KEY = web.AppKey("signer", Ed25519PrivateKey)
 
 
 class StartBody(BaseModel):
@@ -103,8 +106,10 @@ def _who(request: web.Request, named: str | None = None) -> ca.Identity:
     if named is not None and named != ident.principal_id:
         raise web.HTTPForbidden(
             text=json.dumps(
-                {"error": f"you are {ident.principal_id!r}: a request cannot name another "
-                 f"principal ({named!r})"}
+                {
+                    "error": f"you are {ident.principal_id!r}: a request cannot name another "
+                    f"principal ({named!r})"
+                }
             ),
             content_type="application/json",
         )
@@ -245,6 +250,7 @@ def _decider(decision: str) -> Callable[[web.Request], Awaitable[web.Response]]:
             arguments=body.arguments,
             reason=body.reason,
             comment=body.comment,
+            signer=request.app[SIGNER_KEY],
         )
         return web.json_response(res.model_dump(mode="json"))
 
@@ -328,14 +334,17 @@ def build_app(
     task_queue: str | None = None,
     *,
     gate: ca.Gate,
+    signer: Ed25519PrivateKey | None = None,
 ) -> web.Application:
     """The application: routes above, ``client`` for Temporal, ``web_ui_url(run_id)`` for links.
 
     ``task_queue`` is where ``POST /runs`` starts runs (None: ``AGENT_TASK_QUEUE``); ``gate``
-    says who may use it (:mod:`workers.console_auth`).
+    says who may use it (:mod:`workers.console_auth`); ``signer`` signs its decisions (None:
+    a fresh key, whose signatures only a spec listing its public key accepts).
     """
     app = web.Application(middlewares=[ca.guard(gate), _errors], client_max_size=1024 * 1024)
     app[AUTH_KEY] = gate.auth
+    app[SIGNER_KEY] = signer or Ed25519PrivateKey.generate()
     app[CLIENT_KEY] = client
     app[WEB_UI_KEY] = web_ui_url
     app[QUEUE_KEY] = task_queue or ""
@@ -379,7 +388,15 @@ async def start_server(
         ca.split_list(settings.console_allowed_origins),
     )
     runner = web.AppRunner(
-        build_app(client, web_ui_url, task_queue, gate=gate), access_log=None, shutdown_timeout=1.0
+        build_app(
+            client,
+            web_ui_url,
+            task_queue,
+            gate=gate,
+            signer=decision_keys.load_or_create(settings.state_dir),
+        ),
+        access_log=None,
+        shutdown_timeout=1.0,
     )
     await runner.setup()
     site = web.TCPSite(runner, host, port)

@@ -18,6 +18,7 @@ from temporalio.exceptions import ApplicationError
 with workflow.unsafe.imports_passed_through():
     from pydantic import BaseModel
 
+    import activities.signing as signing
     import workflows.state as state
     import workflows.turn as turn
     from workflows.children import refused_by_child
@@ -88,6 +89,26 @@ class RunHandlers(HeldDecisions):
             policy=s.pinned.spec.policy if s.pinned else None,
         )
 
+    def _signature_problem(self, d: ApproveSignal | RejectSignal | DecideUpdate) -> str | None:
+        """Why a decision's signature is not acceptable, or None (also when none is required)."""
+        policy = self._s.pinned.spec.policy if self._s.pinned else None
+        if policy is None or not policy.require_signed_decisions:
+            return None
+        if isinstance(d, DecideUpdate):
+            decision, args = d.decision, d.arguments if d.decision == "approve" else None
+        else:
+            decision = "approve" if isinstance(d, ApproveSignal) else "reject"
+            args = d.arguments if isinstance(d, ApproveSignal) else None
+        message = signing.decision_message(
+            workflow.info().workflow_id,
+            d.tool_call_id,
+            decision,
+            args,
+            d.principal_id,
+            d.signed_at or "",
+        )
+        return signing.signature_problem(policy.decision_keys, message, d.signature)
+
     def _record(
         self,
         tool_call_id: str,
@@ -143,7 +164,9 @@ class RunHandlers(HeldDecisions):
 
     def _signal_decision(self, sig: ApproveSignal | RejectSignal) -> None:
         name = "approve" if isinstance(sig, ApproveSignal) else "reject"
-        problem = self._decision_problem(sig.tool_call_id, sig.principal_id)
+        problem = self._decision_problem(
+            sig.tool_call_id, sig.principal_id
+        ) or self._signature_problem(sig)
         if problem:
             self._ignore(name, sig.principal_id, problem, sig.tool_call_id)
         elif isinstance(sig, ApproveSignal):
@@ -188,7 +211,9 @@ class RunHandlers(HeldDecisions):
             raise ValueError(
                 f"tool call {upd.tool_call_id} is not recorded in the run's history yet; retry"
             )
-        problem = self._decision_problem(upd.tool_call_id, upd.principal_id)
+        problem = self._decision_problem(
+            upd.tool_call_id, upd.principal_id
+        ) or self._signature_problem(upd)
         if problem:
             raise ValueError(problem)
 

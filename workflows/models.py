@@ -146,7 +146,14 @@ class RunResult(BaseModel):
     own time, measured in the activity."""
 
 
-class ApproveSignal(BaseModel):
+class SignedDecision(BaseModel):
+    """Fields of a decision signed where the spec requires it (activities/signing.py)."""
+
+    signature: str | None = Field(None, description="base64 Ed25519 signature of the decision")
+    signed_at: str | None = Field(None, description="ISO-8601 time the signer put in the signature")
+
+
+class ApproveSignal(SignedDecision):
     """Payload of signal ``approve``: run a call that waits; ``arguments`` replaces the model's."""
 
     tool_call_id: str
@@ -155,7 +162,7 @@ class ApproveSignal(BaseModel):
     comment: str | None = None
 
 
-class RejectSignal(BaseModel):
+class RejectSignal(SignedDecision):
     """Payload of signal ``reject``: the call is not run; the model is told why."""
 
     tool_call_id: str
@@ -163,7 +170,7 @@ class RejectSignal(BaseModel):
     reason: str = "rejected"
 
 
-class DecideUpdate(BaseModel):
+class DecideUpdate(SignedDecision):
     """Payload of update ``decide``: an approval or rejection, answered synchronously."""
 
     tool_call_id: str
