@@ -452,11 +452,13 @@ def spawn_worker(
     payload_dir: Path | None = None,
     payload_store: str | None = None,
     root: Path = ROOT,
+    env: dict[str, str] | None = None,
 ) -> WorkerProc:
     """Start ``python -m bench.worker_proc`` (kind ``ours``, ``plugin``, ``bare`` or ``hand``).
 
     ``root`` is the checkout whose code the worker runs (another one for a before/after
-    comparison, ``bench.cpu``).
+    comparison, ``bench.cpu``); ``env`` adds environment variables (e.g. ``AGENT_ENCRYPTION_KEYS``,
+    ``bench.encryption``).
     """
     ready = workdir / f"{name}-{uuid.uuid4().hex[:6]}.ready"
     log = workdir / f"{name}.log"
@@ -472,7 +474,7 @@ def spawn_worker(
         args += ["--payload-dir", str(payload_dir)]
     if payload_store is not None:
         args += ["--payload-store", payload_store]
-    env = dict(os.environ)
+    env = {**os.environ, **(env or {})}
     env["PYTHONPATH"] = str(root) + (
         os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else ""
     )

@@ -270,6 +270,26 @@ def table_cpu(r: dict[str, Any]) -> Table:
     return t
 
 
+def table_encryption(r: dict[str, Any]) -> Table:
+    """Payload encryption on vs off, two workers side by side."""
+    t = Table(
+        "worker", "worker CPU per turn", "wall ms per turn (p50)",
+        title=f"Encryption at rest: {r.get('round_count')} rounds of {r.get('runs_per_round')} "
+        f"{r.get('turns_per_run')}-turn runs, model latency 0, both workers at once",
+    )  # fmt: skip
+    e = _err(r.get("error")) if isinstance(r.get("error"), dict) else None
+    if e:
+        t.add_row("-", e, "")
+        return t
+    for k in ("plain", "encrypted"):
+        d = r.get(k) or {}
+        t.add_row(k, _v(d.get("worker_cpu_ms_per_turn"), " ms", 2), _v(d.get("ms_per_turn_p50"), " ms"))
+    ratio = r.get("encrypted_over_plain") or {}
+    t.add_row("encrypted / plain", _v(ratio.get("worker_cpu_per_turn"), "x", 3),
+              _v(ratio.get("ms_per_turn"), "x", 3))  # fmt: skip
+    return t
+
+
 def table_rate_limit(r: dict[str, Any]) -> Table:
     """Scenario 7: a rate-limited model served by two workers."""
     t = Table(title="7. Model rate limit held across two workers")
@@ -303,6 +323,7 @@ TABLES = {
     "crash": table_crash,
     "tuning": table_tuning,
     "cpu": table_cpu,
+    "encryption": table_encryption,
 }
 
 

@@ -756,6 +756,7 @@ async def scenario_crash(opts: Options) -> dict[str, Any]:
 
 
 from bench.cpu import scenario_cpu  # noqa: E402
+from bench.encryption import scenario_encryption  # noqa: E402
 from bench.models import scenario_fairness, scenario_rate_limit  # noqa: E402
 
 SCENARIOS = {
@@ -768,4 +769,5 @@ SCENARIOS = {
     "crash": scenario_crash,
     "tuning": scenario_tuning,
     "cpu": scenario_cpu,
+    "encryption": scenario_encryption,
 }

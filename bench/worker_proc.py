@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import os
 import signal
 import sys
 from datetime import timedelta
@@ -92,6 +93,7 @@ async def _build(args: argparse.Namespace) -> tuple[Any, Worker]:
             spec_file=args.spec_file,
             default_model="scripted",
             log_level=args.log_level,
+            encryption_keys=os.environ.get("AGENT_ENCRYPTION_KEYS") or None,
             **({"payload_dir": args.payload_dir} if args.payload_dir else {}),
             **({"payload_store": args.payload_store} if args.payload_store else {}),
         )
