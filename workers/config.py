@@ -57,6 +57,11 @@ class Settings(BaseSettings):
     )
     temporal_namespace: str = _env("TEMPORAL_NAMESPACE", "default", "Temporal namespace")
     task_queue: str = _env("AGENT_TASK_QUEUE", "agent-runtime", "task queue the worker polls")
+    eval_worker: bool = _env(
+        "AGENT_EVAL_WORKER",
+        True,
+        "also poll the evaluation queue <task queue>.eval (evaluation suites' runs; default true)",
+    )
     openai_base_url: str = _env(
         "OPENAI_BASE_URL", "http://127.0.0.1:8110/v1", "OpenAI-compatible endpoint (a URL)"
     )
