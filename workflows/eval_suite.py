@@ -250,6 +250,11 @@ class EvalSuite:
             decisions=len(self._decided),
         )
 
+    @workflow.query(name="request")
+    def request(self) -> SuiteRequest | None:
+        """The suite's start input (cases, variants, scorers); None when it was invalid."""
+        return None if isinstance(self._req, Invalid) else self._req
+
     def _show(self) -> None:
         p = self.progress()
         lines = [f"**{p.dataset}**: {len(p.records)} of {p.total} runs scored"]

@@ -72,10 +72,15 @@ def _same(expected: Any, actual: Any) -> bool:
 
 
 def arguments_match(expected: dict[str, Any], actual: Any) -> tuple[bool, str]:
-    """Whether ``actual`` (a dict or JSON text) matches ``expected`` (see ExpectedCall); and why not."""
+    """Whether ``actual`` (a dict or JSON text) matches ``expected`` (see ExpectedCall); and why not.
+
+    An argument whose value is null counts as not given (a tool's recorded arguments list its
+    unset optional parameters as null).
+    """
     args = _parsed(actual)
     if args is None:
         return False, "arguments are not a JSON object"
+    args = {k: v for k, v in args.items() if v is not None}
     for key, want in expected.items():
         spec = want if isinstance(want, dict) and "one_of" in want else None
         if key not in args:
