@@ -29,6 +29,7 @@ from activities.tokens import count_tokens
 from activities.tools import load_tool_modules
 from workers.config import STATE_DIR_DEFAULT, Settings, load_settings
 from workers.sandbox import workflow_runner
+from workers.versioning import deployment_config
 from workflows.agent_run import AgentRun
 from workflows.eval_suite import EvalSuite
 
@@ -111,6 +112,9 @@ def build_model_workers(
             max_task_queue_activities_per_second=rps,
             graceful_shutdown_timeout=WorkerTuning.graceful_shutdown_timeout,
         )
+        deployment = deployment_config(settings)
+        if deployment is not None:
+            options["deployment_config"] = deployment
         options.update(overrides)
         workers.append(Worker(client, **options))
     return workers
@@ -194,6 +198,9 @@ def build_worker(
         sticky_queue_schedule_to_start_timeout=t.sticky_queue_schedule_to_start_timeout,
         graceful_shutdown_timeout=t.graceful_shutdown_timeout,
     )
+    deployment = deployment_config(settings)
+    if deployment is not None:  # Worker Versioning (AGENT_WORKER_VERSIONING, docs/upgrades.md)
+        options["deployment_config"] = deployment
     extra = list(overrides.pop("interceptors", None) or [])
     options.update(overrides)
     options["interceptors"] = [*options["interceptors"], *extra]  # redaction always stays
