@@ -187,3 +187,60 @@ async def test_suite_survives_a_worker_crash_without_rerunning_finished_cases(
             if e.HasField("start_child_workflow_execution_initiated_event_attributes")
         ]
         assert len(started) == len(cases)
+
+
+async def test_agentctl_eval_run_and_report_with_rescore(
+    client, tmp_path, dev_server_address
+) -> None:
+    from tests.integration.test_cli import _env, agentctl
+
+    async with Harness(client, tmp_path, ScriptedModel(responder=responder), agents=AGENTS) as h:
+        data = tmp_path / "cases.jsonl"
+        lines = [{"dataset": {"name": "cli", "approver": {"default": "approve"}}}]
+        lines += [c.model_dump(exclude_none=True) for c in CASES[:2]]
+        data.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+        env = _env(h, dev_server_address)
+        r = await agentctl(
+            "eval",
+            "run",
+            str(data),
+            "--agent",
+            "careful",
+            "--agent",
+            "sloppy",
+            "--suite-id",
+            "eval-cli-1",
+            "--json",
+            env=env,
+        )
+        assert r.returncode == 0, r.stderr
+        rep = json.loads(r.stdout)
+        assert rep["runs"] == 4 and rep["variants"]["careful"]["pass_at_1"] == 1.0
+        assert (
+            rep["variants"]["sloppy"]["pass_at_1"] == 0.5
+            and rep["comparison"]["difference"] == -0.5
+        )
+        asked = h.model.count
+        # new expectations: Lyon is now right; rescoring reads the stored runs, asks no model
+        changed = tmp_path / "v2.jsonl"
+        case = CASES[0].model_copy(update={"expected": "lyon"})
+        changed.write_text(json.dumps(case.model_dump(exclude_none=True)) + "\n")
+        r = await agentctl(
+            "eval",
+            "report",
+            "eval-cli-1",
+            "--rescore",
+            "--dataset",
+            str(changed),
+            "--json",
+            env=env,
+        )
+        assert r.returncode == 0, r.stderr
+        rescored = json.loads(r.stdout)
+        assert rescored["variants"]["sloppy"]["cases"]["capital"]["passed"] == 1
+        assert rescored["variants"]["careful"]["cases"]["capital"]["passed"] == 0
+        assert h.model.count == asked
+        table = await agentctl("eval", "report", "eval-cli-1", env=env)
+        assert table.returncode == 0 and "pass@1" in table.stdout and "McNemar" in table.stdout
+        bad = await agentctl("eval", "run", str(tmp_path / "missing.jsonl"), env=env)
+        assert bad.returncode == 2 and "cannot read" in bad.stderr
