@@ -8,8 +8,10 @@ process, both under Worker Versioning (deployment ``agent-runtime``): ``v1`` run
 fails replay of any v1 history, see tests/integration/test_histories_replay.py). Runs are started
 in five stages while traffic moves: v1 current; v2 ramping at 0 %; at 50 %; v2 current (100 %);
 a rollback to v1; v2 current again. The runs are a mix: task runs whose ``write_file`` waits for
-an approval (given after a random delay by signal or ``decide``), chat runs that get two
-messages and then end at their idle timeout, and parent runs that ask a child agent. After the
+an approval, chat runs that wait for messages, and parent runs that ask a child agent. Approvals
+(by signal or ``decide``) and the chat runs' two messages are given only once the rollout is
+done, so the runs of every stage are still in flight through the later ones; chat runs then end
+at their idle timeout (20 s). After the
 last stage the v1 workers stay until no run is open on v1 (the drain), then stop.
 
 It prints runs completed / total, runs per build, ``WorkflowTaskFailed`` events (a
@@ -76,13 +78,13 @@ def responder(body: dict[str, Any]) -> Reply:
 
 
 def write_spec(d: Path) -> Path:
-    """Agents: ``default`` (write_file needs approval), ``chat`` (idle 6 s), ``boss`` + ``helper``."""
+    """Agents: ``default`` (write_file needs approval), ``chat`` (idle 20 s), ``boss`` + ``helper``."""
     ws = d / "ws"
     ws.mkdir(parents=True, exist_ok=True)
     base = {"model": "scripted", "system_prompt": "Upgrade chaos.", "workspace": str(ws)}
     agents = {
         "default": {**base, "tools": ["write_file"]},
-        "chat": {**base, "tools": [], "idle_timeout_seconds": 6},
+        "chat": {**base, "tools": [], "idle_timeout_seconds": 20},
         "boss": {**base, "tools": [], "subagents": ["helper"]},
         "helper": {**base, "tools": []},
     }
@@ -100,6 +102,7 @@ class Load:
         self.stage_of: dict[str, str] = {}
         self.messages: Counter[str] = Counter()
         self.decided: set[str] = set()
+        self.answering = False  # approvals and chat messages wait until the rollout is done
 
     async def start(self, n: int, stage: str) -> None:
         """Start ``n`` runs (kinds in turn), remembering the stage they started in."""
@@ -115,6 +118,8 @@ class Load:
             await asyncio.sleep(0.02)
 
     async def _serve(self, rid: str, kind: str) -> None:
+        if not self.answering:
+            return
         h = self.client.get_workflow_handle(rid)
         try:
             st = RunState.model_validate(await h.query("state"))
@@ -220,6 +225,8 @@ async def session(args: argparse.Namespace, d: Path) -> dict[str, Any]:
             await route("v2 current again (100%)", lambda: versioning.set_current(client, "v2"))
             t_promoted = time.monotonic()
             await load.start(args.runs - 5 * per, "final")
+            in_flight = await _count(client, f'TaskQueue = "{tq}" AND ExecutionStatus = "Running"')
+            load.answering = True
             drained = await _until(lambda: _zero(client, "v1"), args.deadline)
             t_drained = time.monotonic()
             for w in builds.pop("v1"):  # the old build's workers are replaced
@@ -228,6 +235,7 @@ async def session(args: argparse.Namespace, d: Path) -> dict[str, Any]:
             server.cancel()
             figures = await collect(client, load)
             figures.update(
+                in_flight_at_promotion=in_flight,
                 steps=steps,
                 v1_drained=drained,
                 drain_seconds=round(t_drained - t_promoted, 1),
@@ -237,6 +245,11 @@ async def session(args: argparse.Namespace, d: Path) -> dict[str, Any]:
             return figures
     finally:
         model.stop()
+
+
+async def _count(client: Any, query: str) -> int:
+    await asyncio.sleep(1.0)  # visibility lags a little behind
+    return (await client.count_workflows(query)).count
 
 
 async def _zero(client: Any, build: str) -> bool:
