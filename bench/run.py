@@ -23,7 +23,7 @@ from bench.infra import jsonable, machine_info
 from bench.scenarios import SCENARIOS, Options
 
 DEFAULT_ORDER = [
-    "history", "overhead", "throughput", "cpu", "crash", "tuning", "fairness", "rate_limit"
+    "history", "overhead", "throughput", "cpu", "crash", "tuning", "fairness", "rate_limit", "evals"
 ]  # fmt: skip
 console = Console()
 

@@ -19,6 +19,7 @@ from typing import Any
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
 
+from bench.evals import scenario_evals
 from bench.infra import (
     CpuMeter,
     DevServer,
@@ -768,4 +769,5 @@ SCENARIOS = {
     "crash": scenario_crash,
     "tuning": scenario_tuning,
     "cpu": scenario_cpu,
+    "evals": scenario_evals,
 }

@@ -170,78 +170,75 @@ async def _until(pred: Any, timeout: float, every: float = 0.5) -> bool:
     return False
 
 
+async def _route(steps: list[str], label: str, fn: Any) -> None:
+    """Change the routing (retried while the version is not known yet) and log the step."""
+    for _ in range(50):
+        try:
+            await fn()
+            break
+        except Exception:  # noqa: BLE001 - the version registers once polled
+            await asyncio.sleep(0.2)
+    steps.append(label)
+    print(f"[{time.strftime('%X')}] {label}", flush=True)
+
+
+async def rollout(client: Any, load: Load, start_build: Any, runs: int) -> list[str]:
+    """The six stages, ``runs // 6`` runs started in each (the rest in the last); the steps."""
+    steps: list[str] = []
+    per = runs // 6
+    await start_build("v1", AgentRun)
+    await _route(steps, "v1 current", lambda: versioning.set_current(client, "v1"))
+    await load.start(per, "v1")
+    await start_build("v2", AgentRunV2)
+    await _route(steps, "v2 ramping 0%", lambda: versioning.set_ramp(client, "v2", 0))
+    await load.start(per, "ramp0")
+    await _route(steps, "v2 ramping 50%", lambda: versioning.set_ramp(client, "v2", 50))
+    await load.start(per, "ramp50")
+    await _route(steps, "v2 current (100%)", lambda: versioning.set_current(client, "v2"))
+    await load.start(per, "v2")
+    await _route(steps, "rollback: v1 current", lambda: versioning.rollback(client, "v1"))
+    await load.start(per, "rollback")
+    await _route(steps, "v2 current again (100%)", lambda: versioning.set_current(client, "v2"))
+    await load.start(runs - 5 * per, "final")
+    return steps
+
+
 async def session(args: argparse.Namespace, d: Path) -> dict[str, Any]:
     """One session; returns the figures."""
     model = ScriptedModel(responder=responder).start()
-    steps: list[str] = []
     try:
         async with dev_server(d) as srv, contextlib.AsyncExitStack() as stack:
             client, tq = srv.client, f"upgrade-{uuid.uuid4().hex[:6]}"
             base = Settings(
-                openai_base_url=model.base_url,
-                openai_api_key="x",
-                spec_file=str(write_spec(d)),
-                task_queue=tq,
-                default_model="scripted",
-                worker_versioning=True,
-                eval_worker=False,
-            )
-            builds: dict[str, list[Worker]] = {}
+                openai_base_url=model.base_url, openai_api_key="x", spec_file=str(write_spec(d)),
+                task_queue=tq, default_model="scripted", worker_versioning=True, eval_worker=False,
+            )  # fmt: skip
+            builds: dict[str, Worker] = {}
 
             async def start_build(build: str, wf: type) -> None:
                 s = base.model_copy(update={"build_id": build})
                 rt = RuntimeActivities(s.spec_file, s.default_model)
-                ws = [build_worker(client, s, runtime=rt, workflows=[wf])]
-                for w in ws:
-                    await stack.enter_async_context(w)
-                builds[build] = ws
+                builds[build] = build_worker(client, s, runtime=rt, workflows=[wf])
+                await stack.enter_async_context(builds[build])
 
-            async def route(label: str, fn: Any) -> None:
-                for _ in range(50):
-                    try:
-                        await fn()
-                        break
-                    except Exception:  # noqa: BLE001 - the version registers once polled
-                        await asyncio.sleep(0.2)
-                steps.append(label)
-                print(f"[{time.strftime('%X')}] {label}", flush=True)
-
-            per = args.runs // 6
             load = Load(client, tq)
             server = asyncio.ensure_future(load.loop())
             t0 = time.monotonic()
-            await start_build("v1", AgentRun)
-            await route("v1 current", lambda: versioning.set_current(client, "v1"))
-            await load.start(per, "v1")
-            await start_build("v2", AgentRunV2)
-            await route("v2 ramping 0%", lambda: versioning.set_ramp(client, "v2", 0))
-            await load.start(per, "ramp0")
-            await route("v2 ramping 50%", lambda: versioning.set_ramp(client, "v2", 50))
-            await load.start(per, "ramp50")
-            await route("v2 current (100%)", lambda: versioning.set_current(client, "v2"))
-            await load.start(per, "v2")
-            await route("rollback: v1 current", lambda: versioning.rollback(client, "v1"))
-            await load.start(per, "rollback")
-            await route("v2 current again (100%)", lambda: versioning.set_current(client, "v2"))
+            steps = await rollout(client, load, start_build, args.runs)
             t_promoted = time.monotonic()
-            await load.start(args.runs - 5 * per, "final")
             in_flight = await _count(client, f'TaskQueue = "{tq}" AND ExecutionStatus = "Running"')
             load.answering = True
             drained = await _until(lambda: _zero(client, "v1"), args.deadline)
             t_drained = time.monotonic()
-            for w in builds.pop("v1"):  # the old build's workers are replaced
-                await w.shutdown()
+            await builds.pop("v1").shutdown()  # the old build's workers are replaced
             closed = await _until(lambda: _all_closed(client, list(load.runs)), args.deadline)
             server.cancel()
             figures = await collect(client, load)
             figures.update(
-                in_flight_at_promotion=in_flight,
-                steps=steps,
-                v1_drained=drained,
-                drain_seconds=round(t_drained - t_promoted, 1),
-                all_closed=closed,
+                in_flight_at_promotion=in_flight, steps=steps, v1_drained=drained,
+                drain_seconds=round(t_drained - t_promoted, 1), all_closed=closed,
                 wall_seconds=round(time.monotonic() - t0, 1),
-            )
+            )  # fmt: skip
             return figures
     finally:
         model.stop()
