@@ -134,3 +134,31 @@ async def scenario_evals(opts: Any) -> dict[str, Any]:
         "report": report,
         "runs": rows,
     }
+
+
+def table_evals(r: dict[str, Any]) -> Table:
+    """The results table of ``make bench``: per variant, then per case and variant."""
+    t = Table(
+        "variant / case", "accuracy", "tokens", "p50 ms", "p95 ms", title="evals: BFCL subset"
+    )
+    if "skipped" in r:
+        t.add_row("skipped", r["skipped"], "", "", "")
+        return t
+    for name, v in r["report"]["variants"].items():
+        t.add_row(
+            name,
+            f"{v['pass_at_1']:.2f} ({v['runs']} runs)",
+            f"{v['tokens']:.0f}/run",
+            f"{v['p50_ms']:.0f}",
+            f"{v['p95_ms']:.0f}",
+        )
+    for row in sorted(r["runs"], key=lambda x: (x["case_id"], x["variant"])):
+        ms = f"{row['latency_ms']:.0f}"
+        t.add_row(
+            f"  {row['case_id']} · {row['variant']}",
+            "pass" if row["passed"] else "fail",
+            str(row["tokens"]),
+            ms,
+            ms,
+        )
+    return t

@@ -19,6 +19,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from bench.evals import table_evals
 from bench.infra import jsonable, machine_info
 from bench.scenarios import SCENARIOS, Options
 
@@ -303,6 +304,7 @@ TABLES = {
     "crash": table_crash,
     "tuning": table_tuning,
     "cpu": table_cpu,
+    "evals": table_evals,
 }
 
 
