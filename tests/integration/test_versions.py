@@ -14,6 +14,7 @@ from workers import versioning
 from workers.cli_versions import overview
 from workers.testing.scripted_model import ScriptedModel, text, tool_call
 from workers.worker import build_workers
+from workflows.models import RunResult
 
 
 async def _retry(fn, timeout: float = 20.0):
@@ -97,3 +98,41 @@ async def test_pinned_run_finishes_on_its_build_ramp_and_rollback(client, tmp_pa
 
         assert await versioning.rollback(client) == "v1"
         assert (await versioning.describe(client))["current"] == "v1"
+
+
+async def test_a_chat_run_moves_to_the_current_build_when_it_continues_as_new(
+    client, tmp_path
+) -> None:
+    script = [text("hi"), tool_call("calculator", {"expression": "1+1"}), text("it is 2")]
+    model = ScriptedModel(scripts={"[chat]": script})
+    agents = {"default": {"tools": ["calculator"], "limits": {"continue_as_new_every_turns": 1}}}
+    async with (
+        Harness(client, tmp_path, model, agents=agents, worker=False) as h,
+        contextlib.AsyncExitStack() as stack,
+    ):
+        for build in ("c1", "c2"):
+            s = h.settings.model_copy(
+                update={"worker_versioning": True, "build_id": build, "eval_worker": False}
+            )
+            runtime = RuntimeActivities(s.spec_file, s.default_model)
+            stack.push_async_callback(runtime.aclose)
+            for w in build_workers(client, s, runtime=runtime):
+                await stack.enter_async_context(w)
+            if build == "c1":
+                await _retry(lambda: versioning.set_current(client, "c1"))
+                run = await h.start("[chat] hello", mode="chat")
+                await until_state(run, lambda st: st.status == "waiting_for_message")
+                first = await run.describe()
+                assert _build_of(first) == "c1"
+        await _retry(lambda: versioning.set_current(client, "c2"))
+        await run.signal("send_message", {"content": "what is 1+1?"})
+        # the tool turn ends with continue-as-new; the next execution starts on the current build
+        latest = client.get_workflow_handle(run.id, result_type=RunResult)
+        st = await until_state(
+            latest, lambda st: st.status == "waiting_for_message" and st.turn >= 3, timeout=30
+        )
+        desc = await latest.describe()
+        assert desc.run_id != first.run_id and _build_of(desc) == "c2"
+        assert st.tool_calls[-1].status == "ok"
+        await latest.signal("interrupt", {"reason": "done"})
+        assert (await asyncio.wait_for(latest.result(), 30)).status == "interrupted"
