@@ -62,13 +62,19 @@ def expected_args(truth: dict[str, list[Any]]) -> dict[str, Any]:
         vals = [v for v in values if v != ""]
         if not vals:
             continue  # only "": any value or none; not checked
-        out[k] = vals[0] if len(vals) == 1 and not optional else {"one_of": vals, "optional": optional}
+        out[k] = (
+            vals[0] if len(vals) == 1 and not optional else {"one_of": vals, "optional": optional}
+        )
     return out
 
 
 def _read(category: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     data = importlib.resources.files("bfcl_eval") / "data"
-    qs = [json.loads(x) for x in (data / f"BFCL_v4_{category}.json").read_text().splitlines() if x.strip()]
+    qs = [
+        json.loads(x)
+        for x in (data / f"BFCL_v4_{category}.json").read_text().splitlines()
+        if x.strip()
+    ]
     answers = (data / "possible_answer" / f"BFCL_v4_{category}.json").read_text().splitlines()
     truth = {a["id"]: a["ground_truth"] for a in map(json.loads, filter(str.strip, answers))}
     return qs, truth
@@ -84,7 +90,10 @@ def build(per_category: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]
         for q in qs[::step][:per_category]:
             renamed = {}
             for f in q["function"]:
-                doc = {"description": f.get("description", ""), "parameters": json_schema(f["parameters"])}
+                doc = {
+                    "description": f.get("description", ""),
+                    "parameters": json_schema(f["parameters"]),
+                }
                 name = tool_name(f["name"])
                 while name in functions and {k: functions[name][k] for k in doc} != doc:
                     name = f"{name}_2"
@@ -93,12 +102,20 @@ def build(per_category: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]
             (call,) = truth[q["id"]][0].items() if len(truth[q["id"]]) == 1 else (None,)
             if call is None:
                 continue  # several calls expected: not in these categories
-            cases.append({
-                "id": q["id"],
-                "input": q["question"][0][-1]["content"],
-                "expected_tool_calls": [{"name": renamed[call[0]], "arguments": expected_args(call[1])}],
-                "metadata": {"category": category, "bfcl_id": q["id"], "tools": list(renamed.values())},
-            })
+            cases.append(
+                {
+                    "id": q["id"],
+                    "input": q["question"][0][-1]["content"],
+                    "expected_tool_calls": [
+                        {"name": renamed[call[0]], "arguments": expected_args(call[1])}
+                    ],
+                    "metadata": {
+                        "category": category,
+                        "bfcl_id": q["id"],
+                        "tools": list(renamed.values()),
+                    },
+                }
+            )
     return cases, sorted(functions.values(), key=lambda f: f["name"])
 
 
@@ -123,10 +140,11 @@ def agents_yaml(names: list[str]) -> str:
     """The agents file: :data:`PROMPTS` over the tools ``names``, three turns at most."""
     import yaml
 
-    agent = {"tools": names, "workspace": ".",
-             "limits": {"max_turns": 3, "max_seconds": 300}}
-    body = {"tool_modules": ["activities.tools.bfcl"],
-            "agents": {n: {"system_prompt": p, **agent} for n, p in PROMPTS.items()}}
+    agent = {"tools": names, "workspace": ".", "limits": {"max_turns": 3, "max_seconds": 300}}
+    body = {
+        "tool_modules": ["activities.tools.bfcl"],
+        "agents": {n: {"system_prompt": p, **agent} for n, p in PROMPTS.items()},
+    }
     return AGENTS_HEADER + yaml.safe_dump(body, sort_keys=False, width=100)
 
 

@@ -26,8 +26,12 @@ def _recorder(name: str):
     def call(**arguments: Any) -> str:
         given = {k: v for k, v in arguments.items() if v is not None}
         return json.dumps(
-            {"status": "ok", "function": name, "arguments": given,
-             "note": "the call was recorded; answer the user in one sentence"}
+            {
+                "status": "ok",
+                "function": name,
+                "arguments": given,
+                "note": "the call was recorded; answer the user in one sentence",
+            }
         )
 
     call.__name__ = call.__qualname__ = f"bfcl_{name}"
