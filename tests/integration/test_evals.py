@@ -244,3 +244,34 @@ async def test_agentctl_eval_run_and_report_with_rescore(
         assert table.returncode == 0 and "pass@1" in table.stdout and "McNemar" in table.stdout
         bad = await agentctl("eval", "run", str(tmp_path / "missing.jsonl"), env=env)
         assert bad.returncode == 2 and "cannot read" in bad.stderr
+
+
+async def test_llm_judge_scores_with_its_prompt_and_answer_recorded(client, tmp_path) -> None:
+    from activities.evals.activity import JUDGE_SYSTEM
+    from activities.evals.contracts import JudgeConfig, ScorerConfig
+
+    def judge_or_agent(body: dict[str, Any]):
+        if _system(body) == JUDGE_SYSTEM:
+            verdict = "PASS" if "Paris" in _user(body) else "FAIL"
+            return text(f"{verdict}\nbecause the answer says so")
+        return responder(body)
+
+    async with Harness(
+        client, tmp_path, ScriptedModel(responder=judge_or_agent), agents=AGENTS
+    ) as h:
+        req = SuiteRequest(
+            cases=[CASES[0]],
+            variants=[
+                Variant(name="careful", agent="careful"),
+                Variant(name="sloppy", agent="sloppy"),
+            ],
+            scorers=ScorerConfig(judge=JudgeConfig(model="scripted", rubric="names the capital")),
+        )
+        res = await asyncio.wait_for(
+            (await start_suite(client, req, task_queue=h.task_queue)).result(), 60
+        )
+        judged = {r.variant: next(s for s in r.scores if s.name == "judge") for r in res.records}
+        assert judged["careful"].passed is True and judged["sloppy"].passed is False
+        assert "Paris is the capital." in (judged["careful"].prompt or "")
+        assert "names the capital" in (judged["careful"].prompt or "")
+        assert (judged["sloppy"].answer or "").startswith("FAIL")
