@@ -17,10 +17,15 @@ from typing import Any
 import typer
 from rich.table import Table
 from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
 
 from workers import versioning
 from workers.cli_base import EXIT_OK, EXIT_RUN_NOT_COMPLETED, _with_client, app, err, out
 
+NO_DEPLOYMENT = (
+    "error: no versioned worker has polled yet: start workers with AGENT_WORKER_VERSIONING=true "
+    "(docs/upgrades.md)"
+)
 versions_app = typer.Typer(help="Worker Versioning: builds, the runs on each, ramp and roll back.")
 app.add_typer(versions_app, name="versions")
 
@@ -43,7 +48,13 @@ def list_cmd(
         return
 
     async def go(client: Client) -> int:
-        d = await overview(client)
+        try:
+            d = await overview(client)
+        except RPCError as e:
+            if e.status != RPCStatusCode.NOT_FOUND:
+                raise
+            err.print(NO_DEPLOYMENT, markup=False, highlight=False)
+            return EXIT_RUN_NOT_COMPLETED
         if as_json:
             sys.stdout.write(json.dumps(d) + "\n")
             return EXIT_OK

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 
 from temporalio.worker import Worker
 
@@ -136,3 +137,46 @@ async def test_a_chat_run_moves_to_the_current_build_when_it_continues_as_new(
         assert st.tool_calls[-1].status == "ok"
         await latest.signal("interrupt", {"reason": "done"})
         assert (await asyncio.wait_for(latest.result(), 30)).status == "interrupted"
+
+
+async def test_agentctl_versions_lists_builds_and_runs(
+    client, tmp_path, dev_server_address
+) -> None:
+    from tests.integration.test_cli import agentctl
+
+    model = ScriptedModel(
+        scripts={"[A]": [tool_call("deploy", {"target": "prod"}), text("deployed")]}
+    )
+    async with (
+        Harness(client, tmp_path, model, worker=False) as h,
+        contextlib.AsyncExitStack() as stack,
+    ):
+        s = h.settings.model_copy(
+            update={"worker_versioning": True, "build_id": "cli-1", "eval_worker": False}
+        )
+        runtime = RuntimeActivities(s.spec_file, s.default_model)
+        stack.push_async_callback(runtime.aclose)
+        for w in build_workers(client, s, runtime=runtime):
+            await stack.enter_async_context(w)
+        env = {"TEMPORAL_ADDRESS": dev_server_address, "TEMPORAL_NAMESPACE": "default"}
+        r = await agentctl("versions", "current", "cli-1", env=env)
+        for _ in range(50):  # the version is known once its worker polled
+            if r.returncode == 0:
+                break
+            await asyncio.sleep(0.2)
+            r = await agentctl("versions", "current", "cli-1", env=env)
+        assert r.returncode == 0, r.stderr
+        run = await h.start("[A] deploy")
+        await until_state(run, lambda st: st.status == "awaiting_approval")
+
+        async def listed():
+            out = await agentctl("versions", "--json", env=env)
+            d = json.loads(out.stdout)
+            v = next((v for v in d["versions"] if v["build_id"] == "cli-1"), None)
+            return v is not None and run.id in v["run_ids"] and d
+
+        d = await _eventually(listed)
+        assert d["deployment"] == "agent-runtime" and d["current"] == "cli-1"
+        table = await agentctl("versions", env=env)
+        assert table.returncode == 0 and "cli-1" in table.stdout
+        await run.signal("interrupt", {"reason": "done"})
