@@ -7,7 +7,7 @@ STATE := .agent-runtime
 AGENTCTL := $(BIN)/agentctl
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: help install test test-unit test-slow demo demo-check security dev-server codec-server model-server worker stop bench chaos lint clean
+.PHONY: help install test test-unit test-slow demo demo-check security dev-server codec-server model-server worker stop bench chaos upgrade-chaos lint clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -64,6 +64,9 @@ bench: $(VENV)/.bench-installed ## benchmarks beside the OpenAI Agents SDK plugi
 
 chaos: install ## runs with approvals while workers and the dev server are SIGKILLed (bench/chaos.py); CHAOS_ARGS=--quick
 	$(BIN)/python -m bench.chaos $(CHAOS_ARGS)
+
+upgrade-chaos: install ## 200 runs in flight while a changed build is ramped 0 -> 50 -> 100% with one rollback (bench/upgrade_chaos.py)
+	$(BIN)/python -m bench.upgrade_chaos $(UPGRADE_CHAOS_ARGS)
 
 lint: install ## ruff
 	$(BIN)/pip install -q ruff 2>&1 | grep -v 'is ignored' || true

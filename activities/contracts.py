@@ -276,6 +276,8 @@ class ResolveSpecInput(BaseModel):
     workflow_rev: int = 0
     """The workflow code's revision, echoed into :attr:`PinnedSpec.workflow_rev` so the run's
     history records which behaviour it started with (0: a workflow before revision 3)."""
+    tools: list[str] | None = None
+    """Offer only these of the agent's tools (``RunRequest.tools``); None: all of them."""
 
 
 class CountTokensInput(BaseModel):

@@ -107,6 +107,7 @@ class RuntimeActivities:
             spec = resolve_agent(path, req.agent, self._default_model)
             tools = await self._pin_tools(spec)
             tools += self._agent_tools(path, spec, tools)
+            tools = only_tools(tools, req.tools, spec.name)
         except (SpecError, UnknownToolError, McpToolsError) as e:
             raise ApplicationError(str(e), type=ERR_SPEC_INVALID, non_retryable=True) from None
         self._ensure_workspace(req.agent, Path(spec.workspace), path)
@@ -264,3 +265,20 @@ class RuntimeActivities:
             truncated=outcome.truncated,
         )
         return outcome
+
+
+def only_tools(tools: list[ToolInfo], names: list[str] | None, agent: str) -> list[ToolInfo]:
+    """``tools`` restricted to ``names`` (``RunRequest.tools``), in the spec's order; None: all.
+
+    Raises:
+        SpecError: a name is not one of the agent's tools.
+    """
+    if names is None:
+        return tools
+    have = {t.name for t in tools}
+    missing = [n for n in names if n not in have]
+    if missing:
+        raise SpecError(
+            f"agents.{agent}: the run asks for tool(s) {', '.join(missing)} the agent does not have"
+        )
+    return [t for t in tools if t.name in set(names)]

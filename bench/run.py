@@ -19,11 +19,12 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from bench.evals import table_evals
 from bench.infra import jsonable, machine_info
 from bench.scenarios import SCENARIOS, Options
 
 DEFAULT_ORDER = [
-    "history", "overhead", "throughput", "cpu", "crash", "tuning", "fairness", "rate_limit"
+    "history", "overhead", "throughput", "cpu", "crash", "tuning", "fairness", "rate_limit", "evals"
 ]  # fmt: skip
 console = Console()
 
@@ -324,6 +325,7 @@ TABLES = {
     "tuning": table_tuning,
     "cpu": table_cpu,
     "encryption": table_encryption,
+    "evals": table_evals,
 }
 
 

@@ -19,6 +19,7 @@ from typing import Any
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
 
+from bench.evals import scenario_evals
 from bench.infra import (
     CpuMeter,
     DevServer,
@@ -770,4 +771,5 @@ SCENARIOS = {
     "tuning": scenario_tuning,
     "cpu": scenario_cpu,
     "encryption": scenario_encryption,
+    "evals": scenario_evals,
 }

@@ -57,6 +57,20 @@ class Settings(BaseSettings):
     )
     temporal_namespace: str = _env("TEMPORAL_NAMESPACE", "default", "Temporal namespace")
     task_queue: str = _env("AGENT_TASK_QUEUE", "agent-runtime", "task queue the worker polls")
+    worker_versioning: bool = _env(
+        "AGENT_WORKER_VERSIONING",
+        False,
+        "run under Temporal Worker Versioning as deployment agent-runtime, build AGENT_BUILD_ID "
+        "(default off: docs/upgrades.md)",
+    )
+    build_id: str | None = _env(
+        "AGENT_BUILD_ID", None, "build id under Worker Versioning (default <version>-<git commit>)"
+    )
+    eval_worker: bool = _env(
+        "AGENT_EVAL_WORKER",
+        True,
+        "also poll the evaluation queue <task queue>.eval (evaluation suites' runs; default true)",
+    )
     openai_base_url: str = _env(
         "OPENAI_BASE_URL", "http://127.0.0.1:8110/v1", "OpenAI-compatible endpoint (a URL)"
     )

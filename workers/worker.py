@@ -19,6 +19,8 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from activities.contracts import model_task_queue
+from activities.evals.activity import EvalActivities
+from activities.evals.contracts import EVAL_QUEUE_SUFFIX
 from activities.model import ModelActivities
 from activities.redaction import RedactingInterceptor
 from activities.runtime import RuntimeActivities
@@ -27,7 +29,9 @@ from activities.tokens import count_tokens
 from activities.tools import load_tool_modules
 from workers.config import STATE_DIR_DEFAULT, Settings, load_settings
 from workers.sandbox import workflow_runner
+from workers.versioning import deployment_config
 from workflows.agent_run import AgentRun
+from workflows.eval_suite import EvalSuite
 
 log = structlog.get_logger("workers.worker")
 
@@ -108,6 +112,9 @@ def build_model_workers(
             max_task_queue_activities_per_second=rps,
             graceful_shutdown_timeout=WorkerTuning.graceful_shutdown_timeout,
         )
+        deployment = deployment_config(settings)
+        if deployment is not None:
+            options["deployment_config"] = deployment
         options.update(overrides)
         workers.append(Worker(client, **options))
     return workers
@@ -122,10 +129,17 @@ def build_workers(
 ) -> list[Worker]:
     """Every worker a worker process runs: :func:`build_worker`, then :func:`build_model_workers`.
 
-    A tools-only worker serves no model queue.
+    A tools-only worker serves no model queue. With ``settings.eval_worker`` a second worker of
+    the same code polls ``<task queue>.eval``, where evaluation suites run their children.
     """
     main = build_worker(client, settings, tools_only=tools_only, runtime=runtime)
-    return [main] if tools_only else [main, *build_model_workers(client, settings)]
+    if tools_only:
+        return [main]
+    evals = []
+    if settings.eval_worker:
+        queue = settings.task_queue + EVAL_QUEUE_SUFFIX
+        evals = [build_worker(client, settings, runtime=runtime, task_queue=queue)]
+    return [main, *build_model_workers(client, settings), *evals]
 
 
 def runtime_activities(settings: Settings) -> RuntimeActivities:
@@ -166,8 +180,10 @@ def build_worker(
     workflows: list[Any] = []
     if not tools_only:
         model = ModelActivities(settings.openai_base_url, settings.openai_api_key)
+        evals = EvalActivities(settings.openai_base_url, settings.openai_api_key)
         activities = [model.complete, runtime.resolve_spec, runtime.invoke_tool, count_tokens]
-        workflows = [AgentRun]
+        activities += [evals.score, evals.judge]
+        workflows = [AgentRun, EvalSuite]
     t = WorkerTuning
     options: dict[str, Any] = dict(
         task_queue=settings.task_queue,
@@ -182,6 +198,9 @@ def build_worker(
         sticky_queue_schedule_to_start_timeout=t.sticky_queue_schedule_to_start_timeout,
         graceful_shutdown_timeout=t.graceful_shutdown_timeout,
     )
+    deployment = deployment_config(settings)
+    if deployment is not None:  # Worker Versioning (AGENT_WORKER_VERSIONING, docs/upgrades.md)
+        options["deployment_config"] = deployment
     extra = list(overrides.pop("interceptors", None) or [])
     options.update(overrides)
     options["interceptors"] = [*options["interceptors"], *extra]  # redaction always stays

@@ -44,7 +44,9 @@ def resolve_spec(req: RunRequest, workflow_rev: int) -> tuple[ResolveSpecInput, 
 
     ``workflow_rev`` is echoed into the pinned spec, so the run's history records it.
     """
-    inp = ResolveSpecInput(agent=req.agent, spec_file=req.spec_file, workflow_rev=workflow_rev)
+    inp = ResolveSpecInput(
+        agent=req.agent, spec_file=req.spec_file, workflow_rev=workflow_rev, tools=req.tools
+    )
     return inp, {
         "start_to_close_timeout": timedelta(seconds=30),
         "retry_policy": RetryPolicy(maximum_attempts=3),

@@ -420,7 +420,16 @@ class AgentRun(ToolCalls, Compacting, RunHandlers, Children, Handoffs, Planning)
         carry = s.model_copy(
             update={"continued_runs": s.continued_runs + 1, "events": self._events.carry()}
         )
-        workflow.continue_as_new(self._req().model_copy(update={"carry": carry}))
+        # Under Worker Versioning (workers/versioning.py) a run is pinned to its build; a chat
+        # run moves to the current build when it continues as new (docs/upgrades.md).
+        version = workflow.info().get_current_deployment_version()
+        upgrade = self._req().mode == "chat" and version is not None and version.deployment_name
+        workflow.continue_as_new(
+            self._req().model_copy(update={"carry": carry}),
+            initial_versioning_behavior=(
+                workflow.ContinueAsNewVersioningBehavior.AUTO_UPGRADE if upgrade else None
+            ),
+        )
 
     def _finish(self, status: RunStatus, reason: str, error: str | None = None) -> RunResult:
         s = self._s

@@ -59,6 +59,9 @@ class RunRequest(BaseModel):
     carry: RunData | None = Field(
         None, description="set by the run itself when it continues as new"
     )
+    tools: list[str] | None = Field(
+        None, description="offer only these of the spec's tools (evaluation cases); None: all"
+    )
 
 
 class ToolCallRecord(BaseModel):

