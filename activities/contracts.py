@@ -105,6 +105,13 @@ class ModelSettings(BaseModel):
     temperature: float = 0.2
     max_tokens: int | None = 1024
     top_p: float | None = None
+    retry_temperature_step: float = Field(
+        0.0,
+        ge=0.0,
+        le=1.0,
+        description="added to the temperature on the attempt after one whose output could not "
+        "be read (never after other errors); 0, the default: every retry sends the same request",
+    )
 
 
 class CallModelInput(BaseModel):
@@ -143,6 +150,9 @@ class ModelReply(BaseModel):
     finish_reason: str | None = None
     model: str = ""
     latency_ms: float = 0.0
+    temperature: float | None = None
+    """The temperature the answering attempt was sent with (the spec's, or raised by
+    ``retry_temperature_step`` after unreadable output)."""
     streamed_chars: int = 0
     """How many characters of ``content`` the activity published as ``text_delta`` events (the
     workflow emits the rest, so a step's deltas always add up to its reply text)."""

@@ -44,7 +44,7 @@ from activities.contracts import (
 )
 from activities.heartbeat import await_with_heartbeats
 from activities.mcp.config import canonical_tool_name
-from activities.streaming import DeltaPublisher, ReplyAssembler
+from activities.streaming import DeltaPublisher, ReplyAssembler, ReplyCutOff
 
 log = structlog.get_logger("activities.model")
 
@@ -128,11 +128,15 @@ def classify_error(
     * A 500 whose body says the model's output could not be parsed, or a 200 the client could not
       read: ``ModelOutputInvalid``, retryable until ``attempt`` reaches ``max_invalid_attempts``,
       then non-retryable so the workflow can tell the model or end the run cleanly.
+    * A reply cut off in transit (a stream or body that ends before a ``finish_reason``):
+      retryable ``ModelUnavailable``; the retry sends the same request.
     * Any other 4xx: non-retryable ``ModelRequestRejected`` carrying the server's message
       (the run ends ``failed``).
     """
     if isinstance(exc, openai.APIStatusError):
         return _classify_status_error(exc, attempt >= max_invalid_attempts)
+    if isinstance(exc, ReplyCutOff):
+        return ApplicationError(f"model reply cut off: {exc}", type=ERR_MODEL_UNAVAILABLE)
     if isinstance(exc, openai.APIError) and not isinstance(
         exc, (openai.APIConnectionError, openai.APIResponseValidationError)
     ):
@@ -165,6 +169,8 @@ def _normalise(completion: Any, requested_model: str) -> ModelReply:
     choices = getattr(completion, "choices", None)
     if not choices:
         raise ValueError(f"reply has no choices: {str(completion)[:200]!r}")
+    if not choices[0].finish_reason:
+        raise ReplyCutOff("the reply has no finish_reason: it was cut off")
     msg = choices[0].message
     calls = []
     for i, tc in enumerate(msg.tool_calls or []):
@@ -187,13 +193,18 @@ def _normalise(completion: Any, requested_model: str) -> ModelReply:
     )
 
 
-def _request_kwargs(req: CallModelInput, attempt: int) -> dict[str, Any]:
-    """The ``chat.completions.create`` arguments for ``req`` on activity attempt ``attempt``."""
+def _request_kwargs(req: CallModelInput, after_invalid_output: bool = False) -> dict[str, Any]:
+    """The ``chat.completions.create`` arguments for ``req``.
+
+    A retry sends the same request. Only when the previous attempt failed on output that could
+    not be read (``after_invalid_output``) and the spec sets ``retry_temperature_step`` is the
+    temperature raised by that step (capped at 1.0): a retry of the same prompt at the same
+    temperature tends to repeat an unparsable output. A rate limit, a 5xx, a cut-off stream or a
+    worker crash never changes the request.
+    """
     temperature = req.settings.temperature
-    if attempt > 1:
-        # A retry of the same prompt at the same temperature tends to repeat an unparsable
-        # output; a little more randomness gives the next attempt a real chance.
-        temperature = min(1.0, temperature + 0.3 * (attempt - 1))
+    if after_invalid_output and req.settings.retry_temperature_step > 0:
+        temperature = min(1.0, temperature + req.settings.retry_temperature_step)
     kwargs: dict[str, Any] = {
         "model": req.model,
         "messages": req.messages,
@@ -220,6 +231,16 @@ def _settle_reply(reply: ModelReply, req: CallModelInput) -> None:
     )
 
 
+def _previous_error_type(info: activity.Info) -> str | None:
+    """The error type the previous attempt heartbeated before it failed (None on attempt 1)."""
+    if info.attempt <= 1:
+        return None
+    for detail in info.heartbeat_details or ():
+        if isinstance(detail, dict) and detail.get("error_type"):
+            return str(detail["error_type"])
+    return None
+
+
 class ModelActivities:
     """Holds the OpenAI-compatible client of one worker; ``complete`` is the activity.
 
@@ -242,8 +263,9 @@ class ModelActivities:
         Raises:
             ApplicationError: classified by :func:`classify_error`.
         """
-        attempt = activity.info().attempt
-        kwargs = _request_kwargs(req, attempt)
+        info = activity.info()
+        attempt = info.attempt
+        kwargs = _request_kwargs(req, _previous_error_type(info) == ERR_MODEL_OUTPUT_INVALID)
         bound = log.bind(
             run_id=req.run_id,
             turn=req.turn,
@@ -272,9 +294,10 @@ class ModelActivities:
                 retryable=not err.non_retryable,
             )
             # the next attempt names this error in its model_retry event (activities.streaming)
-            activity.heartbeat({"error": str(err)})
+            activity.heartbeat({"error": str(err), "error_type": err.type})
             raise err from None
         reply.latency_ms = round((time.perf_counter() - started) * 1000, 2)
+        reply.temperature = kwargs["temperature"]
         _settle_reply(reply, req)
         bound.info(
             "model_step",
@@ -296,9 +319,15 @@ class ModelActivities:
             openai.APIError: from the client (classified by the caller).
             ValueError: the reply has no choices.
         """
-        completion = await self._client.post(
-            "/chat/completions", body=kwargs, cast_to=ChatCompletion
-        )
+        try:
+            completion = await self._client.post(
+                "/chat/completions", body=kwargs, cast_to=ChatCompletion
+            )
+        except json.JSONDecodeError as e:
+            if e.msg.startswith("Unterminated") or e.pos >= len(e.doc.rstrip()):
+                # a 200 whose body ends before its JSON does: cut off in transit
+                raise ReplyCutOff(f"the reply body ends before its JSON does ({e})") from None
+            raise  # malformed, not cut: unreadable output
         return _normalise(completion, req.model)
 
     async def _stream(

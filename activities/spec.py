@@ -270,6 +270,13 @@ class AgentSpec(BaseModel):
     pricing: Pricing = Field(default_factory=Pricing)
     compaction: Compaction = Field(default_factory=Compaction)
     temperature: float = Field(0.2, ge=0, le=2)
+    retry_temperature_step: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description="added to the temperature only on the attempt after unreadable model output "
+        "(0, the default: every retry of a model step sends the same request)",
+    )
     max_output_tokens: int = Field(1024, ge=1)
     model_timeout_seconds: float = Field(
         120, gt=0, description="start-to-close of one model attempt"

@@ -51,6 +51,14 @@ def _now() -> str:
     return datetime.now(UTC).isoformat()
 
 
+class ReplyCutOff(Exception):
+    """A reply that ended before the model finished it (no ``finish_reason``): cut off in transit.
+
+    Classified by :func:`activities.model.classify_error` as ``ModelUnavailable`` (retryable with
+    the same request). Seen with proxies and providers that drop a stream silently (issue #19).
+    """
+
+
 class ReplyAssembler:
     """Accumulates streamed chunks; :meth:`reply` returns the whole :class:`ModelReply`.
 
@@ -118,9 +126,17 @@ class ReplyAssembler:
 
         Raises:
             ValueError: the stream carried no choice at all (classified as unreadable output).
+            ReplyCutOff: the stream ended before a choice said how it finished (no
+                ``finish_reason``): a connection a proxy or the provider dropped. The step is
+                retried with the same request, never taken as the answer.
         """
         if not self._choices_seen:
             raise ValueError("the streamed reply had no choices")
+        if self._finish is None:
+            raise ReplyCutOff(
+                f"the streamed reply ended without a finish_reason after {len(self.text)} "
+                f"characters and {len(self._calls)} tool call(s): the stream was cut off"
+            )
         calls = [
             ToolCallRequest(
                 id=slot["id"] or f"call_{i}",

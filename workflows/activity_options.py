@@ -83,7 +83,11 @@ def model_step(
         model=name,
         messages=messages,
         tools=[t.openai_schema() for t in pinned.tools] if summary_of is None else [],
-        settings=ModelSettings(temperature=spec.temperature, max_tokens=spec.max_output_tokens)
+        settings=ModelSettings(
+            temperature=spec.temperature,
+            max_tokens=spec.max_output_tokens,
+            retry_temperature_step=spec.retry_temperature_step,
+        )
         if summary_of is None
         else SUMMARY_SETTINGS,
         prompt_price_per_mtok=spec.pricing.prompt_per_mtok,

@@ -65,8 +65,13 @@ async def write_event_stream(
     chunks: list[dict[str, Any]],
     delay: float,
     headers: dict[str, str] | None = None,
+    cut_after: int | None = None,
 ) -> web.StreamResponse:
-    """Send ``chunks`` as SSE ``data:`` lines, ``delay`` seconds apart, then ``data: [DONE]``."""
+    """Send ``chunks`` as SSE ``data:`` lines, ``delay`` seconds apart, then ``data: [DONE]``.
+
+    ``cut_after``: a fault; the connection is closed after that many chunks, with no
+    ``finish_reason`` chunk and no ``[DONE]``.
+    """
     resp = web.StreamResponse(
         status=200,
         headers={
@@ -76,7 +81,10 @@ async def write_event_stream(
         },
     )
     await resp.prepare(request)
-    for c in chunks:
+    for i, c in enumerate(chunks):
+        if cut_after is not None and i >= cut_after:
+            await resp.write_eof()
+            return resp
         await resp.write(f"data: {json.dumps(c)}\n\n".encode())
         if delay > 0:
             await asyncio.sleep(delay)

@@ -422,7 +422,12 @@ class ScriptedModel:
                 payload, self.chunk_chars, self.stream_usage and bool(options.get("include_usage"))
             )
             delay = self.chunk_delay if reply.chunk_delay is None else reply.chunk_delay
-            return write_event_stream(request, chunks, delay, headers)
+            return write_event_stream(request, chunks, delay, headers, cut_after=reply.cut_after)
+        if reply.cut_after is not None:
+            raw = json.dumps(payload).encode()[: reply.cut_after]
+            return web.Response(
+                status=reply.status, body=raw, content_type="application/json", headers=headers
+            )
         return web.json_response(payload, status=reply.status, headers=headers)
 
     async def _handle_chat(self, request: web.Request) -> web.StreamResponse:

@@ -74,6 +74,9 @@ class Reply:
             ``latency``.
         chunk_delay: when streamed, seconds between two chunks (None: the server's
             ``chunk_delay``).
+        cut_after: a fault: the connection is closed after this many chunks when streamed (no
+            ``finish_reason``, no ``[DONE]``), or a non-streamed body is cut to this many bytes
+            (what a proxy or provider that drops a reply sends). None: the whole reply.
     """
 
     kind: Literal["message", "error", "garbage"] = "message"
@@ -86,6 +89,13 @@ class Reply:
     content_type: str | None = None
     delay: float = 0.0
     chunk_delay: float | None = None
+    cut_after: int | None = None
+
+    def cut(self, after: int) -> Reply:
+        """A copy whose reply is cut off after ``after`` chunks (streamed) or bytes (plain)."""
+        if after < 0:
+            raise ValueError(f"cut_after must be >= 0, got {after}")
+        return dataclasses.replace(self, cut_after=after)
 
     def with_chunk_delay(self, seconds: float) -> Reply:
         """A copy whose streamed chunks (``stream: true``) are sent ``seconds`` apart."""
