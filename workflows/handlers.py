@@ -40,6 +40,13 @@ with workflow.unsafe.imports_passed_through():
     )
 
 M = TypeVar("M", bound=BaseModel)
+DECISION_REFUSED = "DecisionRefused"
+"""Error type of a ``decide`` the validator refused: not retryable, the message says why."""
+
+
+def _refused(problem: str) -> ApplicationError:
+    """The validator's refusal: non-retryable, so clients (the CLI, other SDKs) do not retry it."""
+    return ApplicationError(problem, type=DECISION_REFUSED, non_retryable=True)
 
 
 class RunHandlers(HeldDecisions):
@@ -200,22 +207,23 @@ class RunHandlers(HeldDecisions):
     def _validate_decide(self, *args: Any) -> None:
         upd = decode_args(args, DecideUpdate, "update decide")
         if isinstance(upd, Invalid):
-            raise ValueError(upd.problem)
+            raise _refused(upd.problem)
         if self._child_of_call(upd.tool_call_id) is not None:
             # a child's call: forwarded, and the child checks who decides (roles included)
             problem = refused_by_child(self._s.child_pending, upd.tool_call_id, upd.principal_id)
             if problem:
-                raise ValueError(problem)
+                raise _refused(problem)
             return
         if upd.tool_call_id in self._s.unconfirmed:
-            raise ValueError(
-                f"tool call {upd.tool_call_id} is not recorded in the run's history yet; retry"
+            raise ApplicationError(
+                f"tool call {upd.tool_call_id} is not recorded in the run's history yet; retry",
+                type="DecisionNotYetRecorded",
             )
         problem = self._decision_problem(
             upd.tool_call_id, upd.principal_id
         ) or self._signature_problem(upd)
         if problem:
-            raise ValueError(problem)
+            raise _refused(problem)
 
     @workflow.signal(name="interrupt")
     def interrupt(self, *args: Any) -> None:
