@@ -53,7 +53,6 @@ from typing import Any
 from temporalio.api.common.v1 import Payload
 from temporalio.api.sdk.v1.external_storage_pb2 import ExternalStorageReference
 from temporalio.contrib.aws.s3driver import S3StorageDriver, S3StorageDriverClient
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.converter import (
     DataConverter,
     ExternalStorage,
@@ -68,6 +67,7 @@ from temporalio.converter import (
 from activities.storage import LocalStorageDriver
 from workers.config import Settings, load_settings
 from workers.encryption import codec_from_setting
+from workflows.inbound import signal_safe_data_converter as pydantic_data_converter
 
 __all__ = [
     "PayloadStoreConfigError",

@@ -13,16 +13,68 @@ histories replay unchanged.
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Sequence
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 from temporalio import workflow
+from temporalio.api.common.v1 import Payload
 from temporalio.common import RawValue
+from temporalio.contrib.pydantic import PydanticPayloadConverter, pydantic_data_converter
 
 M = TypeVar("M", bound=BaseModel)
 
 PROBLEM_MAX = 600
 """Longest problem text kept (characters): it goes into the run's state and history."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Undecodable:
+    """A payload the converter could not decode (bytes that are not JSON, an unknown encoding).
+
+    :class:`SignalSafePayloadConverter` hands one to a handler in place of the value, so the
+    handler can record why the signal changed nothing instead of the SDK dropping it unseen.
+    """
+
+    problem: str
+    encoding: str = ""
+
+
+class SignalSafePayloadConverter(PydanticPayloadConverter):
+    """The pydantic payload converter, whose hint-less decoding never raises.
+
+    Each payload decoded without a type hint that cannot be decoded becomes an
+    :class:`Undecodable`.
+
+    Signal and update handlers take ``*args`` (no type hints), so the SDK decodes their payloads
+    with no hint; a signal whose bytes are not JSON or whose encoding no converter knows was
+    dropped by the SDK with only a log line ("dropping the signal"), and a person who sent a
+    decision from another language could not learn it was lost (issue #19). Decoding with a type
+    hint (activity results, the start input as ``RawValue``, typed client calls) is unchanged.
+    """
+
+    def from_payloads(
+        self, payloads: Sequence[Payload], type_hints: list[type] | None = None
+    ) -> list[Any]:
+        """As the pydantic converter; without ``type_hints`` a failure gives an Undecodable."""
+        if type_hints is not None:
+            return super().from_payloads(payloads, type_hints)
+        out: list[Any] = []
+        for p in payloads:
+            try:
+                out.extend(super().from_payloads([p], None))
+            except Exception as e:  # noqa: BLE001 - the sender's bytes: reported, never raised
+                enc = p.metadata.get("encoding", b"").decode(errors="replace")[:80]
+                out.append(Undecodable(f"{type(e).__name__}: {str(e)[:300]}", enc))
+        return out
+
+
+signal_safe_data_converter = dataclasses.replace(
+    pydantic_data_converter, payload_converter_class=SignalSafePayloadConverter
+)
+"""``pydantic_data_converter`` with :class:`SignalSafePayloadConverter`: the base of every
+converter the runtime builds (workers/converter.py, the test environments, the replayer)."""
 
 
 class Invalid(BaseModel):
@@ -69,8 +121,13 @@ def decode_args(args: tuple[Any, ...], model: type[M], what: str) -> M | Invalid
 
     Signals and the update take ``*args`` so that no count of payloads a client sends can fail
     the workflow task (a fixed parameter list raises ``TypeError`` on a second payload); the SDK
-    then decodes each payload as plain JSON data, and drops a signal whose bytes are not JSON.
+    then decodes each payload as plain JSON data, and with :class:`SignalSafePayloadConverter` a
+    payload it cannot decode arrives as an :class:`Undecodable`, reported here.
     """
+    for a in args:
+        if isinstance(a, Undecodable):
+            enc = f" (encoding {a.encoding!r})" if a.encoding else ""
+            return _invalid(what, model, f"cannot be decoded{enc}: {a.problem}", None)
     if len(args) > 1:
         return _invalid(what, model, f"{len(args)} payloads, not one", args[0])
     if args and args[0] is None:

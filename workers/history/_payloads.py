@@ -16,11 +16,11 @@ from google.protobuf.message import Message
 from temporalio.api.common.v1 import Payloads
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import WorkflowHistory
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.converter import DataConverter
 
 from workers.converter import is_reference
 from workers.history._fetch import Histories, as_chain
+from workflows.inbound import signal_safe_data_converter as pydantic_data_converter
 
 DEFAULT_CONVERTER = pydantic_data_converter
 """The payload converter of the worker's data converter (JSON through pydantic)."""

@@ -16,7 +16,6 @@ import os
 from pathlib import Path
 from typing import Any
 
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from workers.dev_server import (
@@ -29,6 +28,7 @@ from workers.dev_server import (
     search_attributes,
     temporal_binary,
 )
+from workflows.inbound import signal_safe_data_converter as pydantic_data_converter
 
 __all__ = [
     "dev_config",
