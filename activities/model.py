@@ -324,7 +324,7 @@ class ModelActivities:
                 "/chat/completions", body=kwargs, cast_to=ChatCompletion
             )
         except json.JSONDecodeError as e:
-            if e.msg.startswith("Unterminated") or e.pos >= len(e.doc.rstrip()):
+            if e.doc.strip() and (e.msg.startswith("Unterminated") or e.pos >= len(e.doc.rstrip())):
                 # a 200 whose body ends before its JSON does: cut off in transit
                 raise ReplyCutOff(f"the reply body ends before its JSON does ({e})") from None
             raise  # malformed, not cut: unreadable output
