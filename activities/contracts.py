@@ -190,6 +190,9 @@ class McpServerConfig(BaseModel):
     cwd: str | None = None
     url: str | None = None
     headers: dict[str, str] = Field(default_factory=dict)
+    handshake_timeout_seconds: float = Field(
+        10.0, gt=0, description="a stdio server must answer the MCP handshake within this"
+    )
 
 
 class McpTarget(BaseModel):

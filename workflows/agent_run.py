@@ -31,7 +31,7 @@ with workflow.unsafe.imports_passed_through():
     import workflows.model_choice as model_choice
     import workflows.state as state
     import workflows.turn as turn
-    from activities.contracts import ERR_MODEL_OUTPUT_INVALID, ModelReply
+    from activities.contracts import ERR_MCP_UNAVAILABLE, ERR_MODEL_OUTPUT_INVALID, ModelReply
     from activities.interfaces import model_complete, spec_resolve
     from activities.spec import PinnedSpec
     from workflows.children import Children
@@ -128,7 +128,9 @@ class AgentRun(ToolCalls, Compacting, RunHandlers, Children, Handoffs, Planning)
         try:
             pinned = await workflow.execute_activity(spec_resolve, inp, **opts)
         except ActivityError as e:
-            raise Stop("failed", "invalid agent spec", error=cause_message(e)) from None
+            mcp = isinstance(e.cause, ApplicationError) and e.cause.type == ERR_MCP_UNAVAILABLE
+            reason = "MCP server unavailable" if mcp else "invalid agent spec"
+            raise Stop("failed", reason, error=cause_message(e)) from None
         s = self._s
         s.pinned = pinned
         if pinned.search_attributes is not None:

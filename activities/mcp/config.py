@@ -61,6 +61,13 @@ class McpServerSpec(BaseModel):
     task_queue: str | None = Field(None, min_length=1, description="queue of its tool calls")
     timeout_seconds: float = Field(60.0, gt=0, description="start-to-close of one call attempt")
     max_attempts: int = Field(3, ge=1, description="attempts of one call (server unreachable)")
+    handshake_timeout_seconds: float = Field(
+        10.0,
+        gt=0,
+        le=600,
+        description="seconds a stdio server has to answer the MCP handshake (10); then the "
+        "attempt fails naming the server, with the last lines of its stderr",
+    )
     risk: Literal["read", "write", "exec", "network"] | None = None
     tools: list[str] | None = Field(None, description="only these tools of the server")
 
@@ -101,6 +108,7 @@ class McpServerSpec(BaseModel):
             cwd=self.cwd,
             url=self.url,
             headers=dict(self.headers),
+            handshake_timeout_seconds=self.handshake_timeout_seconds,
         )
 
 

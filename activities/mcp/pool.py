@@ -10,9 +10,11 @@ needs nothing from us. :meth:`McpPool.aclose` stops every server (worker shutdow
 from __future__ import annotations
 
 import asyncio
+import collections
+import contextlib
 import hashlib
 import json
-import sys
+import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any, TextIO, TypeVar
@@ -31,6 +33,60 @@ log = structlog.get_logger("activities.mcp")
 T = TypeVar("T")
 
 
+STDERR_TAIL_LINES = 20
+"""Lines of a stdio server's stderr kept to explain why it failed (errors carry the last ones)."""
+
+
+class McpServerFailed(ConnectionError):
+    """A stdio server did not answer its handshake in time, or exited before it did.
+
+    The message names the server, says which, and ends with the last lines of its stderr.
+    """
+
+
+class _Stderr:
+    """A pipe for a stdio server's stderr.
+
+    Every line goes into the worker's JSON log as a field (event ``mcp_server_stderr``), and the
+    last :data:`STDERR_TAIL_LINES` are kept for errors.
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.tail: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
+        r, w = os.pipe()
+        self.writer: TextIO = os.fdopen(w, "w")
+        self._reader = os.fdopen(r, "rb")
+        self._task = asyncio.ensure_future(self._pump())
+
+    async def _pump(self) -> None:
+        loop = asyncio.get_running_loop()
+        stream = asyncio.StreamReader()
+        transport, _ = await loop.connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(stream), self._reader
+        )
+        try:
+            while line := await stream.readline():
+                text = line.decode(errors="replace").rstrip()
+                if text:
+                    self.tail.append(text[:500])
+                    log.info("mcp_server_stderr", server=self.name, line=text[:2000])
+        finally:
+            transport.close()
+
+    def last_lines(self) -> str:
+        """The kept lines, newest last (empty when the server wrote nothing)."""
+        return "\n".join(self.tail)
+
+    async def close(self) -> None:
+        """Close our end of the pipe and read what is left (at most a second)."""
+        with contextlib.suppress(OSError):
+            self.writer.close()
+        with contextlib.suppress(asyncio.TimeoutError, Exception):
+            await asyncio.wait_for(asyncio.shield(self._task), timeout=1.0)
+        self._task.cancel()
+
+
 def pool_key(server: McpServerConfig) -> str:
     """sha256 (hex) of the server's connection settings; equal settings share one process."""
     body = server.model_dump(mode="json", exclude={"name"})
@@ -40,10 +96,11 @@ def pool_key(server: McpServerConfig) -> str:
 class _StdioServer:
     """One running stdio server: a task owns the SDK client (its task groups) until ``stop``."""
 
-    def __init__(self, server: McpServerConfig, errlog: TextIO) -> None:
+    def __init__(self, server: McpServerConfig) -> None:
         self.server = server
         self.client: Client | None = None
-        self._errlog = errlog
+        self.stderr = _Stderr(server.name)
+        self._errlog = self.stderr.writer
         self._read: Any = None
         self._stop = asyncio.Event()
         self._ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -78,11 +135,32 @@ class _StdioServer:
             self.client = None
 
     async def ready(self) -> Client:
-        """Wait until the server answered the handshake; raises what starting it raised."""
-        await asyncio.shield(self._ready)
+        """Wait until the server answered the handshake (at most ``handshake_timeout_seconds``).
+
+        Raises:
+            McpServerFailed: no answer in time, or the process exited (with its stderr's tail).
+        """
+        name, limit = self.server.name, self.server.handshake_timeout_seconds
+        try:
+            await asyncio.wait_for(asyncio.shield(self._ready), timeout=limit)
+        except TimeoutError:
+            raise McpServerFailed(
+                f"MCP server {name} did not answer the MCP handshake within {limit:g} s"
+                + self._stderr_note()
+            ) from None
+        except Exception as exc:  # noqa: BLE001 - explained with what the server said
+            await asyncio.sleep(0.1)  # let the last stderr lines arrive
+            raise McpServerFailed(
+                f"MCP server {name} exited before answering the handshake "
+                f"({type(exc).__name__}: {str(exc)[:200]})" + self._stderr_note()
+            ) from None
         if self.client is None:
-            raise ConnectionError(f"MCP server {self.server.name} stopped")
+            raise McpServerFailed(f"MCP server {name} stopped" + self._stderr_note())
         return self.client
+
+    def _stderr_note(self) -> str:
+        tail = self.stderr.last_lines()
+        return f"; its stderr ends with:\n{tail}" if tail else "; it wrote nothing to stderr"
 
     @property
     def alive(self) -> bool:
@@ -95,23 +173,30 @@ class _StdioServer:
         return self.client is not None and stats is not None and stats.open_send_streams > 0
 
     async def stop(self) -> None:
-        """Close the client; the SDK closes stdin, then terminates the process tree."""
+        """Close the client; the SDK closes stdin, then terminates the process tree.
+
+        A server still in its handshake is cancelled: the SDK's transport then terminates it.
+        """
         self._stop.set()
+        if not self._ready.done():
+            self._task.cancel()
         try:
             await asyncio.wait_for(asyncio.shield(self._task), timeout=10)
-        except Exception:  # noqa: BLE001 - shutting down anyway (TimeoutError included)
+        except BaseException:  # noqa: BLE001 - shutting down anyway (cancelled, timed out)
             self._task.cancel()
+            with contextlib.suppress(BaseException):
+                await asyncio.wait_for(asyncio.shield(self._task), timeout=5)
+        await self.stderr.close()
 
 
 class McpPool:
     """The MCP connections of one worker.
 
-    Args:
-        errlog: where stdio servers' stderr goes (default: the worker's stderr).
+    Stdio servers' stderr goes into the worker's JSON log, a line an event
+    (``mcp_server_stderr``, fields ``server`` and ``line``), never raw onto the worker's stderr.
     """
 
-    def __init__(self, errlog: TextIO | None = None) -> None:
-        self._errlog = errlog or sys.stderr
+    def __init__(self) -> None:
         self._stdio: dict[str, _StdioServer] = {}
         self._stopping: set[asyncio.Task[None]] = set()
         self._lock = asyncio.Lock()
@@ -131,12 +216,14 @@ class McpPool:
                 self._retire(running)
                 running = None
             if running is None:
-                running = self._stdio[key] = _StdioServer(server, self._errlog)
+                running = self._stdio[key] = _StdioServer(server)
         try:
             return await running.ready()
         except BaseException:
+            # failed, timed out or this attempt was cancelled: never leave the process behind
             if self._stdio.get(key) is running:
                 del self._stdio[key]
+            self._retire(running)
             raise
 
     async def _with_client(
