@@ -1,0 +1,37 @@
+"""``AGENT_MEMORY_URL`` -> a :class:`~activities.memory.items.MemoryStore` (one per URL, cached)."""
+
+from __future__ import annotations
+
+import threading
+from urllib.parse import urlsplit
+
+from activities.memory.embed import WordLlamaEmbedder
+from activities.memory.items import MemoryStore
+
+_stores: dict[str, MemoryStore] = {}
+_lock = threading.Lock()
+
+
+class MemoryUrlError(ValueError):
+    """``AGENT_MEMORY_URL`` names no backend this runtime has."""
+
+
+def open_store(url: str) -> MemoryStore:
+    """The store at ``url``: ``sqlite:///ABSOLUTE/PATH.db`` or ``sqlite://:memory:``.
+
+    Raises:
+        MemoryUrlError: another scheme (PostgreSQL is not built yet: docs/memory.md).
+    """
+    with _lock:
+        if url in _stores:
+            return _stores[url]
+        parts = urlsplit(url)
+        if parts.scheme != "sqlite":
+            raise MemoryUrlError(
+                f"AGENT_MEMORY_URL {url!r}: only sqlite:///PATH is supported in this release"
+            )
+        from activities.memory.sqlite_store import SqliteMemoryStore
+
+        path = ":memory:" if parts.netloc == ":memory:" else parts.path
+        store = _stores[url] = SqliteMemoryStore(path, WordLlamaEmbedder())
+        return store
