@@ -114,6 +114,34 @@ class ModelSettings(BaseModel):
     )
 
 
+class MemoryScopeRef(BaseModel):
+    """One namespace a model step reads: ``(tenant_id, scope)`` (activities/memory/items.py)."""
+
+    tenant_id: str
+    scope: str
+
+
+class MemoryRequest(BaseModel):
+    """What memory a model step gets, set by the workflow from the spec (never by the model).
+
+    The activity searches ``namespaces`` with the last user message, and puts the hits into the
+    model's context as one system block with their ids, at most ``max_tokens`` (about 4
+    characters a token).
+    """
+
+    namespaces: list[MemoryScopeRef]
+    max_tokens: int = 800
+    limit: int = 8
+
+
+class MemoryRef(BaseModel):
+    """An item given to the model in a step: its id, namespace scope and text (as given)."""
+
+    id: str
+    scope: str
+    text: str
+
+
 class CallModelInput(BaseModel):
     """Input of ``model.complete``: one chat-completions request.
 
@@ -130,6 +158,8 @@ class CallModelInput(BaseModel):
     prompt_price_per_mtok: float = 0.0
     completion_price_per_mtok: float = 0.0
     tenant_id: str = "default"
+    memory: MemoryRequest | None = None
+    """Memory retrieval before the request (None: none, no cost; docs/memory.md)."""
     stream: bool = True
     """Stream the reply (``stream=True``) so its text can be published while it is written. The
     workflow sets it when someone watches the run as the step is scheduled
@@ -150,6 +180,8 @@ class ModelReply(BaseModel):
     finish_reason: str | None = None
     model: str = ""
     latency_ms: float = 0.0
+    memory: list[MemoryRef] = Field(default_factory=list)
+    """The memory items the model was given in this step (recorded in the history)."""
     temperature: float | None = None
     """The temperature the answering attempt was sent with (the spec's, or raised by
     ``retry_temperature_step`` after unreadable output)."""

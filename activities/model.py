@@ -38,6 +38,7 @@ from activities.contracts import (
     ERR_MODEL_UNAVAILABLE,
     MODEL_COMPLETE,
     CallModelInput,
+    MemoryRef,
     ModelReply,
     ToolCallRequest,
     Usage,
@@ -250,11 +251,30 @@ class ModelActivities:
         max_invalid_attempts: attempts before an unparsable model output becomes non-retryable.
     """
 
-    def __init__(self, base_url: str, api_key: str, max_invalid_attempts: int = 3) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str,
+        max_invalid_attempts: int = 3,
+        memory_url: str | None = None,
+    ) -> None:
         self._client = openai.AsyncOpenAI(
             base_url=base_url, api_key=api_key, max_retries=0, timeout=600
         )
         self._max_invalid = max_invalid_attempts
+        self._memory_url = memory_url
+
+    async def _with_memory(self, req: CallModelInput, kwargs: dict[str, Any]) -> list[MemoryRef]:
+        """Retrieve the step's memory into ``kwargs["messages"]``; the items given."""
+        if req.memory is None or not self._memory_url:
+            return []
+        from activities.memory import open_store
+        from activities.memory.retrieval import retrieve
+
+        store = await asyncio.to_thread(open_store, self._memory_url)
+        refs, messages = await asyncio.to_thread(retrieve, store, req.memory, req.messages)
+        kwargs["messages"] = messages
+        return refs
 
     @activity.defn(name=MODEL_COMPLETE)
     async def complete(self, req: CallModelInput) -> ModelReply:
@@ -275,6 +295,7 @@ class ModelActivities:
         )
         started = time.perf_counter()
         try:
+            memory = await self._with_memory(req, kwargs)
             async with DeltaPublisher(req.turn, live=req.stream) as publisher:
                 if req.stream:
                     reply = await await_with_heartbeats(self._stream(kwargs, req, publisher))
@@ -297,6 +318,7 @@ class ModelActivities:
             activity.heartbeat({"error": str(err), "error_type": err.type})
             raise err from None
         reply.latency_ms = round((time.perf_counter() - started) * 1000, 2)
+        reply.memory = memory
         reply.temperature = kwargs["temperature"]
         _settle_reply(reply, req)
         bound.info(

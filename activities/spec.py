@@ -172,6 +172,24 @@ class Pricing(BaseModel):
     completion_per_mtok: float = 0.0
 
 
+class MemorySpec(BaseModel):
+    """``memory:`` of an agent (docs/memory.md).
+
+    Scopes: ``user`` (the run's principal), ``agent`` (this agent's name), ``thread`` (this run's
+    workflow id); the tenant is always the run's own.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    read: list[Literal["user", "agent", "thread"]] = Field(default_factory=list)
+    write: list[Literal["user", "agent", "thread"]] = Field(default_factory=list)
+    max_tokens: int = Field(800, ge=50, le=8000, description="memory block size per model step")
+    limit: int = Field(8, ge=1, le=50, description="items retrieved per model step")
+    consolidate_after_seconds: float = Field(
+        5.0, ge=0, description="debounce of the consolidation workflow after a run ends"
+    )
+
+
 class Compaction(BaseModel):
     """Context-window settings, in tokens. ``threshold`` is a fraction of the usable window."""
 
@@ -269,6 +287,7 @@ class AgentSpec(BaseModel):
     policy: Policy = Field(default_factory=Policy)
     pricing: Pricing = Field(default_factory=Pricing)
     compaction: Compaction = Field(default_factory=Compaction)
+    memory: MemorySpec | None = None
     temperature: float = Field(0.2, ge=0, le=2)
     retry_temperature_step: float = Field(
         0.0,

@@ -102,6 +102,7 @@ class Harness:
             task_queue=self.task_queue,
             tool_modules=["tests.support_tools"],
             default_model="scripted",
+            memory_url=f"sqlite://{self.workspace.parent / 'memory.db'}",
         )
 
     async def __aenter__(self) -> Harness:

@@ -227,6 +227,19 @@ class Settings(BaseSettings):
         "`key_id:base64key` lines, the first encrypts and all decrypt; unset: no encryption",
     )
 
+    memory_url: str | None = _env(
+        "AGENT_MEMORY_URL",
+        None,
+        "the memory store (activities/memory): sqlite:///PATH (default "
+        "sqlite:///<state_dir>/memory.db)",
+    )
+
+    @property
+    def memory_store_url(self) -> str:
+        """``memory_url``, or the SQLite file in the state folder."""
+        path = (Path(self.state_dir).expanduser() / "memory.db").resolve()
+        return self.memory_url or f"sqlite://{path}"
+
     @field_validator("tool_modules", mode="before")
     @classmethod
     def _split_modules(cls, value: Any) -> Any:

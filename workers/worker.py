@@ -21,6 +21,8 @@ from temporalio.worker import Worker
 from activities.contracts import model_task_queue
 from activities.evals.activity import EvalActivities
 from activities.evals.contracts import EVAL_QUEUE_SUFFIX
+from activities.memory.consolidation import MemoryActivities
+from activities.memory.store_url import configure as configure_memory
 from activities.model import ModelActivities
 from activities.redaction import RedactingInterceptor
 from activities.runtime import RuntimeActivities
@@ -32,6 +34,7 @@ from workers.sandbox import workflow_runner
 from workers.versioning import deployment_config
 from workflows.agent_run import AgentRun
 from workflows.eval_suite import EvalSuite
+from workflows.memory_consolidation import MemoryConsolidation
 
 log = structlog.get_logger("workers.worker")
 
@@ -101,7 +104,9 @@ def build_model_workers(
     limits = model_rate_limits(settings) if limits is None else limits
     if not limits:
         return []
-    model = ModelActivities(settings.openai_base_url, settings.openai_api_key)
+    model = ModelActivities(
+        settings.openai_base_url, settings.openai_api_key, memory_url=settings.memory_store_url
+    )
     workers = []
     for name, rps in sorted(limits.items()):
         options: dict[str, Any] = dict(
@@ -175,15 +180,21 @@ def build_worker(
         **overrides: any other :class:`~temporalio.worker.Worker` option.
     """
     load_tool_modules(tool_modules_for(settings))
+    configure_memory(settings.memory_store_url)
     runtime = runtime or runtime_activities(settings)
     activities: list[Any] = [runtime.invoke_tool]
     workflows: list[Any] = []
     if not tools_only:
-        model = ModelActivities(settings.openai_base_url, settings.openai_api_key)
+        model = ModelActivities(
+            settings.openai_base_url, settings.openai_api_key, memory_url=settings.memory_store_url
+        )
         evals = EvalActivities(settings.openai_base_url, settings.openai_api_key)
+        memory = MemoryActivities(
+            settings.openai_base_url, settings.openai_api_key, settings.state_dir
+        )
         activities = [model.complete, runtime.resolve_spec, runtime.invoke_tool, count_tokens]
-        activities += [evals.score, evals.judge]
-        workflows = [AgentRun, EvalSuite]
+        activities += [evals.score, evals.judge, memory.handoff, memory.consolidate]
+        workflows = [AgentRun, EvalSuite, MemoryConsolidation]
     t = WorkerTuning
     options: dict[str, Any] = dict(
         task_queue=settings.task_queue,

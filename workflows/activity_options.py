@@ -22,6 +22,8 @@ from activities.contracts import (
     CallModelInput,
     CountTokensInput,
     InvokeToolInput,
+    MemoryRequest,
+    MemoryScopeRef,
     ModelSettings,
     ResolveSpecInput,
     ToolCallRequest,
@@ -53,6 +55,27 @@ def resolve_spec(req: RunRequest, workflow_rev: int) -> tuple[ResolveSpecInput, 
         "summary": f"spec: resolve agent {req.agent}",
         "priority": tenant_priority(req.tenant_id),
     }
+
+
+def memory_scopes(kinds: list[str], spec: Any, req: RunRequest) -> list[MemoryScopeRef]:
+    """The namespaces of ``kinds`` for this run: the tenant is the run's, always."""
+    ids = {
+        "user": req.principal_id,
+        "agent": req.agent,
+        "thread": workflow.info().workflow_id,
+    }
+    return [MemoryScopeRef(tenant_id=req.tenant_id, scope=f"{k}:{ids[k]}") for k in kinds]
+
+
+def memory_request(spec: Any, req: RunRequest) -> MemoryRequest | None:
+    """What a model step reads from memory (None when the spec reads none: no cost at all)."""
+    if spec.memory is None or not spec.memory.read:
+        return None
+    return MemoryRequest(
+        namespaces=memory_scopes(spec.memory.read, spec, req),
+        max_tokens=spec.memory.max_tokens,
+        limit=spec.memory.limit,
+    )
 
 
 def model_step(
@@ -94,6 +117,7 @@ def model_step(
         completion_price_per_mtok=spec.pricing.completion_per_mtok,
         tenant_id=req.tenant_id,
         stream=stream,
+        memory=memory_request(spec, req) if summary_of is None else None,
     )
     if summary_of is not None:
         retry = RetryPolicy(maximum_attempts=3)

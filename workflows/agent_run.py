@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections.abc import Awaitable, Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from temporalio import workflow
@@ -33,6 +33,7 @@ with workflow.unsafe.imports_passed_through():
     import workflows.turn as turn
     from activities.contracts import ERR_MCP_UNAVAILABLE, ERR_MODEL_OUTPUT_INVALID, ModelReply
     from activities.interfaces import model_complete, spec_resolve
+    from activities.memory.consolidation import HANDOFF, HandoffInput, scopes_for
     from activities.spec import PinnedSpec
     from workflows.children import Children
     from workflows.compacting import Compacting
@@ -57,6 +58,8 @@ with workflow.unsafe.imports_passed_through():
 
 T = TypeVar("T")
 
+PATCH_MEMORY = "memory-consolidation"
+"""Patch id of the memory handoff at the end of a run whose spec writes memory."""
 PATCH_V2 = "agent-run-v2"
 """Patch id of the second workflow version (one deadline timer per run, throttled search-attribute
 refreshes, continue-as-new at the spec's own thresholds, AgentStatus after a chat message,
@@ -103,9 +106,42 @@ class AgentRun(ToolCalls, Compacting, RunHandlers, Children, Handoffs, Planning)
             result = self._finish("failed", "invalid start input", error=req.problem)
         else:
             result = await self._run(req)
+            await self._memory_handoff(result)
         # released stream subscribers finish in this run (no command, replay-safe)
         await workflow.wait_condition(workflow.all_handlers_finished)
         return result
+
+    async def _memory_handoff(self, result: RunResult) -> None:
+        """Hand the finished run to its (tenant, principal) consolidation workflow.
+
+        Only when the pinned spec writes memory (``memory.write``): one local activity
+        (``memory.handoff``, no server round trip of its own); its failure is logged, never the
+        run's. Gated by patch ``memory-consolidation``.
+        """
+        pinned, s = self._s.pinned, self._s
+        mem = pinned.spec.memory if pinned else None
+        if mem is None or not mem.write or s.req is None or not s.messages:
+            return
+        if not workflow.patched(PATCH_MEMORY):
+            return
+        req = s.req
+        inp = HandoffInput(
+            run_id=workflow.info().workflow_id,
+            tenant_id=req.tenant_id,
+            principal_id=req.principal_id,
+            agent=req.agent,
+            model=pinned.spec.models()[0],
+            scopes=scopes_for(mem.write, req.principal_id, req.agent, workflow.info().workflow_id),
+            system_prompt=pinned.spec.system_prompt,
+            messages=s.messages,
+            debounce_seconds=mem.consolidate_after_seconds,
+        )
+        try:
+            await workflow.execute_local_activity(
+                HANDOFF, inp, start_to_close_timeout=timedelta(seconds=30), result_type=str
+            )
+        except ActivityError as e:
+            workflow.logger.warning("memory handoff failed", extra={"error": str(e.cause or e)})
 
     async def _run(self, req: RunRequest) -> RunResult:
         workflow.deprecate_patch(PATCH_V2)
@@ -303,6 +339,9 @@ class AgentRun(ToolCalls, Compacting, RunHandlers, Children, Handoffs, Planning)
                 )
                 index += 1
                 continue
+            s.memory = [m.id for m in reply.memory]
+            if reply.memory:
+                self._emit("memory_retrieved", ids=s.memory)
             s.model_steps.append(
                 {
                     "turn": s.turn,

@@ -267,6 +267,9 @@ class RunState(BaseModel):
     usage: Usage = Field(default_factory=Usage)
     tool_calls: list[ToolCallRecord] = Field(default_factory=list)
     ignored_signals: list[IgnoredSignal] = Field(default_factory=list)
+    memory: list[str] = Field(
+        default_factory=list, description="ids of the memory items given to the current step"
+    )
     decisions: list[Decision] = Field(default_factory=list)
     paused: bool = False
     spec_hash: str = ""
@@ -297,6 +300,7 @@ class RunData(BaseModel):
     turn: int = 0
     usage: Usage = Field(default_factory=Usage)
     tool_calls: list[ToolCallRecord] = Field(default_factory=list)
+    memory: list[str] = Field(default_factory=list)
     decisions: list[Decision] = Field(default_factory=list)
     ignored_signals: list[IgnoredSignal] = Field(default_factory=list)
     inbox: list[MessageSignal] = Field(default_factory=list)

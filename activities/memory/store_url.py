@@ -10,6 +10,23 @@ from activities.memory.items import MemoryStore
 
 _stores: dict[str, MemoryStore] = {}
 _lock = threading.Lock()
+_default: list[str] = []
+
+
+def configure(url: str) -> None:
+    """Set the store the memory tools and consolidation use (the worker calls it at start)."""
+    _default[:] = [url]
+
+
+def default_store() -> MemoryStore:
+    """The store set by :func:`configure`.
+
+    Raises:
+        RuntimeError: not configured (a worker always configures it).
+    """
+    if not _default:
+        raise RuntimeError("the memory store is not configured on this worker")
+    return open_store(_default[0])
 
 
 class MemoryUrlError(ValueError):

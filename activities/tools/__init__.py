@@ -3,7 +3,7 @@
 Importing this package registers the built-in tools into :data:`REGISTRY`.
 """
 
-from activities.tools import builtin
+from activities.tools import builtin, memory_tools
 from activities.tools.builtin import resolve_in_workspace
 from activities.tools.docstrings import parse_docstring
 from activities.tools.ledger import LEDGER_DIR, run_once
@@ -33,6 +33,7 @@ __all__ = [
     "ToolRegistry",
     "UnknownToolError",
     "builtin",
+    "memory_tools",
     "load_tool_modules",
     "parse_docstring",
     "resolve_in_workspace",

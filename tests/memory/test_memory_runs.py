@@ -1,0 +1,107 @@
+"""Memory across runs (issue #21): a run's facts are consolidated in the background by a durable
+workflow, and the next run's model step is given them, recorded in its history."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+from temporalio.client import Client
+
+from activities.memory import Namespace, open_store
+from tests.harness import Harness, until_state
+from workers import client as rc
+from workers.testing.scripted_model import ScriptedModel, text, tool_call
+
+FACT = "The user's project is called Falcon and uses PostgreSQL."
+EXTRACTION = json.dumps({"facts": [{"text": FACT, "replaces": None}]})
+MEMORY = {"memory": {"read": ["user"], "write": ["user"], "consolidate_after_seconds": 0.2}}
+
+
+async def _wait_items(url: str, ns: Namespace, n: int) -> list:
+    store = open_store(url)
+    for _ in range(200):
+        items = store.list(ns)
+        if len(items) >= n:
+            return items
+        await asyncio.sleep(0.1)
+    raise AssertionError("consolidation wrote nothing")
+
+
+async def test_a_second_run_is_given_what_the_first_taught(client: Client, tmp_path: Path):
+    model = ScriptedModel(
+        [
+            text("Noted: Falcon on PostgreSQL."),
+            text(EXTRACTION),  # the consolidation workflow's extraction request
+            text("Your project is Falcon."),
+        ]
+    )
+    async with Harness(client, tmp_path, model, agents={"default": MEMORY}) as h:
+        first = await h.run(
+            "My project is called Falcon; it runs on PostgreSQL.", principal_id="dana"
+        )
+        assert first.status == "completed"
+        url = h.settings.memory_store_url
+        ns = Namespace(tenant_id="default", scope="user:dana")
+        [item] = await _wait_items(url, ns, 1)
+        assert item.text == FACT and item.provenance.source == "consolidation"
+        assert item.provenance.run_id is not None
+        handle = await h.start("What is my project called?", principal_id="dana")
+        events = [ev async for ev in rc.follow(client, handle.id)]
+        second = await handle.result()
+        assert second.status == "completed" and second.output == "Your project is Falcon."
+        st = await until_state(handle, lambda s: True)
+    sent = model.requests[2].messages
+    block = [m["content"] for m in sent if m["role"] == "system" and "Memory" in m["content"]]
+    assert block and item.id in block[0] and FACT in block[0]
+    assert [e["ids"] for e in events if e["type"] == "memory_retrieved"] == [[item.id]]
+    results = [
+        e.activity_task_completed_event_attributes.result.payloads[0].data
+        for e in (await handle.fetch_history()).events
+        if e.HasField("activity_task_completed_event_attributes")
+    ]
+    recorded = [d["memory"] for d in map(json.loads, results) if d.get("memory")]
+    assert recorded == [[{"id": item.id, "scope": "user:dana", "text": FACT}]]
+    assert st.memory == [item.id]
+
+
+async def test_memory_is_per_principal_and_costs_nothing_without_a_spec(
+    client: Client, tmp_path: Path
+):
+    model = ScriptedModel([text("ok"), text("ok")])
+    async with Harness(client, tmp_path, model, agents={"default": {}, "mem": MEMORY}) as h:
+        open_store(h.settings.memory_store_url)  # created, empty for eve
+        plain = await h.run("hello", principal_id="eve")
+        assert plain.status == "completed"
+        res = await h.run("What is my project called?", agent="mem", principal_id="eve")
+    assert res.status == "completed"
+    for r in model.requests:
+        assert not any(
+            m["role"] == "system" and m["content"].startswith("Memory") for m in r.messages
+        )
+
+
+async def test_the_model_remembers_and_searches_through_tools(client: Client, tmp_path: Path):
+    model = ScriptedModel(
+        [
+            tool_call("remember", {"text": "Frank's staging host is stg-7."}),
+            tool_call("search_memory", {"query": "staging host"}),
+            text("stg-7"),
+        ]
+    )
+    agents = {
+        "default": {
+            "tools": ["remember", "search_memory"],
+            "policy": {"tools": {"remember": {"action": "allow"}}},
+        }
+    }
+    async with Harness(client, tmp_path, model, agents=agents) as h:
+        res = await h.run("remember my staging host", principal_id="frank", tenant_id="t9")
+        other = open_store(h.settings.memory_store_url).list(
+            Namespace(tenant_id="default", scope="user:frank")
+        )
+    assert res.status == "completed"
+    found = [m["content"] for m in model.requests[2].messages if m["role"] == "tool"]
+    assert "stg-7" in found[-1]
+    assert other == []  # written in tenant t9 only

@@ -1,0 +1,99 @@
+"""The memory store (SQLite): hybrid search, add-only supersede, real deletes, TTL, idempotency,
+and tenants that never see each other, tried as an attacker would (issue #21)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from activities.memory import MemoryItem, Namespace, WordLlamaEmbedder
+from activities.memory.sqlite_store import SqliteMemoryStore
+
+EMB = WordLlamaEmbedder()
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> SqliteMemoryStore:
+    return SqliteMemoryStore(tmp_path / "m.db", EMB)
+
+
+def ns(tenant: str, who: str) -> Namespace:
+    return Namespace(tenant_id=tenant, scope=f"user:{who}")
+
+
+def test_hybrid_search_finds_by_words_and_by_meaning(store: SqliteMemoryStore):
+    a = ns("t1", "alice")
+    for text in [
+        "The project database is PostgreSQL 15.",
+        "Alice prefers tabs over spaces in Python code.",
+        "Deployments go to the staging-eu cluster first.",
+        "Her cat is called Miso.",
+    ]:
+        store.put(MemoryItem(namespace=a, text=text))
+    assert store.search([a], "which database do we use?", 1)[0].item.text.startswith(
+        "The project database"
+    )
+    assert (
+        "Miso"
+        in store.search([a], "pet's name", 2)[0].item.text
+        + store.search([a], "pet's name", 2)[1].item.text
+    )
+    assert store.search([a], "", 3) == []
+    assert len(store.search([a], "staging", 10)) <= 4
+
+
+def test_supersede_keeps_the_old_fact_closed_and_delete_is_real(store: SqliteMemoryStore):
+    a = ns("t1", "bob")
+    old = store.put(MemoryItem(namespace=a, text="Bob's editor is vim."))
+    new = store.supersede(old.id, MemoryItem(namespace=a, text="Bob's editor is helix now."))
+    closed = store.get("t1", old.id)
+    assert closed is not None and closed.valid_to and closed.superseded_by == new.id
+    assert [h.item.id for h in store.search([a], "editor", 5)] == [new.id]
+    assert [i.id for i in store.list(a, include_superseded=True)] == [new.id, old.id]
+    with pytest.raises(KeyError):
+        store.supersede(old.id, MemoryItem(namespace=a, text="again"))
+    assert store.delete("t1", new.id) and store.get("t1", new.id) is None
+    assert store.search([a], "helix", 5) == []
+
+
+def test_idempotent_writes_and_ttl(store: SqliteMemoryStore):
+    a = ns("t1", "carol")
+    one = store.put(
+        MemoryItem(
+            namespace=a, text="Carol works on the billing service.", idempotency_key="run-1/3"
+        )
+    )
+    two = store.put(
+        MemoryItem(
+            namespace=a, text="Carol works on the billing service.", idempotency_key="run-1/3"
+        )
+    )
+    assert one.id == two.id and len(store.list(a)) == 1
+    store.put(
+        MemoryItem(namespace=a, text="A temporary note about billing.", expires_at=time.time() - 1)
+    )
+    assert all("temporary" not in h.item.text for h in store.search([a], "billing note", 5))
+
+
+NASTY = ["%", "_", "a%", "a_b", "/", "../b", "..", "'", '"', "' OR 1=1 --", "a" * 500, "b*", "NEAR"]
+
+
+@pytest.mark.parametrize("victim_tenant", ["acme", "acme%", "acme_"])
+def test_a_tenant_never_reaches_another_tenants_items(store: SqliteMemoryStore, victim_tenant: str):
+    secret = "The acquisition target is Globex, closing on Friday."
+    store.put(MemoryItem(namespace=ns(victim_tenant, "ceo"), text=secret))
+    for tenant in ["acm", "acme ", "ACME", *NASTY]:
+        if tenant == victim_tenant:
+            continue
+        for who in ["ceo", *NASTY]:
+            hits = store.search([ns(tenant, who)], "acquisition target Globex Friday", 10)
+            assert hits == [], (tenant, who)
+            assert store.list(ns(tenant, who)) == []
+        assert store.namespaces(tenant) == []
+    for q in ["%", "_", '"', "*", "Globex OR acme", "NEAR(Globex)", "' OR 1=1 --"]:
+        assert store.search([ns("other", "ceo")], q, 10) == []
+    assert store.search([ns(victim_tenant, "ceo")], "Globex", 1)[0].item.text == secret
+    item = store.list(ns(victim_tenant, "ceo"))[0]
+    assert store.get("other", item.id) is None and not store.delete("other", item.id)
