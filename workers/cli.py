@@ -15,7 +15,7 @@ import sys
 
 # isort: off
 # importing these registers their commands on `app`, in this order (the order of --help)
-from workers import cli_runs, cli_servers, cli_inspect, cli_eval, cli_versions  # noqa: F401
+from workers import cli_runs, cli_servers, cli_inspect, cli_eval, cli_versions, cli_memory  # noqa: F401, E501
 
 # isort: on
 from workers.cli_base import (
