@@ -56,6 +56,7 @@ stop: ## stop the dev server, model server and worker started by make (by their 
 
 $(VENV)/.bench-installed: $(VENV)/.installed
 	$(BIN)/pip install -q -e '.[test,bench]' 2>&1 | grep -v 'is ignored' || true
+	$(BIN)/pip install -q --no-deps bfcl-eval==2026.3.23 2>&1 | grep -v 'is ignored' || true
 	$(BIN)/python -c "import temporalio.openai_agents, agents"
 	touch $@
 

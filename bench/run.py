@@ -24,7 +24,8 @@ from bench.infra import jsonable, machine_info
 from bench.scenarios import SCENARIOS, Options
 
 DEFAULT_ORDER = [
-    "history", "overhead", "throughput", "cpu", "crash", "tuning", "fairness", "rate_limit", "evals"
+    "history", "overhead", "throughput", "cpu", "crash", "tuning", "fairness", "rate_limit", "evals",
+    "encryption", "memory",
 ]  # fmt: skip
 console = Console()
 
@@ -291,6 +292,25 @@ def table_encryption(r: dict[str, Any]) -> Table:
     return t
 
 
+def table_memory(r: dict[str, Any]) -> Table:
+    """Memory: BFCL v4 retrieval hits, search latency, Temporal actions added per turn."""
+    t = Table("measure", "value", title="Memory (bench/memory.py)")
+    q = r.get("bfcl_v4_memory") or {}
+    if "error" in q:
+        t.add_row("BFCL v4 memory", str(_err(q["error"]) or q["error"]))
+    else:
+        t.add_row(
+            f"BFCL v4 memory retrieval ({q.get('questions')} questions, {q.get('chunks')} chunks)",
+            f"hit@1 {q.get('hit@1')}, hit@5 {q.get('hit@5')}, hit@10 {q.get('hit@10')}",
+        )
+    for k, v in r.items():
+        if k.startswith("latency_") and isinstance(v, dict):
+            t.add_row(f"search at {v['items']:,} items", f"p50 {v['search_ms_p50']} ms, p95 "
+                      f"{v['search_ms_p95']} ms")  # fmt: skip
+    t.add_row("Temporal actions added per turn", str(r.get("extra_temporal_actions_per_turn")))
+    return t
+
+
 def table_rate_limit(r: dict[str, Any]) -> Table:
     """Scenario 7: a rate-limited model served by two workers."""
     t = Table(title="7. Model rate limit held across two workers")
@@ -325,6 +345,7 @@ TABLES = {
     "tuning": table_tuning,
     "cpu": table_cpu,
     "encryption": table_encryption,
+    "memory": table_memory,
     "evals": table_evals,
 }
 

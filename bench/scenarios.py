@@ -758,6 +758,7 @@ async def scenario_crash(opts: Options) -> dict[str, Any]:
 
 from bench.cpu import scenario_cpu  # noqa: E402
 from bench.encryption import scenario_encryption  # noqa: E402
+from bench.memory import scenario_memory  # noqa: E402
 from bench.models import scenario_fairness, scenario_rate_limit  # noqa: E402
 
 SCENARIOS = {
@@ -771,5 +772,6 @@ SCENARIOS = {
     "tuning": scenario_tuning,
     "cpu": scenario_cpu,
     "encryption": scenario_encryption,
+    "memory": scenario_memory,
     "evals": scenario_evals,
 }
