@@ -13,6 +13,9 @@ help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
 
 $(VENV)/.installed: pyproject.toml
+	@command -v bwrap >/dev/null || { echo "installing bubblewrap (the sandbox of run_python/run_command)"; \
+	  (apt-get update -qq && apt-get install -y -qq bubblewrap libseccomp2) >/dev/null 2>&1 || \
+	  echo "warning: could not install bubblewrap; run_python/run_command will fail until it is"; }
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip 2>&1 | grep -v 'is ignored' || true
 	$(BIN)/pip install -q -e '.[test]' 2>&1 | grep -v 'is ignored' || true

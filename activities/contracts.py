@@ -293,6 +293,8 @@ class ToolInfo(BaseModel):
     timeout_seconds: float = 30.0
     max_attempts: int = 3
     risk: Literal["read", "write", "exec", "network"] = "read"
+    sandboxed: bool = False
+    """The tool runs in the OS sandbox: an exec tool then waits for approval by default."""
     task_queue: str | None = None
     mcp: McpTarget | None = None
     kind: Literal["tool", "subagent", "handoff"] = "tool"

@@ -25,7 +25,7 @@ from bench.scenarios import SCENARIOS, Options
 
 DEFAULT_ORDER = [
     "history", "overhead", "throughput", "cpu", "crash", "tuning", "fairness", "rate_limit", "evals",
-    "encryption", "memory",
+    "encryption", "memory", "sandbox",
 ]  # fmt: skip
 console = Console()
 
@@ -311,6 +311,17 @@ def table_memory(r: dict[str, Any]) -> Table:
     return t
 
 
+def table_sandbox(r: dict[str, Any]) -> Table:
+    """Sandbox start-up and the run_python tool's overhead."""
+    t = Table("what", "p50", "p95", title=f"Sandbox (bubblewrap), {r.get('runs')} runs each")
+    for k, label in (("startup_true", "sandbox start-up (`true`)"),
+                     ("python_print", "python3 -c 'print(1)' in the sandbox"),
+                     ("run_python_tool", "run_python('print(1)') tool, in-process")):  # fmt: skip
+        d = r.get(k) or {}
+        t.add_row(label, _v(d.get("p50_ms"), " ms"), _v(d.get("p95_ms"), " ms"))
+    return t
+
+
 def table_rate_limit(r: dict[str, Any]) -> Table:
     """Scenario 7: a rate-limited model served by two workers."""
     t = Table(title="7. Model rate limit held across two workers")
@@ -346,6 +357,7 @@ TABLES = {
     "cpu": table_cpu,
     "encryption": table_encryption,
     "memory": table_memory,
+    "sandbox": table_sandbox,
     "evals": table_evals,
 }
 

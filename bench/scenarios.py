@@ -760,6 +760,7 @@ from bench.cpu import scenario_cpu  # noqa: E402
 from bench.encryption import scenario_encryption  # noqa: E402
 from bench.memory import scenario_memory  # noqa: E402
 from bench.models import scenario_fairness, scenario_rate_limit  # noqa: E402
+from bench.sandbox import scenario_sandbox  # noqa: E402
 
 SCENARIOS = {
     "fairness": scenario_fairness,
@@ -773,5 +774,6 @@ SCENARIOS = {
     "cpu": scenario_cpu,
     "encryption": scenario_encryption,
     "memory": scenario_memory,
+    "sandbox": scenario_sandbox,
     "evals": scenario_evals,
 }

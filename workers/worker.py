@@ -12,6 +12,7 @@ import contextlib
 import gc
 import signal
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import structlog
@@ -29,6 +30,7 @@ from activities.runtime import RuntimeActivities
 from activities.spec import SpecError, load_rate_limits, load_spec_file
 from activities.tokens import count_tokens
 from activities.tools import load_tool_modules
+from activities.tools.sandbox_tools import configure as configure_sandbox
 from workers.config import STATE_DIR_DEFAULT, Settings, load_settings
 from workers.sandbox import workflow_runner
 from workers.versioning import deployment_config
@@ -181,6 +183,7 @@ def build_worker(
     """
     load_tool_modules(tool_modules_for(settings))
     configure_memory(settings.memory_store_url)
+    configure_sandbox(Path(settings.state_dir) / "sandbox")
     runtime = runtime or runtime_activities(settings)
     activities: list[Any] = [runtime.invoke_tool]
     workflows: list[Any] = []

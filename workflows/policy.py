@@ -126,6 +126,10 @@ def evaluate(
         return PolicyDecision(
             action="approve", reason="writes to the workspace", approvers=approvers
         )
+    if tool.risk == "exec" and getattr(tool, "sandboxed", False):
+        return PolicyDecision(
+            action="approve", reason="runs a command in the sandbox", approvers=approvers
+        )
     return PolicyDecision(
         action="deny",
         reason=f"{tool.risk} tools need an explicit policy entry",

@@ -3,7 +3,7 @@
 Importing this package registers the built-in tools into :data:`REGISTRY`.
 """
 
-from activities.tools import builtin, memory_tools
+from activities.tools import builtin, memory_tools, sandbox_tools
 from activities.tools.builtin import resolve_in_workspace
 from activities.tools.docstrings import parse_docstring
 from activities.tools.ledger import LEDGER_DIR, run_once
@@ -34,6 +34,7 @@ __all__ = [
     "UnknownToolError",
     "builtin",
     "memory_tools",
+    "sandbox_tools",
     "load_tool_modules",
     "parse_docstring",
     "resolve_in_workspace",

@@ -28,6 +28,7 @@ def search_memory(ctx: ToolContext, query: str, limit: int = 5) -> str:
     """Search what was remembered about this user and this conversation.
 
     Args:
+        ctx: the call's context (injected, not sent by the model).
         query: what to look for, in words.
         limit: at most this many items (1 to 20).
     """
@@ -44,6 +45,7 @@ def remember(ctx: ToolContext, text: str) -> str:
     """Remember one fact about the user for later runs.
 
     Args:
+        ctx: the call's context (injected, not sent by the model).
         text: the fact, one short sentence.
     """
     text = text.strip()

@@ -159,6 +159,9 @@ class ToolDef:
     timeout_seconds: float = 30.0
     max_attempts: int = 3
     risk: Risk = "read"
+    sandboxed: bool = False
+    """Runs in the OS sandbox (activities/sandbox): an ``exec`` tool then asks for approval
+    by default instead of needing an explicit policy entry."""
     is_async: bool = False
     # parameter name -> pydantic field name (differs when the name would shadow BaseModel's API)
     field_names: dict[str, str] = field(default_factory=dict)
@@ -172,6 +175,7 @@ class ToolDef:
         timeout_seconds: float = 30.0,
         max_attempts: int = 3,
         risk: Risk = "read",
+        sandboxed: bool = False,
     ) -> ToolDef:
         """Build a tool from a type-hinted function with a Google-style docstring.
 
@@ -201,6 +205,7 @@ class ToolDef:
             timeout_seconds=timeout_seconds,
             max_attempts=max_attempts,
             risk=risk,
+            sandboxed=sandboxed,
             is_async=inspect.iscoroutinefunction(fn),
             field_names=field_names,
         )
@@ -214,6 +219,7 @@ class ToolDef:
             timeout_seconds=self.timeout_seconds,
             max_attempts=self.max_attempts,
             risk=self.risk,
+            sandboxed=self.sandboxed,
         )
 
     def parameter_summary(self) -> str:
@@ -430,6 +436,7 @@ def tool(
     max_attempts: int = 3,
     risk: Risk = "read",
     registry: ToolRegistry | None = None,
+    sandboxed: bool = False,
 ) -> Any:
     """Make a function a tool and register it (in :data:`REGISTRY` unless ``registry`` is given).
 
@@ -443,6 +450,7 @@ def tool(
         max_attempts: attempts at most for infrastructure errors.
         risk: policy hint: ``read`` tools are allowed by default, others need approval.
         registry: where to register; :data:`REGISTRY` when omitted.
+        sandboxed: the tool runs in the OS sandbox (an exec tool then asks for approval).
 
     Raises:
         TypeError: the function cannot be a tool (see :meth:`ToolDef.from_function`).
@@ -451,7 +459,12 @@ def tool(
 
     def decorate(f: Callable[..., Any]) -> Callable[..., Any]:
         tool_def = ToolDef.from_function(
-            f, name=name, timeout_seconds=timeout_seconds, max_attempts=max_attempts, risk=risk
+            f,
+            name=name,
+            timeout_seconds=timeout_seconds,
+            max_attempts=max_attempts,
+            risk=risk,
+            sandboxed=sandboxed,
         )
         (registry or REGISTRY).register(tool_def)
         f.__tool__ = tool_def  # type: ignore[attr-defined]
