@@ -179,7 +179,7 @@ async def test_start_local_env_has_search_attributes() -> None:
         attrs = await registered_attrs(client, client.namespace)
         for name, kind in EXPECTED_TYPES.items():
             assert attrs.get(name) == kind, name
-        assert client.data_converter.payload_converter_class is PydanticPayloadConverter
+        assert issubclass(client.data_converter.payload_converter_class, PydanticPayloadConverter)
         client = None
     finally:
         await env.shutdown()

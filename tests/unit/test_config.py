@@ -53,6 +53,7 @@ VARIABLES = {
     "AGENT_OIDC_ISSUER": ("oidc_issuer", None, "http://idp", "http://idp"),
     "AGENT_OIDC_AUDIENCE": ("oidc_audience", None, "console", "console"),
     "AGENT_ENCRYPTION_KEYS": ("encryption_keys", None, "/keys", "/keys"),
+    "AGENT_MEMORY_URL": ("memory_url", None, "sqlite:///m.db", "sqlite:///m.db"),
     "AGENT_MODEL_CACHE": ("model_cache", None, "/cache", "/cache"),
     "AGENT_LLAMA_SERVER": ("llama_server", None, "/bin/llama-server", "/bin/llama-server"),
     "AGENT_LLAMA_BUILD": ("llama_build", "auto", "source", "source"),
