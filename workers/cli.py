@@ -1,4 +1,4 @@
-"""``agentctl``: the command line (CONTRACT.md). Thin: parse arguments, call a client helper, print.
+"""``agentctl``: the command line (docs/contract.md). Thin: parse arguments, call a client helper, print.
 
 Exit status: 0 the run completed (or the command succeeded), 1 the run ended otherwise or the
 command failed, 2 a usage error, 3 the Temporal server cannot be reached.
@@ -48,7 +48,7 @@ def main() -> None:
     """Entry point of ``agentctl``: runs the command, then ends the process without finalisation.
 
     The Temporal SDK's native runtime keeps threads that can abort the interpreter while it
-    finalises (SIGABRT/SIGSEGV seen in 6 of 20 short scripts, ../shared/notes/temporal.md), even
+    finalises (SIGABRT/SIGSEGV seen in 6 of 20 short scripts, docs/temporal-facts.md), even
     after a failed connect. Once the command is done and its output flushed, nothing is left to
     clean up, so the process exits with the command's status through ``os._exit``.
     """

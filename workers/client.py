@@ -367,7 +367,7 @@ async def follow(
     *,
     poll_cooldown: timedelta = timedelta(milliseconds=100),
 ) -> AsyncIterator[dict[str, Any]]:
-    """The run's events (CONTRACT.md "Event stream") from ``from_offset`` on, as they happen.
+    """The run's events (docs/contract.md "Event stream") from ``from_offset`` on, as they happen.
 
     Each item is the event's JSON object plus ``"offset"``, its position in the stream: after a
     disconnect, call again with ``from_offset=last["offset"] + 1`` and nothing is missed (unless

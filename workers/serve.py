@@ -3,7 +3,7 @@
 An aiohttp application (:func:`build_app`) on ``127.0.0.1:8235`` by default:
 
 * ``GET /`` -- the run console (``workers/static/console.html``, plain HTML and JavaScript).
-* ``GET /runs/{run_id}/events`` -- the run's events (CONTRACT.md "Event stream") as Server-Sent
+* ``GET /runs/{run_id}/events`` -- the run's events (docs/contract.md "Event stream") as Server-Sent
   Events: ``id`` is the item's offset, ``data`` its JSON; a ``Last-Event-ID`` header (sent by a
   browser's ``EventSource`` when it reconnects) or ``?from=N`` resumes; an ``end`` event follows
   ``run_finished``; a comment line keeps idle connections open every :data:`KEEPALIVE_SECONDS`.

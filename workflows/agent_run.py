@@ -1,4 +1,4 @@
-"""Workflow ``AgentRun``: one durable agent run (CONTRACT.md).
+"""Workflow ``AgentRun``: one durable agent run (docs/contract.md).
 
 Each turn: a model step (activity ``model.complete``) with the transcript and the tool schemas; if
 the reply calls tools, the policy decides each call (allow / deny / approve), allowed and approved
@@ -74,7 +74,7 @@ SA_REFRESH_TURNS = 5
 
 @workflow.defn(name=WORKFLOW_NAME)
 class AgentRun(ToolCalls, Compacting, RunHandlers, Children, Handoffs, Planning):
-    """One agent run. Signals, update and queries are listed in CONTRACT.md."""
+    """One agent run. Signals, update and queries are listed in docs/contract.md."""
 
     @workflow.init
     def __init__(self, raw: RawValue = None) -> None:  # type: ignore[assignment]
@@ -495,7 +495,7 @@ class AgentRun(ToolCalls, Compacting, RunHandlers, Children, Handoffs, Planning)
         self._emit("status", status=status)  # RunEvents emits it only when it changed
 
     def _emit(self, type: str, **fields: Any) -> None:
-        """One event of the run's stream (CONTRACT.md "Event stream"); creates no command."""
+        """One event of the run's stream (docs/contract.md "Event stream"); creates no command."""
         turn = self._s.turn
         if type == "status":
             self._events.status(turn, fields["status"])

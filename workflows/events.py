@@ -1,4 +1,4 @@
-"""The event stream of a run (CONTRACT.md "Event stream"), workflow side.
+"""The event stream of a run (docs/contract.md "Event stream"), workflow side.
 
 :class:`RunEvents` wraps a Temporal Workflow Stream (``temporalio.contrib.workflow_streams``) on
 topic ``events``. The workflow emits its own events (status, tools, approvals, the end) with

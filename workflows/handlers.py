@@ -1,4 +1,4 @@
-"""Signals, the ``decide`` update and the queries of ``AgentRun`` (CONTRACT.md), as a mixin.
+"""Signals, the ``decide`` update and the queries of ``AgentRun`` (docs/contract.md), as a mixin.
 
 Handlers take ``*args`` (any number of payloads, each plain JSON data) and decode them with
 :mod:`workflows.inbound`: an invalid signal is recorded in ``state.ignored_signals`` with why, an
@@ -57,7 +57,7 @@ class RunHandlers(HeldDecisions):
     _forward_decision: Callable[..., None]
 
     def _emit(self, type: str, **fields: Any) -> None:
-        """Publish one event of the run's stream (CONTRACT.md, "Event stream"); a no-op here.
+        """Publish one event of the run's stream (docs/contract.md, "Event stream"); a no-op here.
 
         Must never create a command: it is called from handlers and between commands.
         """
@@ -285,7 +285,7 @@ class RunHandlers(HeldDecisions):
 
     @workflow.query(name="state")
     def state(self) -> RunState:
-        """The run's live state (CONTRACT.md)."""
+        """The run's live state (docs/contract.md)."""
         return state.run_state(self._s, held=self._held_as_ignored())
 
     @workflow.query(name="transcript")

@@ -6,7 +6,7 @@ fails the workflow task) whose payloads the SDK decodes as plain JSON data. Eith
 payload is validated here, so one that is missing, ``null``, of the wrong type or invalid never
 fails a workflow task (the SDK would otherwise fail the task on every attempt and the run would
 wedge). The caller turns the returned problem into the right outcome: a failed run (start input),
-an ignored signal (``state.ignored_signals``) or a refused update (CONTRACT.md, "Any Temporal
+an ignored signal (``state.ignored_signals``) or a refused update (docs/contract.md, "Any Temporal
 client is a first-class client"). Valid payloads decode to the same models as before, so stored
 histories replay unchanged.
 """

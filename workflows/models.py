@@ -1,6 +1,6 @@
 """The public data of workflow ``AgentRun``: request, result, signals, update, queries.
 
-Names and shapes are pinned by ``shared/CONTRACT.md``; fields may be added, never renamed.
+Names and shapes are pinned by ``docs/contract.md``; fields may be added, never renamed.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ class LimitsOverride(BaseModel):
 
 
 class RunRequest(BaseModel):
-    """Input of ``AgentRun`` (CONTRACT.md)."""
+    """Input of ``AgentRun`` (docs/contract.md)."""
 
     agent: str = "default"
     input: str
@@ -120,7 +120,7 @@ class PlanView(BaseModel):
 
 
 class RunResult(BaseModel):
-    """Result of ``AgentRun`` (CONTRACT.md). ``duration_ms`` is workflow time in milliseconds."""
+    """Result of ``AgentRun`` (docs/contract.md). ``duration_ms`` is workflow time in milliseconds."""
 
     model_config = ConfigDict(extra="allow")
 

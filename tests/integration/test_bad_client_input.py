@@ -1,4 +1,4 @@
-"""Whatever a client sends, a run never wedges (CONTRACT.md, "Any Temporal client").
+"""Whatever a client sends, a run never wedges (docs/contract.md, "Any Temporal client").
 
 Each case goes through a bare Temporal client (with the pydantic data converter and with the SDK's
 default one) or through the ``temporal`` CLI, as a user of any SDK would send it; the fetched

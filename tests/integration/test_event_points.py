@@ -1,4 +1,4 @@
-"""``AgentRun._emit`` is called at every point of CONTRACT.md's "Event stream" table, in order.
+"""``AgentRun._emit`` is called at every point of docs/contract.md's "Event stream" table, in order.
 
 A subclass records the calls in a list outside the run state and shows them through a query.
 """

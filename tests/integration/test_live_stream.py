@@ -1,4 +1,4 @@
-"""The event stream of a run (CONTRACT.md "Event stream"): order, text deltas, resume, bounds."""
+"""The event stream of a run (docs/contract.md "Event stream"): order, text deltas, resume, bounds."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""workers/config.py: every variable of CONTRACT.md and the README, read by pydantic-settings."""
+"""workers/config.py: every variable of docs/contract.md and the README, read by pydantic-settings."""
 
 import pytest
 from pydantic import ValidationError

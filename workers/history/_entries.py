@@ -130,7 +130,7 @@ class ToolCallEntry(_Entry):
     ``time`` is when its activity was scheduled, or, for a call that never ran, when it was
     settled (model reply for ``denied``, decision for ``rejected``/``timed_out``).
 
-    ``status`` is the final one (CONTRACT.md: ``ok``, ``error``, ``rejected``, ``denied``,
+    ``status`` is the final one (docs/contract.md: ``ok``, ``error``, ``rejected``, ``denied``,
     ``timed_out``, or ``pending``/``awaiting_approval``/``running``/``cancelled``).
     ``result_chars`` is the untruncated result size in characters; ``duration_ms`` the tool
     function's wall time in milliseconds; ``latency_ms`` milliseconds from scheduled to closed.
