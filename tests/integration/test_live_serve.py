@@ -12,7 +12,7 @@ import aiohttp
 import pytest
 from temporalio.client import Client
 
-from tests.harness import Harness
+from tests.harness import CHROMIUM, CHROMIUM_ARGS, Harness
 from workers.console_auth import Authenticator
 from workers.serve import start_server
 from workers.testing.scripted_model import ScriptedModel, text, tool_call
@@ -101,16 +101,6 @@ def started_id(body: dict[str, Any]) -> str:
     return body["run_id"]
 
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 
 
 async def test_console_shows_a_run_live_and_approves_with_a_click(client: Client, tmp_path: Path):

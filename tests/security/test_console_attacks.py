@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -17,23 +16,13 @@ from aiohttp import web
 from cryptography.hazmat.primitives.asymmetric import rsa
 from temporalio.client import Client
 
-from tests.harness import Harness, until_state
+from tests.harness import CHROMIUM, CHROMIUM_ARGS, Harness, until_state
 from workers.config import Settings
 from workers.console_auth import AuthConfigError, Authenticator, authenticator_from_settings
 from workers.serve import start_server
 from workers.testing.scripted_model import ScriptedModel, text, tool_call
 
 TOKEN = "security-test-token"
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 
 
 def pending_write(h_model_answer: str = "done") -> ScriptedModel:
