@@ -58,7 +58,7 @@ OUTPUT_INVALID_MARKERS = (
     "parse error",
 )
 """Substrings of llama.cpp's 500 body when the model's output is not a valid tool call
-(measured: shared/notes/local-model.md)."""
+(measured: docs/local-model.md)."""
 
 
 def _retry_after_seconds(headers: Mapping[str, str] | None) -> float | None:

@@ -75,7 +75,7 @@ class Limits(BaseModel):
         2 * 1024 * 1024,
         ge=1024,
         description="continue as new at a turn boundary once the history reaches this many bytes "
-        "(or when Temporal suggests it, at 4 MiB / 4,096 events; shared/notes/temporal.md)",
+        "(or when Temporal suggests it, at 4 MiB / 4,096 events; docs/temporal-facts.md)",
     )
     continue_as_new_at_events: int = Field(2_000, ge=100, description="the same, in history events")
 

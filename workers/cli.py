@@ -48,7 +48,7 @@ def main() -> None:
     """Entry point of ``agentctl``: runs the command, then ends the process without finalisation.
 
     The Temporal SDK's native runtime keeps threads that can abort the interpreter while it
-    finalises (SIGABRT/SIGSEGV seen in 6 of 20 short scripts, ../shared/notes/temporal.md), even
+    finalises (SIGABRT/SIGSEGV seen in 6 of 20 short scripts, docs/temporal-facts.md), even
     after a failed connect. Once the command is done and its output flushed, nothing is left to
     clean up, so the process exits with the command's status through ``os._exit``.
     """

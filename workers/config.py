@@ -1,6 +1,6 @@
 """Configuration from the environment, read in exactly this one place.
 
-Names and defaults are pinned by ``shared/CONTRACT.md``. Connection to Temporal itself
+Names and defaults are pinned by ``docs/contract.md``. Connection to Temporal itself
 (``TEMPORAL_ADDRESS``, ``TEMPORAL_NAMESPACE``, ``TEMPORAL_API_KEY``, ``TEMPORAL_TLS_*``,
 ``TEMPORAL_PROFILE``) follows ``temporalio.envconfig``, see :func:`temporal_connect_config`.
 """

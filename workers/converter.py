@@ -25,7 +25,7 @@ histories already hold local references (as long as the files are still there).
 Why the default threshold is 32 KiB (``Settings.payload_threshold_bytes``): the model step's input
 is the whole transcript, so inline it grows the history quadratically; the inline bytes before
 transcripts cross the threshold ``T`` are about ``T**2 / (2 * g)`` for ``g`` bytes added per turn.
-With ``g`` about 1.8 KB (300 B user turns, 1.5 KB replies, shared/notes/temporal.md) that is about
+With ``g`` about 1.8 KB (300 B user turns, 1.5 KB replies, docs/temporal-facts.md) that is about
 0.3 MB at 32 KiB (1.2 MB at 64 KiB), against about 19 MB at the SDK's default of 256 KiB (past
 the 10 MiB history warning) -- after that each model step adds only a reference. Measured by
 ``make bench`` with 64 KiB: a 1,000-turn run averaged 14 KB of history a turn and its segments

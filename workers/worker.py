@@ -40,7 +40,7 @@ class WorkerTuning:
       stay in the sticky cache and replay rarely.
     * ``sticky_queue_schedule_to_start_timeout`` 3 s (SDK default 10 s): after a worker dies its
       runs' next workflow tasks move to the shared queue after 3 s instead of 10 s
-      (shared/notes/temporal.md, crash recovery).
+      (docs/temporal-facts.md, crash recovery).
     """
 
     max_concurrent_activities = 1000
@@ -218,7 +218,7 @@ async def run_worker(
         log.info("worker_stopping")
     await runtime.aclose()
     # Drop the client (and the workers holding it) before the event loop closes: a Temporal client
-    # still alive at interpreter exit crashed the process in 6 of 20 tries (shared/notes/temporal.md).
+    # still alive at interpreter exit crashed the process in 6 of 20 tries (docs/temporal-facts.md).
     del workers, client, runtime
     gc.collect()
     log.info("worker_stopped")

@@ -4,7 +4,7 @@ Each function returns ``(input, options)`` for ``workflow.execute_activity`` wit
 declaration in :mod:`activities.interfaces` (stable names ``spec.resolve``, ``model.complete``,
 ``tool.invoke``, ``tokens.count``; the result type comes from the declaration). Timeouts are
 seconds of the spec; heartbeat timeouts let a dead worker cost seconds, not minutes
-(shared/notes/temporal.md). Every activity carries the run's tenant as its fairness key
+(docs/temporal-facts.md). Every activity carries the run's tenant as its fairness key
 (:func:`workflows.model_choice.tenant_priority`); a rate-limited model's steps go to that model's
 own task queue (:func:`activities.contracts.model_task_queue`).
 """

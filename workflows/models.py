@@ -1,6 +1,6 @@
 """The public data of workflow ``AgentRun``: request, result, signals, update, queries.
 
-Names and shapes are pinned by ``shared/CONTRACT.md``; fields may be added, never renamed.
+Names and shapes are pinned by ``docs/contract.md``; fields may be added, never renamed.
 """
 
 from __future__ import annotations
