@@ -7,7 +7,7 @@ STATE := .agent-runtime
 AGENTCTL := $(BIN)/agentctl
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: help install test test-unit test-slow demo demo-check dev-server codec-server model-server worker stop bench chaos lint clean
+.PHONY: help install test test-unit test-slow demo demo-check dev-server codec-server model-server worker stop bench chaos lint docs clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -65,6 +65,9 @@ chaos: install ## runs with approvals while workers and the dev server are SIGKI
 lint: install ## ruff
 	$(BIN)/pip install -q ruff 2>&1 | grep -v 'is ignored' || true
 	$(BIN)/ruff check workflows activities workers tests
+
+docs: install ## regenerate docs/agent-spec.md and docs/cli.md from the spec models and the CLI
+	$(BIN)/python -m workers.gen_docs
 
 clean: stop ## remove the venv and local state (runs, logs, model stays in ~/.cache)
 	rm -rf $(VENV) $(STATE)
