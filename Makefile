@@ -62,9 +62,9 @@ bench: $(VENV)/.bench-installed ## benchmarks beside the OpenAI Agents SDK plugi
 chaos: install ## runs with approvals while workers and the dev server are SIGKILLed (bench/chaos.py); CHAOS_ARGS=--quick
 	$(BIN)/python -m bench.chaos $(CHAOS_ARGS)
 
-lint: install ## ruff
-	$(BIN)/pip install -q ruff 2>&1 | grep -v 'is ignored' || true
+lint: install ## ruff, then pyright (config in pyproject.toml: strict modules listed there)
 	$(BIN)/ruff check workflows activities workers tests
+	$(BIN)/pyright
 
 docs: install ## regenerate docs/agent-spec.md and docs/cli.md from the spec models and the CLI
 	$(BIN)/python -m workers.gen_docs

@@ -262,7 +262,7 @@ async def decide(
     """
     upd = DecideUpdate(
         tool_call_id=tool_call_id,
-        decision=decision,  # type: ignore[arg-type]
+        decision=decision,  # type: ignore[arg-type]  # a str from callers; pydantic validates the Literal
         principal_id=principal_id,
         arguments=arguments,
         reason=reason,

@@ -53,16 +53,16 @@ class McpServerSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    command: list[str] | None = Field(None, min_length=1)
+    command: list[str] | None = Field(default=None, min_length=1)
     env: dict[str, str] = Field(default_factory=dict)
     cwd: str | None = None
     url: str | None = None
     headers: dict[str, str] = Field(default_factory=dict)
-    task_queue: str | None = Field(None, min_length=1, description="queue of its tool calls")
-    timeout_seconds: float = Field(60.0, gt=0, description="start-to-close of one call attempt")
-    max_attempts: int = Field(3, ge=1, description="attempts of one call (server unreachable)")
+    task_queue: str | None = Field(default=None, min_length=1, description="queue of its tool calls")
+    timeout_seconds: float = Field(default=60.0, gt=0, description="start-to-close of one call attempt")
+    max_attempts: int = Field(default=3, ge=1, description="attempts of one call (server unreachable)")
     risk: Literal["read", "write", "exec", "network"] | None = None
-    tools: list[str] | None = Field(None, description="only these tools of the server")
+    tools: list[str] | None = Field(default=None, description="only these tools of the server")
 
     @field_validator("command", mode="before")
     @classmethod

@@ -454,7 +454,7 @@ def tool(
             f, name=name, timeout_seconds=timeout_seconds, max_attempts=max_attempts, risk=risk
         )
         (registry or REGISTRY).register(tool_def)
-        f.__tool__ = tool_def  # type: ignore[attr-defined]
+        f.__tool__ = tool_def  # type: ignore[attr-defined]  # functions take attributes at run time
         return f
 
     return decorate(fn) if fn is not None else decorate
