@@ -7,7 +7,7 @@ STATE := .agent-runtime
 AGENTCTL := $(BIN)/agentctl
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: help install test test-unit test-slow demo demo-check security dev-server codec-server model-server worker stop bench chaos upgrade-chaos lint clean
+.PHONY: help install test test-unit test-slow demo demo-check security dev-server codec-server model-server worker stop bench chaos upgrade-chaos lint docs clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -72,9 +72,12 @@ chaos: install ## runs with approvals while workers and the dev server are SIGKI
 upgrade-chaos: install ## 200 runs in flight while a changed build is ramped 0 -> 50 -> 100% with one rollback (bench/upgrade_chaos.py)
 	$(BIN)/python -m bench.upgrade_chaos $(UPGRADE_CHAOS_ARGS)
 
-lint: install ## ruff
-	$(BIN)/pip install -q ruff 2>&1 | grep -v 'is ignored' || true
+lint: install ## ruff, then pyright (config in pyproject.toml: strict modules listed there)
 	$(BIN)/ruff check workflows activities workers tests
+	$(BIN)/pyright
+
+docs: install ## regenerate docs/agent-spec.md and docs/cli.md from the spec models and the CLI
+	$(BIN)/python -m workers.gen_docs
 
 clean: stop ## remove the venv and local state (runs, logs, model stays in ~/.cache)
 	rm -rf $(VENV) $(STATE)

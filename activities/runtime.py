@@ -12,14 +12,12 @@ from pathlib import Path
 
 import structlog
 from temporalio import activity
-from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
 from activities.contracts import (
     ERR_MCP_UNAVAILABLE,
     ERR_SPEC_INVALID,
-    SEARCH_ATTRIBUTES,
     SPEC_RESOLVE,
     TOOL_INVOKE,
     InvokeToolInput,
@@ -32,6 +30,7 @@ from activities.mcp.config import referenced_vars
 from activities.mcp.pool import McpPool
 from activities.mcp.tools import McpToolsError, idempotency_key, invoke_mcp, pin_server_tools
 from activities.redaction import ALWAYS_SECRET, REDACTED, add_secret_names, redactor_for
+from activities.search_attributes import namespace_has_search_attributes
 from activities.spec import (
     AgentSpec,
     PinnedSpec,
@@ -169,15 +168,10 @@ class RuntimeActivities:
         if self._search_attributes is not None:
             return self._search_attributes
         try:
-            client = activity.client()
-            resp = await client.operator_service.list_search_attributes(
-                ListSearchAttributesRequest(namespace=client.namespace)
-            )
+            self._search_attributes = await namespace_has_search_attributes(activity.client())
         except (RuntimeError, RPCError) as e:
             log.warning("search_attributes_unknown", error=str(e))
             return None
-        names = set(resp.custom_attributes.keys())
-        self._search_attributes = all(n in names for n in SEARCH_ATTRIBUTES)
         return self._search_attributes
 
     async def _pin_tools(self, spec: AgentSpec) -> list[ToolInfo]:

@@ -60,14 +60,14 @@ class Limits(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    max_turns: int = Field(20, ge=1, description="model steps at most")
-    max_seconds: float = Field(300, gt=0, description="wall seconds of workflow time at most")
-    loop_window: int = Field(6, ge=2, description="recent turns examined for repeated tool calls")
+    max_turns: int = Field(default=20, ge=1, description="model steps at most")
+    max_seconds: float = Field(default=300, gt=0, description="wall seconds of workflow time at most")
+    loop_window: int = Field(default=6, ge=2, description="recent turns examined for repeated tool calls")
     loop_repeats: int = Field(
         3, ge=2, description="identical turns within the window that make a loop"
     )
-    max_total_tokens: int | None = Field(None, ge=1, description="token budget of the run")
-    max_cost_usd: float | None = Field(None, gt=0, description="cost budget of the run, US dollars")
+    max_total_tokens: int | None = Field(default=None, ge=1, description="token budget of the run")
+    max_cost_usd: float | None = Field(default=None, gt=0, description="cost budget of the run, US dollars")
     on_budget: Literal["stop", "pause"] = "stop"
     continue_as_new_every_turns: int | None = Field(
         None, ge=1, description="continue as new every N turns (None: by history size)"
@@ -196,8 +196,8 @@ class Compaction(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     context_window: int = Field(32_768, ge=256)
-    output_reserve: int = Field(1024, ge=0)
-    threshold: float = Field(0.8, gt=0, le=1)
+    output_reserve: int = Field(default=1024, ge=0)
+    threshold: float = Field(default=0.8, gt=0, le=1)
     summarize: bool = False
     encoding: str | None = None
 
@@ -207,8 +207,8 @@ class PlanSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    max_steps: int = Field(8, ge=1, le=50, description="steps one plan may hold at most")
-    max_replans: int = Field(1, ge=0, le=10, description="new plans after a failed step at most")
+    max_steps: int = Field(default=8, ge=1, le=50, description="steps one plan may hold at most")
+    max_replans: int = Field(default=1, ge=0, le=10, description="new plans after a failed step at most")
     max_invalid_plans: int = Field(
         2, ge=0, description="invalid plans told back to the model before the run fails"
     )
@@ -253,7 +253,7 @@ class ToolEntry(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(min_length=1)
-    task_queue: str | None = Field(None, min_length=1, pattern=r"^\S+$")
+    task_queue: str | None = Field(default=None, min_length=1, pattern=r"^\S+$")
 
 
 class AgentSpec(BaseModel):

@@ -25,7 +25,8 @@ from temporalio.common import Priority, SearchAttributePair, TypedSearchAttribut
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.contracts import SEARCH_ATTRIBUTES, fairness_key
+from activities.contracts import fairness_key
+from activities.search_attributes import namespace_has_search_attributes
 from activities.signing import decision_message, sign_decision
 from workers.config import Settings, load_settings, temporal_connect_config
 from workers.converter import build_data_converter
@@ -52,8 +53,6 @@ from workflows.models import (
     RunState,
 )
 from workflows.render import static_details, static_summary
-
-REQUIRED_SEARCH_ATTRIBUTES = SEARCH_ATTRIBUTES
 
 
 class ServerUnreachable(RuntimeError):
@@ -126,18 +125,12 @@ async def search_attributes_registered(client: Client) -> bool:
             run never sets them: it would stay invisible to ``AgentStatus`` filters for good
             (seen under ``make chaos`` when a run started while the server restarted).
     """
-    from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
-
     try:
-        resp = await client.operator_service.list_search_attributes(
-            ListSearchAttributesRequest(namespace=client.namespace)
-        )
+        return await namespace_has_search_attributes(client)
     except RPCError as e:
         if e.status in _TRANSIENT:
             raise
         return False
-    names = set(resp.custom_attributes.keys())
-    return all(n in names for n in REQUIRED_SEARCH_ATTRIBUTES)
 
 
 async def start_run(
@@ -270,7 +263,7 @@ async def decide(
     """
     upd = DecideUpdate(
         tool_call_id=tool_call_id,
-        decision=decision,  # type: ignore[arg-type]
+        decision=decision,  # type: ignore[arg-type]  # a str from callers; pydantic validates the Literal
         principal_id=principal_id,
         arguments=arguments,
         reason=reason,

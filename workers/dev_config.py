@@ -74,9 +74,9 @@ class DevServerConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    ip: str = Field("127.0.0.1", description="Address the frontend gRPC service binds to.")
-    port: int = Field(7233, ge=1, le=65535, description="Frontend gRPC port.")
-    ui_port: int = Field(8233, ge=1, le=65535, description="Web UI port (unused when headless).")
+    ip: str = Field(default="127.0.0.1", description="Address the frontend gRPC service binds to.")
+    port: int = Field(default=7233, ge=1, le=65535, description="Frontend gRPC port.")
+    ui_port: int = Field(default=8233, ge=1, le=65535, description="Web UI port (unused when headless).")
     namespace: str = Field(
         "default",
         pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,254}$",
@@ -86,8 +86,8 @@ class DevServerConfig(BaseModel):
         ".agent-runtime/temporal.db",
         description="SQLite file, relative to the config file's folder; null = in memory.",
     )
-    log_level: LogLevel = Field("warn", description="Server log level.")
-    headless: bool = Field(False, description="True disables the Web UI.")
+    log_level: LogLevel = Field(default="warn", description="Server log level.")
+    headless: bool = Field(default=False, description="True disables the Web UI.")
     ui_codec_endpoint: str | None = Field(
         None, description="Remote codec HTTP endpoint for the Web UI; null or empty = none."
     )

@@ -12,10 +12,10 @@ own task queue (:func:`activities.contracts.model_task_queue`).
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypedDict
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
+from temporalio.common import Priority, RetryPolicy
 
 import workflows.render as render
 from activities.contracts import (
@@ -41,7 +41,18 @@ SUMMARY_SETTINGS = ModelSettings(temperature=0.0, max_tokens=400)
 """Sampling of the compaction summary step."""
 
 
-def resolve_spec(req: RunRequest, workflow_rev: int) -> tuple[ResolveSpecInput, dict[str, Any]]:
+class ActivityOptions(TypedDict, total=False):
+    """Keyword options of ``workflow.execute_activity`` this module sets (a subset of the SDK's)."""
+
+    start_to_close_timeout: timedelta
+    heartbeat_timeout: timedelta
+    retry_policy: RetryPolicy
+    summary: str
+    priority: Priority
+    task_queue: str
+
+
+def resolve_spec(req: RunRequest, workflow_rev: int) -> tuple[ResolveSpecInput, ActivityOptions]:
     """Input and options of ``spec.resolve``: 30 s per attempt, 3 attempts.
 
     ``workflow_rev`` is echoed into the pinned spec, so the run's history records it.
@@ -87,7 +98,7 @@ def model_step(
     summary_of: int | None = None,
     model: str | None = None,
     stream: bool = True,
-) -> tuple[CallModelInput, dict[str, Any]]:
+) -> tuple[CallModelInput, ActivityOptions]:
     """Input and options of one ``model.complete`` step on ``model`` (default: the spec's primary).
 
     A model named in the spec's ``rate_limits`` runs on its own queue,
@@ -130,7 +141,7 @@ def model_step(
             maximum_attempts=spec.model_max_attempts,
         )
         summary = render.model_summary(name, turn)
-    options: dict[str, Any] = {
+    options: ActivityOptions = {
         "start_to_close_timeout": timedelta(seconds=spec.model_timeout_seconds),
         "heartbeat_timeout": MODEL_HEARTBEAT,
         "retry_policy": retry,
@@ -149,7 +160,7 @@ def tool_call(
     call: ToolCallRequest,
     arguments: str | dict[str, Any],
     info: ToolInfo | None,
-) -> tuple[InvokeToolInput, dict[str, Any]]:
+) -> tuple[InvokeToolInput, ActivityOptions]:
     """Input and options of ``tool.invoke`` for one call (on the tool's own queue when it has one).
 
     ``arguments`` are the model's JSON text or the dict a person approved. A tool unknown to the
@@ -170,7 +181,7 @@ def tool_call(
         mcp=info.mcp if info else None,
     )
     shown = arguments if isinstance(arguments, dict) else parse_arguments(arguments) or arguments
-    options: dict[str, Any] = {
+    options: ActivityOptions = {
         "start_to_close_timeout": timedelta(seconds=info.timeout_seconds if info else 30.0),
         "heartbeat_timeout": TOOL_HEARTBEAT,
         "retry_policy": RetryPolicy(
@@ -195,7 +206,7 @@ def count_tokens(
     messages: list[dict[str, Any]],
     with_tools: bool,
     total: int,
-) -> tuple[CountTokensInput, dict[str, Any]]:
+) -> tuple[CountTokensInput, ActivityOptions]:
     """Input and options of ``tokens.count`` for ``messages`` (the new ones of ``total``)."""
     return CountTokensInput(
         model=pinned.spec.model,

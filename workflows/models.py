@@ -30,10 +30,10 @@ WORKFLOW_NAME = "AgentRun"
 class LimitsOverride(BaseModel):
     """Per-run overrides of the spec's limits; ``None`` keeps the spec's value."""
 
-    max_turns: int | None = Field(None, ge=1)
-    max_seconds: float | None = Field(None, gt=0)
-    max_total_tokens: int | None = Field(None, ge=1)
-    max_cost_usd: float | None = Field(None, gt=0)
+    max_turns: int | None = Field(default=None, ge=1)
+    max_seconds: float | None = Field(default=None, gt=0)
+    max_total_tokens: int | None = Field(default=None, ge=1)
+    max_cost_usd: float | None = Field(default=None, gt=0)
 
 
 class RunRequest(BaseModel):
@@ -48,7 +48,7 @@ class RunRequest(BaseModel):
     spec_file: str | None = Field(
         None, description="spec file on the worker; None: AGENT_SPEC_FILE"
     )
-    model: str | None = Field(None, description="override of the spec's model")
+    model: str | None = Field(default=None, description="override of the spec's model")
     parent_run_id: str | None = Field(
         None, description="fork lineage: the run this one forked from"
     )
@@ -308,7 +308,7 @@ class RunData(BaseModel):
     signatures: list[tuple[tuple[str, str], ...]] = Field(
         default_factory=list, description="loop-detection signature of each turn with tool calls"
     )
-    waited_seconds: float = Field(0.0, description="workflow seconds spent waiting for people")
+    waited_seconds: float = Field(default=0.0, description="workflow seconds spent waiting for people")
     started_at: datetime
     max_total_tokens: int | None = None
     max_cost_usd: float | None = None
@@ -319,7 +319,7 @@ class RunData(BaseModel):
         default_factory=list, description="child runs (sub-agents), in the order started"
     )
     lineage: list[str] = Field(default_factory=list, description="agents of the run (handoffs)")
-    plan: PlanView | None = Field(None, description="plan mode: the plan and its steps' status")
+    plan: PlanView | None = Field(default=None, description="plan mode: the plan and its steps' status")
     events: WorkflowStreamState | None = Field(
         None, description="the event stream's retained items (workflows.events.RunEvents.carry)"
     )
@@ -330,21 +330,21 @@ class RunData(BaseModel):
     child_pending: dict[str, list[PendingApproval]] = Field(
         default_factory=dict, exclude=True, description="child run id -> calls it waits on"
     )
-    handoff_to: str | None = Field(None, exclude=True, description="handoff of this turn")
-    req: RunRequest | None = Field(None, exclude=True)
-    status: LiveStatus | RunStatus = Field("starting", exclude=True)
+    handoff_to: str | None = Field(default=None, exclude=True, description="handoff of this turn")
+    req: RunRequest | None = Field(default=None, exclude=True)
+    status: LiveStatus | RunStatus = Field(default="starting", exclude=True)
     pending: dict[str, PendingApproval] = Field(default_factory=dict, exclude=True)
     verdicts: dict[str, Decision] = Field(default_factory=dict, exclude=True)
-    interrupt: InterruptSignal | None = Field(None, exclude=True)
-    budget_paused: bool = Field(False, exclude=True)
-    parse_failures: int = Field(0, exclude=True)
+    interrupt: InterruptSignal | None = Field(default=None, exclude=True)
+    budget_paused: bool = Field(default=False, exclude=True)
+    parse_failures: int = Field(default=0, exclude=True)
     token_counts: list[int] = Field(
         default_factory=list, exclude=True, description="exact tokens of messages[:len(...)]"
     )
-    tools_tokens: int | None = Field(None, exclude=True)
-    search_attributes: bool = Field(False, exclude=True)
-    sa_upserted_at: datetime | None = Field(None, exclude=True)
-    waits: int = Field(0, exclude=True, description="waits for a person entered (revision 3)")
+    tools_tokens: int | None = Field(default=None, exclude=True)
+    search_attributes: bool = Field(default=False, exclude=True)
+    sa_upserted_at: datetime | None = Field(default=None, exclude=True)
+    waits: int = Field(default=0, exclude=True, description="waits for a person entered (revision 3)")
     unconfirmed: set[str] = Field(
         default_factory=set, exclude=True, description="approval requests made outside a task"
     )

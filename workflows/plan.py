@@ -44,8 +44,8 @@ class PlanStep(BaseModel):
 
     id: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,32}$", description="unique within the plan")
     goal: str = Field(min_length=1, description="what the step must achieve, stated in full")
-    agent: str | None = Field(None, description="a sub-agent that carries the step out")
-    tool: str | None = Field(None, description="a tool that carries the step out")
+    agent: str | None = Field(default=None, description="a sub-agent that carries the step out")
+    tool: str | None = Field(default=None, description="a tool that carries the step out")
     arguments: dict[str, Any] = Field(default_factory=dict, description="the tool's arguments")
     depends_on: list[str] = Field(default_factory=list, description="ids of earlier steps")
 

@@ -53,7 +53,7 @@ class McpServerSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    command: list[str] | None = Field(None, min_length=1)
+    command: list[str] | None = Field(default=None, min_length=1)
     env: dict[str, str] = Field(default_factory=dict)
     cwd: str | None = None
     url: str | None = None
@@ -69,7 +69,7 @@ class McpServerSpec(BaseModel):
         "attempt fails naming the server, with the last lines of its stderr",
     )
     risk: Literal["read", "write", "exec", "network"] | None = None
-    tools: list[str] | None = Field(None, description="only these tools of the server")
+    tools: list[str] | None = Field(default=None, description="only these tools of the server")
 
     @field_validator("command", mode="before")
     @classmethod

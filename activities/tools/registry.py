@@ -467,7 +467,7 @@ def tool(
             sandboxed=sandboxed,
         )
         (registry or REGISTRY).register(tool_def)
-        f.__tool__ = tool_def  # type: ignore[attr-defined]
+        f.__tool__ = tool_def  # type: ignore[attr-defined]  # functions take attributes at run time
         return f
 
     return decorate(fn) if fn is not None else decorate

@@ -48,16 +48,16 @@ class RunStartedEntry(_Entry):
     tenant_id: str
     principal_id: str
     mode: str = "task"
-    model: str | None = Field(None, description="model override of the request, if any")
+    model: str | None = Field(default=None, description="model override of the request, if any")
     task_queue: str = ""
-    identity: str = Field("", description="Temporal client identity that started it")
+    identity: str = Field(default="", description="Temporal client identity that started it")
     parent_run_id: str | None = None
     fork_turn: int | None = None
-    seeded_messages: int = Field(0, description="messages of the fork seed (0: not a fork)")
+    seeded_messages: int = Field(default=0, description="messages of the fork seed (0: not a fork)")
     continued_from: str | None = Field(
         None, description="previous execution's run id (continue-as-new)"
     )
-    turn: int = Field(0, description="turns already taken when it started (continue-as-new)")
+    turn: int = Field(default=0, description="turns already taken when it started (continue-as-new)")
 
 
 _E = TypeVar("_E", bound=_Entry)
@@ -98,7 +98,7 @@ class ModelStepEntry(_Entry):
         "scheduled", "cancel_requested", "completed", "failed", "timed_out", "cancelled"
     ] = "scheduled"
     attempts: int = 0
-    messages: int = Field(0, description="messages sent to the model")
+    messages: int = Field(default=0, description="messages sent to the model")
     prompt_tokens: int = 0
     completion_tokens: int = 0
     total_tokens: int = 0
@@ -106,7 +106,7 @@ class ModelStepEntry(_Entry):
     latency_ms: float | None = None
     http_latency_ms: float | None = None
     finish_reason: str | None = None
-    content: str | None = Field(None, description="the assistant's text, if any")
+    content: str | None = Field(default=None, description="the assistant's text, if any")
     tool_calls: list[AskedToolCall] = Field(default_factory=list)
     error: str | None = None
     completed_at: str | None = None
