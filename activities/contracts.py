@@ -106,7 +106,7 @@ class ModelSettings(BaseModel):
     max_tokens: int | None = 1024
     top_p: float | None = None
     retry_temperature_step: float = Field(
-        0.0,
+        default=0.0,
         ge=0.0,
         le=1.0,
         description="added to the temperature on the attempt after one whose output could not "
@@ -223,7 +223,7 @@ class McpServerConfig(BaseModel):
     url: str | None = None
     headers: dict[str, str] = Field(default_factory=dict)
     handshake_timeout_seconds: float = Field(
-        10.0, gt=0, description="a stdio server must answer the MCP handshake within this"
+        default=10.0, gt=0, description="a stdio server must answer the MCP handshake within this"
     )
 
 

@@ -61,13 +61,19 @@ class Limits(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     max_turns: int = Field(default=20, ge=1, description="model steps at most")
-    max_seconds: float = Field(default=300, gt=0, description="wall seconds of workflow time at most")
-    loop_window: int = Field(default=6, ge=2, description="recent turns examined for repeated tool calls")
+    max_seconds: float = Field(
+        default=300, gt=0, description="wall seconds of workflow time at most"
+    )
+    loop_window: int = Field(
+        default=6, ge=2, description="recent turns examined for repeated tool calls"
+    )
     loop_repeats: int = Field(
         3, ge=2, description="identical turns within the window that make a loop"
     )
     max_total_tokens: int | None = Field(default=None, ge=1, description="token budget of the run")
-    max_cost_usd: float | None = Field(default=None, gt=0, description="cost budget of the run, US dollars")
+    max_cost_usd: float | None = Field(
+        default=None, gt=0, description="cost budget of the run, US dollars"
+    )
     on_budget: Literal["stop", "pause"] = "stop"
     continue_as_new_every_turns: int | None = Field(
         None, ge=1, description="continue as new every N turns (None: by history size)"
@@ -143,7 +149,7 @@ class Policy(BaseModel):
     approval_timeout_seconds: float = Field(86_400, gt=0)
     on_approval_timeout: Literal["reject", "fail"] = "reject"
     require_signed_decisions: bool = Field(
-        False,
+        default=False,
         description="approve/reject/decide must carry an Ed25519 signature verified against "
         "decision_keys (activities/signing.py); unsigned or badly signed ones are refused",
     )
@@ -183,10 +189,12 @@ class MemorySpec(BaseModel):
 
     read: list[Literal["user", "agent", "thread"]] = Field(default_factory=list)
     write: list[Literal["user", "agent", "thread"]] = Field(default_factory=list)
-    max_tokens: int = Field(800, ge=50, le=8000, description="memory block size per model step")
-    limit: int = Field(8, ge=1, le=50, description="items retrieved per model step")
+    max_tokens: int = Field(
+        default=800, ge=50, le=8000, description="memory block size per model step"
+    )
+    limit: int = Field(default=8, ge=1, le=50, description="items retrieved per model step")
     consolidate_after_seconds: float = Field(
-        5.0, ge=0, description="debounce of the consolidation workflow after a run ends"
+        default=5.0, ge=0, description="debounce of the consolidation workflow after a run ends"
     )
 
 
@@ -208,7 +216,9 @@ class PlanSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     max_steps: int = Field(default=8, ge=1, le=50, description="steps one plan may hold at most")
-    max_replans: int = Field(default=1, ge=0, le=10, description="new plans after a failed step at most")
+    max_replans: int = Field(
+        default=1, ge=0, le=10, description="new plans after a failed step at most"
+    )
     max_invalid_plans: int = Field(
         2, ge=0, description="invalid plans told back to the model before the run fails"
     )
@@ -290,7 +300,7 @@ class AgentSpec(BaseModel):
     memory: MemorySpec | None = None
     temperature: float = Field(0.2, ge=0, le=2)
     retry_temperature_step: float = Field(
-        0.0,
+        default=0.0,
         ge=0,
         le=1,
         description="added to the temperature only on the attempt after unreadable model output "

@@ -46,21 +46,22 @@ class RunRequest(BaseModel):
     mode: Literal["task", "chat"] = "task"
     limits: LimitsOverride = Field(default_factory=LimitsOverride)
     spec_file: str | None = Field(
-        None, description="spec file on the worker; None: AGENT_SPEC_FILE"
+        default=None, description="spec file on the worker; None: AGENT_SPEC_FILE"
     )
     model: str | None = Field(default=None, description="override of the spec's model")
     parent_run_id: str | None = Field(
-        None, description="fork lineage: the run this one forked from"
+        default=None, description="fork lineage: the run this one forked from"
     )
     fork_turn: int | None = None
     seed_messages: list[dict[str, Any]] | None = Field(
-        None, description="fork: transcript to start from instead of [system, user(input)]"
+        default=None, description="fork: transcript to start from instead of [system, user(input)]"
     )
     carry: RunData | None = Field(
-        None, description="set by the run itself when it continues as new"
+        default=None, description="set by the run itself when it continues as new"
     )
     tools: list[str] | None = Field(
-        None, description="offer only these of the spec's tools (evaluation cases); None: all"
+        default=None,
+        description="offer only these of the spec's tools (evaluation cases); None: all",
     )
 
 
@@ -152,8 +153,12 @@ class RunResult(BaseModel):
 class SignedDecision(BaseModel):
     """Fields of a decision signed where the spec requires it (activities/signing.py)."""
 
-    signature: str | None = Field(None, description="base64 Ed25519 signature of the decision")
-    signed_at: str | None = Field(None, description="ISO-8601 time the signer put in the signature")
+    signature: str | None = Field(
+        default=None, description="base64 Ed25519 signature of the decision"
+    )
+    signed_at: str | None = Field(
+        default=None, description="ISO-8601 time the signer put in the signature"
+    )
 
 
 class ApproveSignal(SignedDecision):
@@ -231,7 +236,7 @@ class PendingApproval(BaseModel):
     approvers: list[str] = Field(default_factory=list)
     reason: str | None = None
     run_id: str | None = Field(
-        None, description="set when the call waits in a child run: decide it there or here"
+        default=None, description="set when the call waits in a child run: decide it there or here"
     )
 
 
@@ -308,7 +313,9 @@ class RunData(BaseModel):
     signatures: list[tuple[tuple[str, str], ...]] = Field(
         default_factory=list, description="loop-detection signature of each turn with tool calls"
     )
-    waited_seconds: float = Field(default=0.0, description="workflow seconds spent waiting for people")
+    waited_seconds: float = Field(
+        default=0.0, description="workflow seconds spent waiting for people"
+    )
     started_at: datetime
     max_total_tokens: int | None = None
     max_cost_usd: float | None = None
@@ -319,9 +326,12 @@ class RunData(BaseModel):
         default_factory=list, description="child runs (sub-agents), in the order started"
     )
     lineage: list[str] = Field(default_factory=list, description="agents of the run (handoffs)")
-    plan: PlanView | None = Field(default=None, description="plan mode: the plan and its steps' status")
+    plan: PlanView | None = Field(
+        default=None, description="plan mode: the plan and its steps' status"
+    )
     events: WorkflowStreamState | None = Field(
-        None, description="the event stream's retained items (workflows.events.RunEvents.carry)"
+        default=None,
+        description="the event stream's retained items (workflows.events.RunEvents.carry)",
     )
     model_steps: list[dict[str, Any]] = Field(
         default_factory=list, description="RunResult.model_steps: the model of every step"
@@ -344,7 +354,9 @@ class RunData(BaseModel):
     tools_tokens: int | None = Field(default=None, exclude=True)
     search_attributes: bool = Field(default=False, exclude=True)
     sa_upserted_at: datetime | None = Field(default=None, exclude=True)
-    waits: int = Field(default=0, exclude=True, description="waits for a person entered (revision 3)")
+    waits: int = Field(
+        default=0, exclude=True, description="waits for a person entered (revision 3)"
+    )
     unconfirmed: set[str] = Field(
         default_factory=set, exclude=True, description="approval requests made outside a task"
     )

@@ -62,7 +62,7 @@ class McpServerSpec(BaseModel):
     timeout_seconds: float = Field(60.0, gt=0, description="start-to-close of one call attempt")
     max_attempts: int = Field(3, ge=1, description="attempts of one call (server unreachable)")
     handshake_timeout_seconds: float = Field(
-        10.0,
+        default=10.0,
         gt=0,
         le=600,
         description="seconds a stdio server has to answer the MCP handshake (10); then the "
