@@ -5,18 +5,24 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from pathlib import Path
 
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowHistory
 
 from activities.memory import Namespace, open_store
 from tests.harness import Harness, until_state
 from workers import client as rc
+from workers.history import replay_histories
 from workers.testing.scripted_model import ScriptedModel, text, tool_call
 
 FACT = "The user's project is called Falcon and uses PostgreSQL."
 EXTRACTION = json.dumps({"facts": [{"text": FACT, "replaces": None}]})
 MEMORY = {"memory": {"read": ["user"], "write": ["user"], "consolidate_after_seconds": 0.2}}
+
+
+STORED = Path(__file__).resolve().parents[1] / "histories" / "memory" / "handoff.json"
+"""A run whose spec writes memory: its end hands off to consolidation (patch memory-consolidation)."""
 
 
 async def _wait_items(url: str, ns: Namespace, n: int) -> list:
@@ -38,10 +44,14 @@ async def test_a_second_run_is_given_what_the_first_taught(client: Client, tmp_p
         ]
     )
     async with Harness(client, tmp_path, model, agents={"default": MEMORY}) as h:
-        first = await h.run(
+        first_h = await h.start(
             "My project is called Falcon; it runs on PostgreSQL.", principal_id="dana"
         )
+        first = await first_h.result()
         assert first.status == "completed"
+        if os.environ.get("RECORD_MEMORY_HISTORY"):
+            STORED.parent.mkdir(parents=True, exist_ok=True)
+            STORED.write_text((await first_h.fetch_history()).to_json())
         url = h.settings.memory_store_url
         ns = Namespace(tenant_id="default", scope="user:dana")
         [item] = await _wait_items(url, ns, 1)
@@ -105,3 +115,11 @@ async def test_the_model_remembers_and_searches_through_tools(client: Client, tm
     found = [m["content"] for m in model.requests[2].messages if m["role"] == "tool"]
     assert "stg-7" in found[-1]
     assert other == []  # written in tenant t9 only
+
+
+async def test_the_stored_memory_handoff_history_replays():
+    history = WorkflowHistory.from_json("memory", STORED.read_text())
+    report = await replay_histories([history])
+    assert report.compatible, report.failure
+    names = [e.marker_recorded_event_attributes.marker_name for e in history.events]
+    assert {"core_patch", "core_local_activity"} <= set(names)  # the patch and the handoff
