@@ -296,6 +296,10 @@ class ToolInfo(BaseModel):
     sandboxed: bool = False
     """The tool runs in the OS sandbox: an exec tool then waits for approval by default."""
     task_queue: str | None = None
+    local: bool = False
+    """Calls run as local activities on the workflow's worker (no activity task on the server;
+    Temporal Cloud counts all local activities of one workflow task as one action). Never with
+    ``task_queue`` or ``mcp``."""
     mcp: McpTarget | None = None
     kind: Literal["tool", "subagent", "handoff"] = "tool"
     """``subagent``: ``ask_<agent>`` starts a child run; ``handoff``: ``handoff_to_<agent>`` hands

@@ -53,6 +53,8 @@ async def await_with_heartbeats(
         asyncio.CancelledError: the activity was cancelled; ``work`` is cancelled too.
         Exception: whatever ``work`` raised.
     """
+    if activity.info().is_local:  # a local activity has no heartbeats: the workflow task waits
+        return await work
     interval = heartbeat_interval(activity.info().heartbeat_timeout)
     started = time.perf_counter()
     task = asyncio.ensure_future(work)

@@ -179,6 +179,7 @@ class RuntimeActivities:
         tools = self._registry.infos(spec.tool_names())
         for info in tools:
             info.task_queue = spec.tool_queues.get(info.name)
+            info.local = spec.local_tools.get(info.name, info.local) and not info.task_queue
         servers = list(spec.mcp_servers)
         listed = await asyncio.gather(*(self._pin_server(spec, name) for name in servers))
         for name, pinned in zip(servers, listed, strict=True):

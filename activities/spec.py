@@ -264,6 +264,9 @@ class ToolEntry(BaseModel):
 
     name: str = Field(min_length=1)
     task_queue: str | None = Field(default=None, min_length=1, pattern=r"^\S+$")
+    local: bool | None = None
+    """Run the tool's calls as local activities (``true``) or as activities (``false``);
+    unset: the tool's own default (``@tool(local=True)``). Ignored with ``task_queue``."""
 
 
 class AgentSpec(BaseModel):
@@ -291,6 +294,10 @@ class AgentSpec(BaseModel):
     system_prompt: str = "You are a helpful assistant."
     tools: list[str | ToolEntry] = Field(default_factory=list)
     tool_queues: dict[str, str] = Field(default_factory=dict)
+    local_tools: dict[str, bool] = Field(
+        default_factory=dict,
+        description="tool name -> run as a local activity (from tools entries with local:)",
+    )
     mcp_servers: dict[str, McpServerSpec] = Field(default_factory=dict)
     workspace: str = "."
     limits: Limits = Field(default_factory=Limits)
@@ -394,6 +401,8 @@ class AgentSpec(BaseModel):
             if isinstance(entry, ToolEntry):
                 if entry.task_queue:
                     self.tool_queues[entry.name] = entry.task_queue
+                if entry.local is not None:
+                    self.local_tools[entry.name] = entry.local
                 names.append(entry.name)
             else:
                 names.append(entry)

@@ -24,7 +24,7 @@ from bench.infra import jsonable, machine_info
 from bench.scenarios import SCENARIOS, Options
 
 DEFAULT_ORDER = [
-    "history", "overhead", "throughput", "cpu", "crash", "tuning", "fairness", "rate_limit", "evals",
+    "peers", "history", "overhead", "throughput", "cpu", "crash", "tuning", "fairness", "rate_limit", "evals",
     "encryption", "memory", "sandbox",
 ]  # fmt: skip
 console = Console()
@@ -272,6 +272,49 @@ def table_cpu(r: dict[str, Any]) -> Table:
     return t
 
 
+def table_peers(r: dict[str, Any]) -> Table:
+    """Scenario ``peers``: the whole-run table of issue #23, ours beside the plugin and the loop."""
+    t = Table(
+        "",
+        "ours",
+        "plugin",
+        "hand-written loop",
+        "ours / plugin",
+        "ours / loop",
+        title=f"0. Peers: {r.get('turns_per_run')}-turn runs (a calculator call per turn), "
+        f"model latency {r.get('model_latency_s')} s, one worker, a fresh dev server each",
+        show_lines=True,
+    )
+    labels = {
+        "runs_per_s_100": "runs/s, 100 concurrent",
+        "runs_per_s_300": "runs/s, 300 concurrent",
+        "server_cpu_ms_per_run_300": "Temporal server CPU per run, 300 concurrent (ms)",
+        "worker_cpu_ms_per_run_300": "worker CPU per run, 300 concurrent (ms)",
+        "actions_per_run": "Temporal Cloud actions per run (from histories)",
+        "history_bytes_per_turn": "history bytes per turn (20-turn run, latency 0)",
+        "server_cpu_ms_per_turn": "server CPU per turn (20-turn run, latency 0, ms)",
+        "worker_cpu_ms_per_turn": "worker CPU per turn (20-turn run, latency 0, ms)",
+    }
+    for key, label in labels.items():
+        row = (r.get("table") or {}).get(key) or {}
+        t.add_row(
+            label,
+            f"[bold]{_v(row.get('ours'))}[/bold]",
+            _v(row.get("plugin")),
+            _v(row.get("hand")),
+            _v(row.get("ours_over_plugin"), "x", 2),
+            _v(row.get("ours_over_hand"), "x", 2),
+        )
+    prof = {k: _g(r, k, "throughput", "100", "profile") or {} for k in ("ours", "plugin", "hand")}
+    t.caption = "per run at 100 concurrent (sampled histories): " + "; ".join(
+        f"{k}: {p.get('event_count')} events, {p.get('commands')} commands, "
+        f"{p.get('workflow_tasks')} workflow tasks, {p.get('sticky_misses')} sticky misses"
+        for k, p in prof.items()
+        if p
+    )
+    return t
+
+
 def table_encryption(r: dict[str, Any]) -> Table:
     """Payload encryption on vs off, two workers side by side."""
     t = Table(
@@ -346,6 +389,7 @@ def table_rate_limit(r: dict[str, Any]) -> Table:
 
 
 TABLES = {
+    "peers": table_peers,
     "fairness": table_fairness,
     "rate_limit": table_rate_limit,
     "history": table_history,

@@ -760,9 +760,11 @@ from bench.cpu import scenario_cpu  # noqa: E402
 from bench.encryption import scenario_encryption  # noqa: E402
 from bench.memory import scenario_memory  # noqa: E402
 from bench.models import scenario_fairness, scenario_rate_limit  # noqa: E402
+from bench.peers import scenario_peers  # noqa: E402
 from bench.sandbox import scenario_sandbox  # noqa: E402
 
 SCENARIOS = {
+    "peers": scenario_peers,
     "fairness": scenario_fairness,
     "rate_limit": scenario_rate_limit,
     "history": scenario_history,

@@ -142,8 +142,9 @@ async def start_run(
 ) -> WorkflowHandle[AgentRun, RunResult]:
     """Start ``AgentRun``; returns its handle. Workflow id ``run-<uuid4>`` unless given.
 
-    Search attributes are set at start only when the namespace has them registered; the run
-    keeps them current from then on.
+    Search attributes are set at start only when the namespace has them registered, with
+    ``AgentStatus`` ``running`` (a revision-4 run then needs no upsert until something changes,
+    docs/throughput.md); the run keeps them current from then on.
     """
     task_queue = task_queue or load_settings().task_queue
     workflow_id = workflow_id or f"run-{uuid.uuid4()}"
@@ -154,7 +155,7 @@ async def start_run(
                 SearchAttributePair(SA_AGENT, req.agent),
                 SearchAttributePair(SA_TENANT, req.tenant_id),
                 SearchAttributePair(SA_PRINCIPAL, req.principal_id),
-                SearchAttributePair(SA_STATUS, "starting"),
+                SearchAttributePair(SA_STATUS, "running"),
             ]
         )
     return await client.start_workflow(

@@ -52,6 +52,15 @@ class ActivityOptions(TypedDict, total=False):
     task_queue: str
 
 
+class LocalActivityOptions(TypedDict, total=False):
+    """Keyword options of ``workflow.execute_local_activity`` this module sets."""
+
+    start_to_close_timeout: timedelta
+    local_retry_threshold: timedelta
+    retry_policy: RetryPolicy
+    summary: str
+
+
 def resolve_spec(req: RunRequest, workflow_rev: int) -> tuple[ResolveSpecInput, ActivityOptions]:
     """Input and options of ``spec.resolve``: 30 s per attempt, 3 attempts.
 
@@ -65,6 +74,22 @@ def resolve_spec(req: RunRequest, workflow_rev: int) -> tuple[ResolveSpecInput, 
         "retry_policy": RetryPolicy(maximum_attempts=3),
         "summary": f"spec: resolve agent {req.agent}",
         "priority": tenant_priority(req.tenant_id),
+    }
+
+
+def resolve_spec_local(
+    req: RunRequest, workflow_rev: int
+) -> tuple[ResolveSpecInput, LocalActivityOptions]:
+    """:func:`resolve_spec` as a local activity (revision 4): the same input, timeout and attempts.
+
+    Reading the spec file on the workflow's own worker needs no activity task of its own: one
+    ``MarkerRecorded`` event instead of three activity events and a workflow task.
+    """
+    inp, opts = resolve_spec(req, workflow_rev)
+    return inp, {
+        "start_to_close_timeout": opts["start_to_close_timeout"],
+        "retry_policy": opts["retry_policy"],
+        "summary": opts["summary"],
     }
 
 
@@ -151,6 +176,31 @@ def model_step(
     if name in spec.rate_limits:
         options["task_queue"] = model_task_queue(workflow.info().task_queue, name)
     return inp, options
+
+
+def runs_local(info: ToolInfo | None) -> bool:
+    """Whether a call of ``info`` runs as a local activity: the tool says so (``@tool(local=True)``
+    or the spec's ``{name: N, local: true}``), and it has neither its own queue nor an MCP server.
+    """
+    return info is not None and info.local and info.task_queue is None and info.mcp is None
+
+
+def as_local(opts: ActivityOptions) -> LocalActivityOptions:
+    """The options of ``workflow.execute_local_activity`` for a call built by :func:`tool_call`.
+
+    A local activity has no heartbeat, queue or priority of its own (it runs on the workflow's
+    worker within the workflow task); its start-to-close timeout and retry policy are kept, and
+    retries past ``local_retry_threshold`` (1 s) are scheduled with a timer by the SDK.
+    """
+    out: LocalActivityOptions = {
+        "start_to_close_timeout": opts["start_to_close_timeout"],
+        "local_retry_threshold": timedelta(seconds=1),
+    }
+    if "retry_policy" in opts:
+        out["retry_policy"] = opts["retry_policy"]
+    if "summary" in opts:
+        out["summary"] = opts["summary"]
+    return out
 
 
 def tool_call(

@@ -60,6 +60,9 @@ T = TypeVar("T")
 
 PATCH_MEMORY = "memory-consolidation"
 """Patch id of the memory handoff at the end of a run whose spec writes memory."""
+PATCH_V4 = "agent-run-v4"
+"""Patch id of revision 4: ``spec.resolve`` runs as a local activity (then ``WORKFLOW_REV`` 4 is
+pinned, which turns on local tools and fewer upserts; docs/throughput.md)."""
 PATCH_V2 = "agent-run-v2"
 """Patch id of the second workflow version (one deadline timer per run, throttled search-attribute
 refreshes, continue-as-new at the spec's own thresholds, AgentStatus after a chat message,
@@ -160,9 +163,13 @@ class AgentRun(ToolCalls, Compacting, RunHandlers, Children, Handoffs, Planning)
             return self._finish("interrupted", "the workflow was cancelled")
 
     async def _start(self, req: RunRequest) -> None:
-        inp, opts = options.resolve_spec(req, WORKFLOW_REV)
         try:
-            pinned = await workflow.execute_activity(spec_resolve, inp, **opts)
+            if workflow.patched(PATCH_V4):
+                inp, lopts = options.resolve_spec_local(req, WORKFLOW_REV)
+                pinned = await workflow.execute_local_activity(spec_resolve, inp, **lopts)
+            else:  # runs started before revision 4 (their spec.resolve is an activity)
+                inp, opts = options.resolve_spec(req, 3)
+                pinned = await workflow.execute_activity(spec_resolve, inp, **opts)
         except ActivityError as e:
             mcp = isinstance(e.cause, ApplicationError) and e.cause.type == ERR_MCP_UNAVAILABLE
             reason = "MCP server unavailable" if mcp else "invalid agent spec"
@@ -192,7 +199,16 @@ class AgentRun(ToolCalls, Compacting, RunHandlers, Children, Handoffs, Planning)
             ]
         self._emit("run_started", agent=req.agent, input=req.input)
         self._set_status("running")
-        self._upsert_search_attributes(initial=True)
+        started = workflow.info().typed_search_attributes
+        if self._rev4() and s.search_attributes and started.get(SA_STATUS) == "running":
+            # The client set who, what and "running" at start (workers.client.start_run): no
+            # upsert now; the spec hash goes with the first one the run needs.
+            s.sa_shown = {
+                key.name: started.get(key) for key in (SA_STATUS, SA_AGENT, SA_TENANT, SA_PRINCIPAL)
+            }
+            s.sa_initial_pending = True
+        else:
+            self._upsert_search_attributes(initial=True)
         self._publish()
 
     def _restore(self, req: RunRequest, started_with_sa: bool) -> None:
@@ -299,7 +315,9 @@ class AgentRun(ToolCalls, Compacting, RunHandlers, Children, Handoffs, Planning)
         # TotalTokens and CostUsd stay current in listings: each upsert is an event and a
         # visibility write on the server, so not one every turn.
         if self._rev3():  # by turns: a workflow.now() difference must not change commands
-            if s.turn % SA_REFRESH_TURNS == 0:
+            # revision 4: not when the reply ends the turn (the status upsert that follows
+            # carries the same figures in the same workflow task)
+            if s.turn % SA_REFRESH_TURNS == 0 and (reply.tool_calls or not self._rev4()):
                 self._upsert_search_attributes()
         elif s.sa_upserted_at is None or (
             (workflow.now() - s.sa_upserted_at).total_seconds() >= SA_REFRESH_SECONDS
@@ -517,10 +535,25 @@ class AgentRun(ToolCalls, Compacting, RunHandlers, Children, Handoffs, Planning)
             workflow.set_current_details(details)
 
     def _upsert_search_attributes(self, initial: bool = False) -> None:
+        """Upsert what listings show; revision 4: only the values that changed, if any.
+
+        Each upsert is a command, an event, a visibility write on the server and a billed
+        Temporal Cloud action (docs/throughput.md).
+        """
         s = self._s
         if not s.search_attributes or s.req is None:
             return
-        workflow.upsert_search_attributes(state.search_attribute_pairs(s, initial))
+        if not self._rev4():
+            workflow.upsert_search_attributes(state.search_attribute_pairs(s, initial))
+            s.sa_upserted_at = workflow.now()
+            return
+        pairs = state.search_attribute_pairs(s, initial or s.sa_initial_pending)
+        changed = [p for p in pairs if s.sa_shown.get(p.key.name, ...) != p.value]
+        if not changed:
+            return
+        workflow.upsert_search_attributes(changed)
+        s.sa_shown.update({p.key.name: p.value for p in changed})
+        s.sa_initial_pending = False
         s.sa_upserted_at = workflow.now()
 
 

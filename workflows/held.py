@@ -20,11 +20,13 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     from workflows.models import ApproveSignal, IgnoredSignal, RejectSignal, RunData
 
-WORKFLOW_REV = 3
+WORKFLOW_REV = 4
 """Revision of this code's behaviour, recorded in each run's history: ``spec.resolve`` echoes it
 into ``PinnedSpec.workflow_rev`` (0 in runs recorded before; they replay the revision-2 branches).
 Revision 3 takes no decision that changes commands from a ``workflow.now()`` difference, and
-refuses decisions for approval requests not yet in history."""
+refuses decisions for approval requests not yet in history. Revision 4 (with patch
+``agent-run-v4``: ``spec.resolve`` as a local activity) runs tools marked ``local`` as local
+activities and upserts search attributes only when what they show changed (docs/throughput.md)."""
 
 
 class HeldDecisions:
@@ -40,6 +42,11 @@ class HeldDecisions:
         """Whether the run started with revision 3 (a value in its history, not a marker)."""
         pinned = self._s.pinned
         return pinned is not None and pinned.workflow_rev >= 3
+
+    def _rev4(self) -> bool:
+        """Whether the run started with revision 4 (local tools, fewer upserts)."""
+        pinned = self._s.pinned
+        return pinned is not None and pinned.workflow_rev >= 4
 
     def _observe(self) -> bool:
         """Note whether this activation runs outside a workflow task; returns False.

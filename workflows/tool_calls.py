@@ -67,6 +67,7 @@ class ToolCalls:
     _emit: Callable[..., None]
     _settle: Callable[[], bool]
     _rev3: Callable[[], bool]
+    _rev4: Callable[[], bool]
     _outside_task: bool
     _ask_share: int
     _invoke_agent: Callable[[ToolCallRequest, ToolCallRecord, ToolInfo], Awaitable[str]]
@@ -185,7 +186,12 @@ class ToolCalls:
         )
         self._emit("tool_started", tool_call_id=call.id, name=call.name, arguments=rec.arguments)
         try:
-            out = await workflow.execute_activity(tool_invoke, inp, **opts)
+            if self._rev4() and options.runs_local(info):
+                out = await workflow.execute_local_activity(
+                    tool_invoke, inp, **options.as_local(opts)
+                )
+            else:
+                out = await workflow.execute_activity(tool_invoke, inp, **opts)
         except ActivityError as e:
             msg = cause_message(e)
             settled = turn.settle_failure(

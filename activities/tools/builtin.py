@@ -115,7 +115,7 @@ def _format_number(value: float) -> str:
     return f"{value:.15g}"
 
 
-@tool
+@tool(local=True)
 def calculator(expression: str) -> str:
     """Evaluate an arithmetic expression and return the result.
 
@@ -224,7 +224,7 @@ def _existing(ctx: ToolContext, path: str) -> Path:
     return target
 
 
-@tool
+@tool(local=True)
 def list_files(
     ctx: ToolContext,
     path: str = ".",
@@ -264,7 +264,7 @@ def list_files(
     return "\n".join(lines)
 
 
-@tool
+@tool(local=True)
 def read_file(
     ctx: ToolContext,
     path: str,
@@ -323,7 +323,7 @@ def _search_file(file: Path, match: Any, limit: int) -> Iterator[tuple[int, str]
                 return
 
 
-@tool
+@tool(local=True)
 def search_files(
     ctx: ToolContext,
     query: Annotated[str, Field(min_length=1)],

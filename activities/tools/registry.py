@@ -162,6 +162,9 @@ class ToolDef:
     sandboxed: bool = False
     """Runs in the OS sandbox (activities/sandbox): an ``exec`` tool then asks for approval
     by default instead of needing an explicit policy entry."""
+    local: bool = False
+    """Runs as a local activity by default (short, read-only, deterministic input: no server
+    round trip of its own; docs/throughput.md). A spec's ``tools`` entry may override it."""
     is_async: bool = False
     # parameter name -> pydantic field name (differs when the name would shadow BaseModel's API)
     field_names: dict[str, str] = field(default_factory=dict)
@@ -176,6 +179,7 @@ class ToolDef:
         max_attempts: int = 3,
         risk: Risk = "read",
         sandboxed: bool = False,
+        local: bool = False,
     ) -> ToolDef:
         """Build a tool from a type-hinted function with a Google-style docstring.
 
@@ -206,6 +210,7 @@ class ToolDef:
             max_attempts=max_attempts,
             risk=risk,
             sandboxed=sandboxed,
+            local=local,
             is_async=inspect.iscoroutinefunction(fn),
             field_names=field_names,
         )
@@ -220,6 +225,7 @@ class ToolDef:
             max_attempts=self.max_attempts,
             risk=self.risk,
             sandboxed=self.sandboxed,
+            local=self.local,
         )
 
     def parameter_summary(self) -> str:
@@ -437,6 +443,7 @@ def tool(
     risk: Risk = "read",
     registry: ToolRegistry | None = None,
     sandboxed: bool = False,
+    local: bool = False,
 ) -> Any:
     """Make a function a tool and register it (in :data:`REGISTRY` unless ``registry`` is given).
 
@@ -451,6 +458,8 @@ def tool(
         risk: policy hint: ``read`` tools are allowed by default, others need approval.
         registry: where to register; :data:`REGISTRY` when omitted.
         sandboxed: the tool runs in the OS sandbox (an exec tool then asks for approval).
+        local: run as a local activity by default (only for short read-only tools; a spec's
+            ``tools`` entry ``{name: N, local: false}`` overrides it).
 
     Raises:
         TypeError: the function cannot be a tool (see :meth:`ToolDef.from_function`).
@@ -465,6 +474,7 @@ def tool(
             max_attempts=max_attempts,
             risk=risk,
             sandboxed=sandboxed,
+            local=local,
         )
         (registry or REGISTRY).register(tool_def)
         f.__tool__ = tool_def  # type: ignore[attr-defined]  # functions take attributes at run time
