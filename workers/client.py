@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+import weakref
 from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
@@ -113,11 +114,19 @@ _TRANSIENT = frozenset(
 )
 
 
+SA_CHECK_TTL_S = 60.0
+"""Seconds a client trusts a "registered" answer before asking the server again: starting runs
+in a burst then costs one ``ListSearchAttributes`` call a minute, not one per run (bench
+``peers``, docs/throughput.md). A "not registered" answer is never kept."""
+
+_sa_registered_at: weakref.WeakKeyDictionary[Client, float] = weakref.WeakKeyDictionary()
+
+
 async def search_attributes_registered(client: Client) -> bool:
     """True when the namespace has every search attribute the run sets (see temporal-dev.yml).
 
     False when the server says they are not there or will not list them (e.g. no operator
-    service).
+    service). A True answer is kept per client for :data:`SA_CHECK_TTL_S` seconds.
 
     Raises:
         temporalio.service.RPCError: the server did not answer (unavailable, restarting, timed
@@ -125,12 +134,18 @@ async def search_attributes_registered(client: Client) -> bool:
             run never sets them: it would stay invisible to ``AgentStatus`` filters for good
             (seen under ``make chaos`` when a run started while the server restarted).
     """
+    seen = _sa_registered_at.get(client)
+    if seen is not None and time.monotonic() - seen < SA_CHECK_TTL_S:
+        return True
     try:
-        return await namespace_has_search_attributes(client)
+        ok = await namespace_has_search_attributes(client)
     except RPCError as e:
         if e.status in _TRANSIENT:
             raise
         return False
+    if ok:
+        _sa_registered_at[client] = time.monotonic()
+    return ok
 
 
 async def start_run(

@@ -161,6 +161,18 @@ def runtime_activities(settings: Settings) -> RuntimeActivities:
     )
 
 
+def local_activities(runtime: RuntimeActivities) -> list[Any]:
+    """The activities ``AgentRun`` runs as local activities, on the worker of its workflow tasks.
+
+    ``spec.resolve`` and ``tool.invoke`` (for tools marked ``local``; docs/throughput.md).
+
+    A worker for workflow tasks only must still register these, or a run's first workflow task
+    fails: ``build_worker(client, settings, activities=local_activities(runtime),
+    no_remote_activities=True)`` (the Temporal worker option that polls no activity tasks).
+    """
+    return [runtime.resolve_spec, runtime.invoke_tool]
+
+
 def build_worker(
     client: Client,
     settings: Settings,

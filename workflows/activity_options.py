@@ -86,11 +86,7 @@ def resolve_spec_local(
     ``MarkerRecorded`` event instead of three activity events and a workflow task.
     """
     inp, opts = resolve_spec(req, workflow_rev)
-    return inp, {
-        "start_to_close_timeout": opts["start_to_close_timeout"],
-        "retry_policy": opts["retry_policy"],
-        "summary": opts["summary"],
-    }
+    return inp, as_local(opts)
 
 
 def memory_scopes(kinds: list[str], spec: Any, req: RunRequest) -> list[MemoryScopeRef]:
@@ -179,23 +175,24 @@ def model_step(
 
 
 def runs_local(info: ToolInfo | None) -> bool:
-    """Whether a call of ``info`` runs as a local activity: the tool says so (``@tool(local=True)``
-    or the spec's ``{name: N, local: true}``), and it has neither its own queue nor an MCP server.
+    """Whether a call of ``info`` runs as a local activity.
+
+    True when the tool says so (``@tool(local=True)`` or the spec's ``{name: N, local: true}``)
+    and it has neither its own queue nor an MCP server.
     """
     return info is not None and info.local and info.task_queue is None and info.mcp is None
 
 
 def as_local(opts: ActivityOptions) -> LocalActivityOptions:
-    """The options of ``workflow.execute_local_activity`` for a call built by :func:`tool_call`.
+    """Local-activity options from :func:`tool_call`'s or :func:`resolve_spec`'s options.
 
     A local activity has no heartbeat, queue or priority of its own (it runs on the workflow's
     worker within the workflow task); its start-to-close timeout and retry policy are kept, and
     retries past ``local_retry_threshold`` (1 s) are scheduled with a timer by the SDK.
     """
-    out: LocalActivityOptions = {
-        "start_to_close_timeout": opts["start_to_close_timeout"],
-        "local_retry_threshold": timedelta(seconds=1),
-    }
+    out: LocalActivityOptions = {"local_retry_threshold": timedelta(seconds=1)}
+    if "start_to_close_timeout" in opts:
+        out["start_to_close_timeout"] = opts["start_to_close_timeout"]
     if "retry_policy" in opts:
         out["retry_policy"] = opts["retry_policy"]
     if "summary" in opts:

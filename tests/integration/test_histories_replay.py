@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from activities.contracts import TOKENS_COUNT, CountTokensInput, ModelReply, TokenCounts
 from workers.cli import app
 from workers.history import load_history_file, replay_file, replay_histories
-from workflows.agent_run import PATCH_V2, WORKFLOW_REV, AgentRun
+from workflows.agent_run import PATCH_V2, PATCH_V4, WORKFLOW_REV, AgentRun
 from workflows.models import RunResult
 
 HISTORIES = Path(__file__).resolve().parents[1] / "histories"
@@ -35,8 +35,12 @@ V3 = HISTORIES / "v3"
 # A parent with children recorded before patch ``parent-status-from-children`` (a parent upserts
 # AgentStatus when a child's approvals change what it shows): runs like it may be in flight.
 V4 = HISTORIES / "v4"
+# Recorded with revision 3, ``deprecate_patch("agent-run-v2")``, before patch ``agent-run-v4``
+# (``spec.resolve`` and read-only tools as activities, an upsert at start): runs like them may be
+# in flight at deploy.
+V5 = HISTORIES / "v5"
 FILES = sorted(HISTORIES.glob("*.json")) + [
-    p for folder in (V2, V3, V4) for p in sorted(folder.glob("*.json"))
+    p for folder in (V2, V3, V4, V5) for p in sorted(folder.glob("*.json"))
 ]
 RETIRED = sorted(V1.glob("*.json"))
 EXPECTED = {"tools", "approvals", "interrupt", "continue_as_new", "continue_as_new_first"}
@@ -76,7 +80,7 @@ def _ids(paths: list[Path]) -> list[str]:
 
 
 def test_every_scenario_is_stored_and_small():
-    for folder in (HISTORIES, V2, V3, V1):
+    for folder in (HISTORIES, V2, V3, V5, V1):
         names = {p.stem for p in folder.glob("*.json")}
         assert EXPECTED <= names, f"missing histories in {folder}: {EXPECTED - names}"
     for p in FILES + RETIRED:
@@ -142,7 +146,8 @@ async def test_an_incompatible_change_is_reported_as_nondeterminism(variant: typ
 
 
 async def test_the_v2_patch_marker_is_deprecated_now_set_before_and_absent_in_v1():
-    """Current histories carry the marker as deprecated, v2 ones as patched, v1 ones not at all."""
+    """Current histories carry the marker as deprecated (and revision 4's as patched), v2 ones as
+    patched, v1 ones not at all."""
 
     def patches(path: Path) -> dict[str, bool]:
         out = {}
@@ -154,7 +159,8 @@ async def test_the_v2_patch_marker_is_deprecated_now_set_before_and_absent_in_v1
                     out[data["id"]] = data["deprecated"]
         return out
 
-    assert patches(HISTORIES / "tools.json") == {PATCH_V2: True}
+    assert patches(HISTORIES / "tools.json") == {PATCH_V2: True, PATCH_V4: False}
+    assert patches(V5 / "tools.json") == {PATCH_V2: True}
     assert patches(V2 / "tools.json") == {PATCH_V2: False}
     assert patches(V1 / "tools.json") == {}
 
@@ -184,15 +190,23 @@ def _pinned_rev(path: Path) -> int:
     """``PinnedSpec.workflow_rev`` as ``spec.resolve`` recorded it (0 when absent)."""
     for e in load_history_file(path).events:
         if e.HasField("activity_task_completed_event_attributes"):
-            data = json.loads(e.activity_task_completed_event_attributes.result.payloads[0].data)
-            if "spec_hash" in data:
-                return data.get("workflow_rev", 0)
+            payload = e.activity_task_completed_event_attributes.result.payloads[0]
+        elif e.HasField("marker_recorded_event_attributes") and (
+            "result" in e.marker_recorded_event_attributes.details
+        ):  # revision 4: spec.resolve is a local activity (its result is in the marker)
+            payload = e.marker_recorded_event_attributes.details["result"].payloads[0]
+        else:
+            continue
+        data = json.loads(payload.data)
+        if isinstance(data, dict) and "spec_hash" in data:
+            return data.get("workflow_rev", 0)
     raise AssertionError(f"{path}: no spec.resolve result")
 
 
 def test_the_workflow_revision_is_recorded_in_history():
-    """Revision 3's branches are chosen from a value in history, not from a marker."""
-    assert _pinned_rev(HISTORIES / "tools.json") == WORKFLOW_REV == 3
+    """Revision 3's and 4's branches are chosen from a value in history, not from a marker."""
+    assert _pinned_rev(HISTORIES / "tools.json") == WORKFLOW_REV == 4
+    assert _pinned_rev(V5 / "tools.json") == 3
     assert _pinned_rev(V3 / "tools.json") == 3
     assert _pinned_rev(V2 / "tools.json") == 0
     assert _pinned_rev(V1 / "tools.json") == 0

@@ -32,7 +32,7 @@ from tests.harness import Harness, spawn_worker_process
 from tests.integration.test_durability import _until
 from workers import client as rc
 from workers.testing.scripted_model import ScriptedModel, text, tool_call, tool_calls
-from workers.worker import build_worker
+from workers.worker import build_worker, local_activities, runtime_activities
 from workflows.agent_run import AgentRun
 from workflows.models import ApproveSignal, RunState
 
@@ -44,12 +44,13 @@ import asyncio
 from datetime import timedelta
 from workers.client import connect
 from workers.config import load_settings
-from workers.worker import build_worker
+from workers.worker import build_worker, local_activities, runtime_activities
 
 async def main():
     settings = load_settings()
-    worker = build_worker(
-        await connect(settings), settings, activities=[],
+    worker = build_worker(  # workflow tasks and their local activities only
+        await connect(settings), settings,
+        activities=local_activities(runtime_activities(settings)), no_remote_activities=True,
         sticky_queue_schedule_to_start_timeout=timedelta(seconds=10),
     )
     await worker.run()
@@ -127,7 +128,10 @@ async def test_decision_for_a_request_seen_outside_a_task(
         acts = build_worker(client, h.settings, workflows=[], activities=_activities(h, rev))
         acts_task = asyncio.ensure_future(acts.run())
         w1 = _spawn_workflow_worker(h, dev_server_address, tmp_path / "worker.log")
-        w2 = build_worker(client, h.settings, activities=[])  # answers the queries
+        w2 = build_worker(  # answers the queries
+            client, h.settings, activities=local_activities(runtime_activities(h.settings)),
+            no_remote_activities=True,
+        )
         w2_task: asyncio.Future[None] | None = None
         try:
             handle = await h.start("deploy it")

@@ -214,3 +214,52 @@ def _announce_call(w: Walk, turn: int, call: AskedToolCall, at: At) -> None:
                 reason=decision.reason,
             )
         )
+
+
+LOCAL_ACTIVITY_MARKER = "core_local_activity"
+"""``MarkerRecorded`` name of a local activity (temporalio core): ``details["data"]`` holds its
+type and attempt, ``details["result"]`` its result, ``failure`` its failure."""
+
+
+def on_marker(w: Walk, at: At) -> None:
+    """``MarkerRecorded``: a local activity is one marker with its result.
+
+    Revision 4 runs ``spec.resolve`` and local tools so (docs/throughput.md); patch markers are
+    skipped.
+    """
+    a = at.ev.marker_recorded_event_attributes
+    if a.marker_name != LOCAL_ACTIVITY_MARKER or "data" not in a.details:
+        return
+    meta = first_object(w.conv, a.details["data"])
+    kind = str(meta.get("activity_type", ""))
+    failed = a.HasField("failure")
+    error = failure_text(a.failure) if failed else None
+    result = first_object(w.conv, a.details["result"]) if "result" in a.details else {}
+    status = "failed" if failed else "completed"
+    if kind == SPEC_RESOLVE:
+        entry = SpecResolvedEntry(**at.mark, status=status, agent=str(w.req.get("agent", "")))
+        entry.error = error
+        w.timeline.append(entry)
+        if result:
+            _spec_resolved(w, entry, result)
+    elif kind == TOOL_INVOKE and result.get("call_id"):
+        tool = w.tools.get(str(result["call_id"])) or _tool_scheduled(w, at, result)
+        tool.ran = True  # it keeps its place: where the model asked for it
+        if isinstance(result.get("arguments"), dict):
+            tool.arguments = result["arguments"]
+        tool.attempts, tool.latency_ms = int(meta.get("attempt") or 1), _la_latency_ms(meta)
+        _tool_closed(tool, status, result, None, error)
+    else:  # a failed local tool call names no call id; shown as the activity it was
+        act = ActivityEntry(**at.mark, activity_type=kind or "local activity", status=status)
+        act.attempts, act.error = int(meta.get("attempt") or 1), error
+        w.timeline.append(act)
+
+
+def _la_latency_ms(meta: dict[str, Any]) -> float | None:
+    """Milliseconds from a local activity's first schedule to its completion (marker data)."""
+    try:
+        start, end = meta["original_schedule_time"], meta["complete_time"]
+        secs = (end["seconds"] - start["seconds"]) + (end["nanos"] - start["nanos"]) / 1e9
+    except (KeyError, TypeError):
+        return None
+    return round(max(secs, 0.0) * 1000, 2)

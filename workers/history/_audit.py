@@ -22,6 +22,7 @@ HANDLERS: dict[int, Handler] = {
     _E.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED: _activities.on_scheduled,
     _E.EVENT_TYPE_ACTIVITY_TASK_CANCEL_REQUESTED: _activities.on_cancel_requested,
     _E.EVENT_TYPE_ACTIVITY_TASK_STARTED: _activities.on_started,
+    _E.EVENT_TYPE_MARKER_RECORDED: _activities.on_marker,
     **{t: _activities.on_closed for t in _activities.CLOSED_EVENTS},
     _E.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED: _people.on_signal,
     _E.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED: _people.on_update_accepted,
