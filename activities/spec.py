@@ -262,11 +262,19 @@ class ToolEntry(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str = Field(min_length=1)
-    task_queue: str | None = Field(default=None, min_length=1, pattern=r"^\S+$")
-    local: bool | None = None
-    """Run the tool's calls as local activities (``true``) or as activities (``false``);
-    unset: the tool's own default (``@tool(local=True)``). Ignored with ``task_queue``."""
+    name: str = Field(min_length=1, description="the tool's registered name")
+    task_queue: str | None = Field(
+        default=None,
+        min_length=1,
+        pattern=r"^\S+$",
+        description="the task queue its calls run on (a tools-only worker polls it)",
+    )
+    local: bool | None = Field(
+        default=None,
+        description="run its calls as local activities (true) or activities (false); unset: "
+        "the tool's own default (@tool(local=True): calculator, read_file, list_files, "
+        "search_files); ignored with task_queue (docs/throughput.md)",
+    )
 
 
 class AgentSpec(BaseModel):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
 
 import pytest
@@ -10,6 +11,10 @@ from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 from workers.testing.env import start_local_env
+
+# Worker processes the tests start read their settings from the environment: they run workflow
+# code in Temporal's sandbox, which fails a test on a non-deterministic call (workers/sandbox.py).
+os.environ.setdefault("AGENT_WORKFLOW_SANDBOX", "true")
 
 
 @pytest.fixture(autouse=True)

@@ -104,6 +104,7 @@ class Harness:
             tool_modules=["tests.support_tools"],
             default_model="scripted",
             memory_url=f"sqlite://{self.workspace.parent / 'memory.db'}",
+            workflow_sandbox=True,  # tests catch non-deterministic workflow code
         )
 
     async def __aenter__(self) -> Harness:

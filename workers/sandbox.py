@@ -1,4 +1,4 @@
-"""The workflow sandbox the worker and the replayer run ``AgentRun`` in.
+"""The workflow sandbox the replayer and the tests run ``AgentRun`` in (a worker: on request).
 
 Temporal's sandbox imports a workflow's module afresh for every run it starts, so module-level
 work runs again per run. For ``workflows/agent_run.py`` that was the ``@workflow.defn`` pass over
@@ -19,6 +19,7 @@ mutable attribute).
 
 from __future__ import annotations
 
+from temporalio.worker import UnsandboxedWorkflowRunner, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 PASSTHROUGH = ("workflows", "cryptography")
@@ -28,8 +29,20 @@ decisions in handlers (activities/signing.py): its Rust extension imports
 sandbox aborts the process (seen here: "Fatal Python error: Aborted"); it is deterministic."""
 
 
-def workflow_runner() -> SandboxedWorkflowRunner:
-    """The sandboxed runner with :data:`PASSTHROUGH` added to Temporal's default restrictions."""
+def workflow_runner(sandboxed: bool = True) -> WorkflowRunner:
+    """The runner of workflow code: Temporal's sandbox with :data:`PASSTHROUGH`, or none.
+
+    ``sandboxed=False`` (``AGENT_WORKFLOW_SANDBOX=false``, the worker's default) runs without it.
+    Why a worker runs without it by default: entering the sandbox for every activation and every
+    payload it converts was about a quarter of a worker's CPU (py-spy, ``make bench`` scenario
+    ``peers``: 78.5 against 59.9 ms per 5-turn run, 9.8 against 11.8 runs/s at 100 concurrent
+    runs; docs/throughput.md). Temporal documents running without it for workflow code known to be
+    deterministic ("Python SDK sandbox", docs.temporal.io). Ours is held to that by the sandbox
+    where it can fail a build: every test's worker and the replayer (``agentctl replay``, the
+    stored histories in CI) use it, so a non-deterministic call in ``workflows/`` fails there.
+    """
+    if not sandboxed:
+        return UnsandboxedWorkflowRunner()
     return SandboxedWorkflowRunner(
         restrictions=SandboxRestrictions.default.with_passthrough_modules(*PASSTHROUGH)
     )

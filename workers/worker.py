@@ -217,7 +217,7 @@ def build_worker(
         activities=activities,
         # Secrets are redacted from every result, error, heartbeat of an activity (one place).
         interceptors=[RedactingInterceptor()],
-        workflow_runner=workflow_runner(),
+        workflow_runner=workflow_runner(settings.workflow_sandbox),
         max_concurrent_activities=t.max_concurrent_activities,
         max_concurrent_workflow_tasks=t.max_concurrent_workflow_tasks,
         max_cached_workflows=t.max_cached_workflows,

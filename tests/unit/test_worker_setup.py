@@ -4,16 +4,31 @@ from __future__ import annotations
 
 import ast
 import inspect
+import os
 from pathlib import Path
 
+from temporalio.worker import UnsandboxedWorkflowRunner
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
+
 import workflows.agent_run
+from workers.config import Settings
 from workers.sandbox import workflow_runner
 
 WORKFLOWS = Path(workflows.agent_run.__file__).parent
 
 
 def test_the_workflows_package_is_passed_through_the_sandbox():
-    assert "workflows" in workflow_runner().restrictions.passthrough_modules
+    runner = workflow_runner()
+    assert isinstance(runner, SandboxedWorkflowRunner)
+    assert "workflows" in runner.restrictions.passthrough_modules
+
+
+def test_workers_run_unsandboxed_by_default_and_tests_sandboxed():
+    assert Settings().workflow_sandbox is False
+    assert isinstance(workflow_runner(False), UnsandboxedWorkflowRunner)
+    assert Settings.model_validate({"AGENT_WORKFLOW_SANDBOX": "true"}).workflow_sandbox is True
+    # the harness's workers and the worker processes tests spawn check determinism at run time
+    assert os.environ["AGENT_WORKFLOW_SANDBOX"] == "true"
 
 
 def test_no_workflow_class_keeps_mutable_state_on_the_class():
