@@ -42,6 +42,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.handoff import Handoffs
     from workflows.held import WORKFLOW_REV
     from workflows.inbound import Invalid, decode
+    from workflows.local_activity import execute_local
     from workflows.models import WORKFLOW_NAME, RunData, RunRequest, RunResult, RunStatus
     from workflows.planning import Planning
     from workflows.state import (  # noqa: F401 - the search attributes, named here for callers
@@ -166,7 +167,7 @@ class AgentRun(ToolCalls, Compacting, RunHandlers, Children, Handoffs, Planning)
         try:
             if workflow.patched(PATCH_V4):
                 inp, lopts = options.resolve_spec_local(req, WORKFLOW_REV)
-                pinned = await workflow.execute_local_activity(spec_resolve, inp, **lopts)
+                pinned = await execute_local(spec_resolve, inp, **lopts)
             else:  # runs started before revision 4 (their spec.resolve is an activity)
                 inp, opts = options.resolve_spec(req, 3)
                 pinned = await workflow.execute_activity(spec_resolve, inp, **opts)

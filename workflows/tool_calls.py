@@ -21,6 +21,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.contracts import ToolCallRequest, ToolInfo, ToolOutcome
     from activities.interfaces import tool_invoke
     from activities.spec import PinnedSpec
+    from workflows.local_activity import execute_local
     from workflows.models import (
         Decision,
         PendingApproval,
@@ -187,9 +188,7 @@ class ToolCalls:
         self._emit("tool_started", tool_call_id=call.id, name=call.name, arguments=rec.arguments)
         try:
             if self._rev4() and options.runs_local(info):
-                out = await workflow.execute_local_activity(
-                    tool_invoke, inp, **options.as_local(opts)
-                )
+                out = await execute_local(tool_invoke, inp, **options.as_local(opts))
             else:
                 out = await workflow.execute_activity(tool_invoke, inp, **opts)
         except ActivityError as e:

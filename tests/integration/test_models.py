@@ -11,7 +11,7 @@ from temporalio.client import Client
 from activities.contracts import fairness_key, model_task_queue
 from bench.models import max_in_window, second_client
 from tests.harness import Harness
-from workers.testing.scripted_model import ScriptedModel, error, text, tool_call
+from workers.testing.scripted_model import ScriptedModel, error, text, tool_call, tool_calls
 from workers.worker import build_model_workers
 
 
@@ -85,15 +85,28 @@ async def test_model_steps_name_each_step_model(client: Client, tmp_path: Path) 
 
 
 async def test_tenant_is_the_fairness_key_of_every_activity(client: Client, tmp_path: Path) -> None:
-    model = ScriptedModel([tool_call("calculator", {"expression": "2*3"}), text("six")])
+    """Every activity the run schedules carries the tenant; ``spec.resolve`` and a local tool
+    (``calculator``) run on the worker of the run's workflow task, which carries it too."""
+    model = ScriptedModel(
+        [
+            tool_calls([("calculator", {"expression": "2*3"}), ("record", {"label": "x"})]),
+            text("six"),
+        ]
+    )
     async with Harness(client, tmp_path, model) as h:
         handle = await h.start("multiply", tenant_id="acme")
         res = await handle.result()
     assert res.status == "completed"
     scheduled = await _scheduled(handle)
     types = {a.activity_type.name for a in scheduled}
-    assert {"spec.resolve", "model.complete", "tool.invoke"} <= types
+    assert {"model.complete", "tool.invoke"} <= types and "spec.resolve" not in types
     assert [a.priority.fairness_key for a in scheduled] == ["acme"] * len(scheduled)
+    markers = [
+        e.marker_recorded_event_attributes.marker_name
+        for e in (await handle.fetch_history()).events
+        if e.HasField("marker_recorded_event_attributes")
+    ]
+    assert markers.count("core_local_activity") == 2  # spec.resolve and calculator
     started = (await handle.fetch_history()).events[0].workflow_execution_started_event_attributes
     assert started.priority.fairness_key == "acme"  # its workflow tasks too (workers.client)
 
