@@ -9,6 +9,7 @@ the visibility query ``agentctl list`` uses.
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from pathlib import Path
 from typing import Any
@@ -50,12 +51,20 @@ async def current_details(handle: WorkflowHandle[Any, Any]) -> str:
 async def activity_summaries(
     client: Client, handle: WorkflowHandle[Any, Any]
 ) -> list[tuple[str, str | None]]:
-    """(activity type, decoded summary) of every ActivityTaskScheduled event, in order."""
+    """(activity type, decoded summary) of every ActivityTaskScheduled event and every local
+    activity's marker (``spec.resolve``, local tools: the Web UI shows the same summary), in
+    order."""
     out = []
     async for ev in handle.fetch_history_events():
-        if ev.event_type != EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+        if ev.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            name = ev.activity_task_scheduled_event_attributes.activity_type.name
+        elif ev.event_type == EventType.EVENT_TYPE_MARKER_RECORDED and (
+            ev.marker_recorded_event_attributes.marker_name == "core_local_activity"
+        ):
+            data = ev.marker_recorded_event_attributes.details["data"].payloads[0].data
+            name = json.loads(data)["activity_type"]
+        else:
             continue
-        name = ev.activity_task_scheduled_event_attributes.activity_type.name
         summary = None
         if ev.HasField("user_metadata") and ev.user_metadata.HasField("summary"):
             (summary,) = await client.data_converter.decode([ev.user_metadata.summary])

@@ -12,6 +12,7 @@ VARIABLES = {
     "AGENT_WORKER_VERSIONING": ("worker_versioning", False, "true", True),
     "AGENT_BUILD_ID": ("build_id", None, "b7", "b7"),
     "AGENT_EVAL_WORKER": ("eval_worker", True, "false", False),
+    "AGENT_WORKFLOW_SANDBOX": ("workflow_sandbox", False, "true", True),
     "OPENAI_BASE_URL": (
         "openai_base_url",
         "http://127.0.0.1:8110/v1",
