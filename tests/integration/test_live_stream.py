@@ -53,13 +53,22 @@ def two_calls_and_approval() -> list:
 
 async def test_stream_of_a_run_with_two_tool_calls_and_an_approval(client: Client, tmp_path: Path):
     model = ScriptedModel(two_calls_and_approval(), chunk_chars=3)
-    async with Harness(client, tmp_path, model) as h:
+    async with Harness(client, tmp_path, model, worker=False) as h:
         handle = await h.start("read and deploy")
         events: list[dict[str, Any]] = []
-        async for ev in rc.follow(client, handle.id):
-            events.append(ev)
-            if ev["type"] == "approval_requested":
-                await rc.decide(client, handle.id, ev["tool_call_id"], "approve", "alice")
+
+        async def watch() -> None:
+            async for ev in rc.follow(client, handle.id):
+                events.append(ev)
+                if ev["type"] == "approval_requested":
+                    await rc.decide(client, handle.id, ev["tool_call_id"], "approve", "alice")
+
+        watching = asyncio.ensure_future(watch())
+        # The follower's first poll (an update) waits at the server for a worker, so the run's
+        # first workflow task already knows it is watched: both model steps stream.
+        await asyncio.sleep(0.5)
+        await h.start_worker()
+        await asyncio.wait_for(watching, timeout=60)
         res = await handle.result()
         # a finished run drains its retained items (a worker answers the query)
         again = await collect(client, handle.id)
