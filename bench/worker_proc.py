@@ -94,6 +94,8 @@ async def _build(args: argparse.Namespace) -> tuple[Any, Worker]:
             default_model="scripted",
             log_level=args.log_level,
             encryption_keys=os.environ.get("AGENT_ENCRYPTION_KEYS") or None,
+            # AGENT_WORKFLOW_SANDBOX=true: measure what running without the sandbox buys
+            workflow_sandbox=os.environ.get("AGENT_WORKFLOW_SANDBOX", "").lower() in ("1", "true"),
             **({"payload_dir": args.payload_dir} if args.payload_dir else {}),
             **({"payload_store": args.payload_store} if args.payload_store else {}),
         )
