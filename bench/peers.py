@@ -228,8 +228,10 @@ def _mean_profile(profiles: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _spec_extra() -> dict[str, Any]:
-    """``BENCH_PEERS_SPEC``: JSON merged into our agent's spec (e.g. ``{"tools": [{"name":
-    "calculator", "local": false}]}`` to measure what local tools buy)."""
+    """``BENCH_PEERS_SPEC``: JSON merged into our agent's spec.
+
+    E.g. ``{"tools": [{"name": "calculator", "local": false}]}`` to measure what local tools buy.
+    """
     return json.loads(os.environ.get("BENCH_PEERS_SPEC") or "{}")
 
 

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
+from rich.console import Console, Group
 from rich.table import Table
 
 from bench.evals import table_evals
@@ -272,8 +272,36 @@ def table_cpu(r: dict[str, Any]) -> Table:
     return t
 
 
-def table_peers(r: dict[str, Any]) -> Table:
-    """Scenario ``peers``: the whole-run table of issue #23, ours beside the plugin and the loop."""
+def table_peers(r: dict[str, Any]) -> Group:
+    """Scenario ``peers``: the whole-run table of issue #23, then where the server's time goes."""
+    return Group(_table_peers_main(r), _table_peers_profile(r))
+
+
+def _table_peers_profile(r: dict[str, Any], level: str = "300") -> Table:
+    """Per run, from the sampled histories at ``level`` concurrent runs.
+
+    Events by type, payload bytes by event type, workflow tasks, sticky misses, timeouts, actions
+    by kind.
+    """
+    impls = ("ours", "plugin", "hand")
+    prof = {k: _g(r, k, "throughput", level, "profile") or {} for k in impls}
+    t = Table(
+        "per run", *impls,
+        title=f"0b. Where the server's time goes: per run, {level} concurrent runs "
+        f"({prof['ours'].get('sampled_runs', '-')} sampled histories each)",
+    )  # fmt: skip
+    for key in ("event_count", "commands", "workflow_tasks", "sticky_misses",
+                "workflow_task_timeouts", "history_bytes"):  # fmt: skip
+        t.add_row(key.replace("_", " "), *(_v(prof[k].get(key)) for k in impls))
+    for section, label in (("events", "events"), ("payload_bytes", "payload bytes"),
+                           ("actions", "actions")):  # fmt: skip
+        names = sorted({n for k in impls for n in (prof[k].get(section) or {})})
+        for n in names:
+            t.add_row(f"{label}: {n}", *(_v((prof[k].get(section) or {}).get(n)) for k in impls))
+    return t
+
+
+def _table_peers_main(r: dict[str, Any]) -> Table:
     t = Table(
         "",
         "ours",
