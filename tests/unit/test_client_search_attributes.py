@@ -15,7 +15,7 @@ class _Operator:
     def __init__(self, status: RPCStatusCode) -> None:
         self.status = status
 
-    async def list_search_attributes(self, req: Any) -> Any:
+    async def list_search_attributes(self, req: Any, timeout: Any = None) -> Any:
         raise RPCError("no", self.status, b"")
 
 
@@ -43,7 +43,7 @@ class _Listing:
     def __init__(self, names: list[str]) -> None:
         self.names, self.calls = names, 0
 
-    async def list_search_attributes(self, req: Any) -> Any:
+    async def list_search_attributes(self, req: Any, timeout: Any = None) -> Any:
         self.calls += 1
         return type("R", (), {"custom_attributes": dict.fromkeys(self.names, 1)})()
 
