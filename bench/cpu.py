@@ -24,7 +24,6 @@ import asyncio
 import contextlib
 import os
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -45,9 +44,8 @@ from bench.scenarios import (
     _err,
     _plugin_client,
     _settings,
-    _start_ours,
-    _start_plugin,
     plugin_missing,
+    start_impl,
 )
 from workers.testing.scripted_model import ScriptedModel
 
@@ -66,21 +64,6 @@ def pin(pid: int, cpus: set[int]) -> bool:
     return True
 
 
-async def _start(impl: str, client: Client, tq: str) -> Any:
-    if impl in ("ours", "baseline"):
-        return await _start_ours(client, tq, TURNS)
-    if impl == "plugin":
-        return await _start_plugin(client, tq, TURNS)
-    from bench.handwritten import HandLoop, HandRequest
-
-    return await client.start_workflow(
-        HandLoop.run,
-        HandRequest(input=f"turns={TURNS} go"),
-        id=f"hand-{uuid.uuid4().hex}",
-        task_queue=tq,
-    )
-
-
 async def _round(targets: dict[str, tuple[Client, str]], n: int) -> None:
     """``n`` runs on every target, interleaved, ``CONCURRENCY`` in flight per target."""
     sems = {k: asyncio.Semaphore(CONCURRENCY) for k in targets}
@@ -88,7 +71,7 @@ async def _round(targets: dict[str, tuple[Client, str]], n: int) -> None:
     async def one(impl: str) -> None:
         client, tq = targets[impl]
         async with sems[impl]:
-            h = await _start(impl, client, tq)
+            h = await start_impl(impl, client, tq, TURNS)
             await asyncio.wait_for(h.result(), timeout=300)
 
     await asyncio.gather(*(one(k) for _ in range(n) for k in targets))

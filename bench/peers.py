@@ -26,6 +26,8 @@ import os
 import random
 import time
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -51,9 +53,8 @@ from bench.scenarios import (
     _err,
     _plugin_client,
     _settings,
-    _start_ours,
-    _start_plugin,
     plugin_missing,
+    start_impl,
 )
 from workers.testing.scripted_model import ScriptedModel
 
@@ -235,19 +236,6 @@ def _spec_extra() -> dict[str, Any]:
     return json.loads(os.environ.get("BENCH_PEERS_SPEC") or "{}")
 
 
-async def _start(impl: str, client: Client, tq: str, turns: int, wid: str) -> Any:
-    if impl == "ours":
-        return await _start_ours(client, tq, turns, wid)
-    if impl == "plugin":
-        return await _start_plugin(client, tq, turns, wid)
-    from bench.handwritten import HandLoop, HandRequest
-
-    return await client.start_workflow(
-        HandLoop.run, HandRequest(input=f"turns={turns} go", max_turns=turns + 5), id=wid,
-        task_queue=tq,
-    )  # fmt: skip
-
-
 async def _profiles(client: Client, runs: list[Any]) -> list[dict[str, Any]]:
     out = []
     for x in runs:
@@ -282,108 +270,114 @@ class _Impl:
             self.client = await _plugin_client(self.srv, self._model_url)
 
 
-async def _throughput(
-    d: Path, impl: str, n_runs: int, opts: Options
-) -> dict[str, Any]:
-    spec = write_bench_spec(
-        d, {"bench": {"limits": {"max_turns": TURNS + 5, "max_seconds": 3600}, **_spec_extra()}}
-    )
-    with ScriptedModel(responder=counting_responder(TURNS), latency=1.0) as model:
+@asynccontextmanager
+async def _on_fresh_server(
+    d: Path, impl: str, turns: int, latency: float
+) -> AsyncIterator[tuple[_Impl, CpuMeter]]:
+    """``impl``'s worker on a fresh dev server, with a scripted model of ``turns`` turns.
+
+    The model answers after ``latency`` seconds. Yields the implementation and an unstarted
+    meter of the worker's and the server's CPU.
+    """
+    limits = {"max_turns": turns + 5, "max_seconds": 3600}
+    spec = write_bench_spec(d, {"bench": {"limits": limits, **_spec_extra()}})
+    with ScriptedModel(responder=counting_responder(turns), latency=latency) as model:
         conv, _ = converter_choice(_settings(model.base_url, spec, d))
         async with dev_server(d, data_converter=conv if impl == "ours" else None) as srv:
             it = _Impl(impl, srv, d, model, spec)
             try:
                 await it.ready()
-                meter = CpuMeter({"worker": it.worker.pid, "server": srv.pid})
-                meter.start()
-                sem = asyncio.Semaphore(50)
-                ids = [f"{impl}-{n_runs}-{i}-{uuid.uuid4().hex[:6]}" for i in range(n_runs)]
-
-                async def start(wid: str) -> None:
-                    async with sem:
-                        await _start(impl, it.client, it.tq, TURNS, wid)
-
-                await asyncio.gather(*(start(i) for i in ids))
-                done, _ = await wait_all_closed(srv.client, it.tq, n_runs, max(240.0, n_runs))
-                cpu = meter.stop()
-                wfs = await list_closed(srv.client, it.tq)
-                completed = [x for x in wfs if x.status == WorkflowExecutionStatus.COMPLETED]
-                span = float("nan")
-                if completed:
-                    first = min(x.start_time for x in wfs)
-                    span = (max(x.close_time for x in completed) - first).total_seconds()
-                lat = [(x.close_time - x.start_time).total_seconds() for x in completed]
-                sample = random.Random(1).sample(completed, min(40, len(completed)))
-                prof = _mean_profile(await _profiles(it.client, sample))
-                ok = len(completed)
-                res = {
-                    "runs": n_runs,
-                    "all_closed": done,
-                    "completed": ok,
-                    "span_s": round(span, 2),
-                    "runs_per_s": round(ok / span, 2) if ok and span > 0 else None,
-                    "run_latency_s": dist(lat, 1, 2),
-                    "server_cpu_ms_per_run": round(cpu.get("server_cpu_s", 0) * 1000 / ok, 1)
-                    if ok
-                    else None,
-                    "worker_cpu_ms_per_run": round(cpu.get("worker_cpu_s", 0) * 1000 / ok, 1)
-                    if ok
-                    else None,
-                    "cpu": cpu,
-                    "profile": prof,
-                }
-                opts.log(
-                    f"    {impl} {n_runs}: {res['runs_per_s']} runs/s, server "
-                    f"{res['server_cpu_ms_per_run']} ms/run, worker {res['worker_cpu_ms_per_run']}"
-                    f" ms/run, actions {prof['actions'].get('total')}/run, "
-                    f"{ok}/{n_runs} completed"
-                )
-                return res
+                yield it, CpuMeter({"worker": it.worker.pid, "server": srv.pid})
             finally:
                 it.worker.stop()
+
+
+async def _throughput(d: Path, impl: str, n_runs: int, opts: Options) -> dict[str, Any]:
+    """``n_runs`` runs started at once (50 start calls in flight): runs/s, CPU, profile."""
+    async with _on_fresh_server(d, impl, TURNS, 1.0) as (it, meter):
+        meter.start()
+        sem = asyncio.Semaphore(50)
+        ids = [f"{impl}-{n_runs}-{i}-{uuid.uuid4().hex[:6]}" for i in range(n_runs)]
+
+        async def start(wid: str) -> None:
+            async with sem:
+                await start_impl(impl, it.client, it.tq, TURNS, wid)
+
+        await asyncio.gather(*(start(i) for i in ids))
+        done, _ = await wait_all_closed(it.srv.client, it.tq, n_runs, max(240.0, n_runs))
+        cpu = meter.stop()
+        wfs = await list_closed(it.srv.client, it.tq)
+        completed = [x for x in wfs if x.status == WorkflowExecutionStatus.COMPLETED]
+        sample = random.Random(1).sample(completed, min(40, len(completed)))
+        prof = _mean_profile(await _profiles(it.client, sample))
+    res = _throughput_result(n_runs, done, wfs, completed, cpu, prof)
+    opts.log(
+        f"    {impl} {n_runs}: {res['runs_per_s']} runs/s, server "
+        f"{res['server_cpu_ms_per_run']} ms/run, worker {res['worker_cpu_ms_per_run']}"
+        f" ms/run, actions {prof['actions'].get('total')}/run, "
+        f"{res['completed']}/{n_runs} completed"
+    )
+    return res
+
+
+def _throughput_result(
+    n_runs: int, done: bool, wfs: list[Any], completed: list[Any], cpu: dict[str, Any],
+    prof: dict[str, Any],
+) -> dict[str, Any]:  # fmt: skip
+    """Runs/s from the first start to the last close, latencies, CPU per completed run."""
+    span = float("nan")
+    if completed:
+        first = min(x.start_time for x in wfs)
+        span = (max(x.close_time for x in completed) - first).total_seconds()
+    lat = [(x.close_time - x.start_time).total_seconds() for x in completed]
+    ok = len(completed)
+
+    def per_run(key: str) -> float | None:
+        return round(cpu.get(key, 0) * 1000 / ok, 1) if ok else None
+
+    return {
+        "runs": n_runs,
+        "all_closed": done,
+        "completed": ok,
+        "span_s": round(span, 2),
+        "runs_per_s": round(ok / span, 2) if ok and span > 0 else None,
+        "run_latency_s": dist(lat, 1, 2),
+        "server_cpu_ms_per_run": per_run("server_cpu_s"),
+        "worker_cpu_ms_per_run": per_run("worker_cpu_s"),
+        "cpu": cpu,
+        "profile": prof,
+    }
 
 
 async def _per_turn(d: Path, impl: str, runs: int, opts: Options) -> dict[str, Any]:
     """``runs`` 20-turn runs one at a time, zero-latency model: bytes and server CPU per turn."""
-    spec = write_bench_spec(
-        d,
-        {"bench": {"limits": {"max_turns": LONG_TURNS + 5, "max_seconds": 3600}, **_spec_extra()}},
+    async with _on_fresh_server(d, impl, LONG_TURNS, 0.0) as (it, meter):
+        h = await start_impl(impl, it.client, it.tq, LONG_TURNS, f"{impl}-warm")
+        await asyncio.wait_for(h.result(), 300)
+        meter.start()
+        handles = []
+        for i in range(runs):
+            h = await start_impl(impl, it.client, it.tq, LONG_TURNS, f"{impl}-long-{i}")
+            await asyncio.wait_for(h.result(), 300)
+            handles.append(h)
+        cpu = meter.stop()
+        total_bytes = 0
+        for h in handles:
+            chain = await fetch_chain(it.client, h.id, h.first_execution_run_id)
+            total_bytes += sum(c["history_size_bytes"] for c in chain)
+    turns = runs * LONG_TURNS
+    res = {
+        "runs": runs,
+        "turns_per_run": LONG_TURNS,
+        "history_bytes_per_turn": round(total_bytes / turns),
+        "server_cpu_ms_per_turn": round(cpu.get("server_cpu_s", 0) * 1000 / turns, 1),
+        "worker_cpu_ms_per_turn": round(cpu.get("worker_cpu_s", 0) * 1000 / turns, 1),
+    }
+    opts.log(
+        f"    {impl} per turn: {res['history_bytes_per_turn']} B, server "
+        f"{res['server_cpu_ms_per_turn']} ms, worker {res['worker_cpu_ms_per_turn']} ms"
     )
-    with ScriptedModel(responder=counting_responder(LONG_TURNS), latency=0.0) as model:
-        conv, _ = converter_choice(_settings(model.base_url, spec, d))
-        async with dev_server(d, data_converter=conv if impl == "ours" else None) as srv:
-            it = _Impl(impl, srv, d, model, spec)
-            try:
-                await it.ready()
-                h = await _start(impl, it.client, it.tq, LONG_TURNS, f"{impl}-warm")
-                await asyncio.wait_for(h.result(), 300)
-                meter = CpuMeter({"worker": it.worker.pid, "server": srv.pid})
-                meter.start()
-                handles = []
-                for i in range(runs):
-                    h = await _start(impl, it.client, it.tq, LONG_TURNS, f"{impl}-long-{i}")
-                    await asyncio.wait_for(h.result(), 300)
-                    handles.append(h)
-                cpu = meter.stop()
-                total_bytes = 0
-                for h in handles:
-                    chain = await fetch_chain(it.client, h.id, h.first_execution_run_id)
-                    total_bytes += sum(c["history_size_bytes"] for c in chain)
-                turns = runs * LONG_TURNS
-                res = {
-                    "runs": runs,
-                    "turns_per_run": LONG_TURNS,
-                    "history_bytes_per_turn": round(total_bytes / turns),
-                    "server_cpu_ms_per_turn": round(cpu.get("server_cpu_s", 0) * 1000 / turns, 1),
-                    "worker_cpu_ms_per_turn": round(cpu.get("worker_cpu_s", 0) * 1000 / turns, 1),
-                }
-                opts.log(
-                    f"    {impl} per turn: {res['history_bytes_per_turn']} B, server "
-                    f"{res['server_cpu_ms_per_turn']} ms, worker {res['worker_cpu_ms_per_turn']} ms"
-                )
-                return res
-            finally:
-                it.worker.stop()
+    return res
 
 
 def _ratios(out: dict[str, Any]) -> dict[str, Any]:

@@ -130,6 +130,28 @@ async def _start_ours(client: Client, task_queue: str, turns: int, wid: str | No
     )
 
 
+async def _start_hand(client: Client, task_queue: str, turns: int, wid: str | None = None) -> Any:
+    from bench.handwritten import HandLoop, HandRequest
+
+    return await client.start_workflow(
+        HandLoop.run,
+        HandRequest(input=f"turns={turns} go", max_turns=turns + 5),
+        id=wid or f"hand-{uuid.uuid4().hex}",
+        task_queue=task_queue,
+    )
+
+
+async def start_impl(
+    impl: str, client: Client, task_queue: str, turns: int, wid: str | None = None
+) -> Any:
+    """Start one ``turns``-turn run of ``impl`` (``ours`` or ``baseline``, ``plugin``, ``hand``)."""
+    if impl in ("ours", "baseline"):
+        return await _start_ours(client, task_queue, turns, wid)
+    if impl == "plugin":
+        return await _start_plugin(client, task_queue, turns, wid)
+    return await _start_hand(client, task_queue, turns, wid)
+
+
 # =============================================================================================
 # 1. History bytes per turn
 # =============================================================================================

@@ -77,18 +77,6 @@ def resolve_spec(req: RunRequest, workflow_rev: int) -> tuple[ResolveSpecInput, 
     }
 
 
-def resolve_spec_local(
-    req: RunRequest, workflow_rev: int
-) -> tuple[ResolveSpecInput, LocalActivityOptions]:
-    """:func:`resolve_spec` as a local activity (revision 4): the same input, timeout and attempts.
-
-    Reading the spec file on the workflow's own worker needs no activity task of its own: one
-    ``MarkerRecorded`` event instead of three activity events and a workflow task.
-    """
-    inp, opts = resolve_spec(req, workflow_rev)
-    return inp, as_local(opts)
-
-
 def memory_scopes(kinds: list[str], spec: Any, req: RunRequest) -> list[MemoryScopeRef]:
     """The namespaces of ``kinds`` for this run: the tenant is the run's, always."""
     ids = {

@@ -166,8 +166,8 @@ class AgentRun(ToolCalls, Compacting, RunHandlers, Children, Handoffs, Planning)
     async def _start(self, req: RunRequest) -> None:
         try:
             if workflow.patched(PATCH_V4):
-                inp, lopts = options.resolve_spec_local(req, WORKFLOW_REV)
-                pinned = await execute_local(spec_resolve, inp, **lopts)
+                inp, opts = options.resolve_spec(req, WORKFLOW_REV)
+                pinned = await execute_local(spec_resolve, inp, **options.as_local(opts))
             else:  # runs started before revision 4 (their spec.resolve is an activity)
                 inp, opts = options.resolve_spec(req, 3)
                 pinned = await workflow.execute_activity(spec_resolve, inp, **opts)
@@ -207,7 +207,6 @@ class AgentRun(ToolCalls, Compacting, RunHandlers, Children, Handoffs, Planning)
             s.sa_shown = {
                 key.name: started.get(key) for key in (SA_STATUS, SA_AGENT, SA_TENANT, SA_PRINCIPAL)
             }
-            s.sa_initial_pending = True
         else:
             self._upsert_search_attributes(initial=True)
         self._publish()
@@ -548,13 +547,13 @@ class AgentRun(ToolCalls, Compacting, RunHandlers, Children, Handoffs, Planning)
             workflow.upsert_search_attributes(state.search_attribute_pairs(s, initial))
             s.sa_upserted_at = workflow.now()
             return
-        pairs = state.search_attribute_pairs(s, initial or s.sa_initial_pending)
+        # all of them, who and what included: what listings already show drops out
+        pairs = state.search_attribute_pairs(s, initial=True)
         changed = [p for p in pairs if s.sa_shown.get(p.key.name, ...) != p.value]
         if not changed:
             return
         workflow.upsert_search_attributes(changed)
         s.sa_shown.update({p.key.name: p.value for p in changed})
-        s.sa_initial_pending = False
         s.sa_upserted_at = workflow.now()
 
 

@@ -341,11 +341,6 @@ class RunData(BaseModel):
         description="revision 4: search attribute name -> the value listings show (set at start "
         "or upserted); an upsert carries only what differs from it",
     )
-    sa_initial_pending: bool = Field(
-        default=False,
-        description="revision 4: Agent, Tenant, Principal were set at start; SpecHash goes with "
-        "the next upsert",
-    )
     # one execution only (not carried)
     child_pending: dict[str, list[PendingApproval]] = Field(
         default_factory=dict, exclude=True, description="child run id -> calls it waits on"
