@@ -201,12 +201,17 @@ class AgentRun(ToolCalls, Compacting, RunHandlers, Children, Handoffs, Planning)
         self._emit("run_started", agent=req.agent, input=req.input)
         self._set_status("running")
         started = workflow.info().typed_search_attributes
-        if self._rev4() and s.search_attributes and started.get(SA_STATUS) == "running":
-            # The client set who, what and "running" at start (workers.client.start_run): no
-            # upsert now; the spec hash goes with the first one the run needs.
-            s.sa_shown = {
-                key.name: started.get(key) for key in (SA_STATUS, SA_AGENT, SA_TENANT, SA_PRINCIPAL)
-            }
+        own = {SA_STATUS: "running", SA_AGENT: req.agent, SA_TENANT: req.tenant_id,
+               SA_PRINCIPAL: req.principal_id}  # fmt: skip
+        if (
+            self._rev4()
+            and s.search_attributes
+            and all(started.get(key) == value for key, value in own.items())
+        ):
+            # The client set who, what and "running" at start, as the run would (workers.client.
+            # start_run): no upsert now; the spec hash goes with the first one the run needs.
+            # A client that set other values (another tenant, say) gets them overwritten.
+            s.sa_shown = {key.name: value for key, value in own.items()}
         else:
             self._upsert_search_attributes(initial=True)
         self._publish()
