@@ -19,6 +19,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from cryptography.exceptions import InvalidSignature
@@ -37,18 +38,24 @@ def decision_message(
     arguments: dict[str, Any] | None,
     principal_id: str,
     signed_at: str,
+    roles: Sequence[str] = (),
 ) -> bytes:
-    """The bytes a decision's signature covers (see the module docstring)."""
-    return _canonical(
-        {
-            "run_id": run_id,
-            "tool_call_id": tool_call_id,
-            "decision": decision,
-            "arguments_sha256": hashlib.sha256(_canonical(arguments)).hexdigest(),
-            "principal_id": principal_id,
-            "signed_at": signed_at,
-        }
-    )
+    """The bytes a decision's signature covers (see the module docstring).
+
+    ``roles`` (the decider's roles from their identity claims) are covered as a sorted list under
+    ``"roles"`` when there are any; a decision without roles signs the same bytes as before.
+    """
+    fields: dict[str, Any] = {
+        "run_id": run_id,
+        "tool_call_id": tool_call_id,
+        "decision": decision,
+        "arguments_sha256": hashlib.sha256(_canonical(arguments)).hexdigest(),
+        "principal_id": principal_id,
+        "signed_at": signed_at,
+    }
+    if roles:
+        fields["roles"] = sorted(set(roles))
+    return _canonical(fields)
 
 
 def public_key_text(key: Ed25519PrivateKey) -> str:

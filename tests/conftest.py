@@ -15,6 +15,8 @@ from workers.testing.env import start_local_env
 # Worker processes the tests start read their settings from the environment: they run workflow
 # code in Temporal's sandbox, which fails a test on a non-deterministic call (workers/sandbox.py).
 os.environ.setdefault("AGENT_WORKFLOW_SANDBOX", "true")
+# ... and never pick up a key file `make demo` left in the project's state folder.
+os.environ.setdefault("AGENT_ENCRYPTION_KEYS", "off")
 
 
 @pytest.fixture(autouse=True)

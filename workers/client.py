@@ -262,8 +262,12 @@ async def decide(
     reason: str | None = None,
     comment: str | None = None,
     signer: Ed25519PrivateKey | None | Literal["local"] = "local",
+    roles: Sequence[str] = (),
 ) -> DecideResult:
     """Approve or reject through the validated update ``decide``.
+
+    ``roles`` are the decider's roles as their identity provider states them (the console passes
+    the authenticated identity's); an approver ``role:NAME`` accepts a decision naming NAME.
 
     ``signer`` signs the decision (activities/signing.py) for runs whose spec requires signed
     decisions: ``"local"`` (the default) uses the key in ``<AGENT_STATE_DIR>/decision-key`` when
@@ -284,6 +288,7 @@ async def decide(
         arguments=arguments,
         reason=reason,
         comment=comment,
+        roles=sorted(set(roles)),
     )
     key = local_signer(load_settings().state_dir) if signer == "local" else signer
     if key is not None:
@@ -297,6 +302,7 @@ async def decide(
                 arguments if decision == "approve" else None,
                 principal_id,
                 upd.signed_at,
+                upd.roles,
             ),
         )
     h = handle(client, run_id)

@@ -23,6 +23,9 @@ LOCAL_MODEL_NAME = "qwen2.5-coder-1.5b-instruct"
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 STATE_DIR_DEFAULT = PROJECT_ROOT / ".agent-runtime"
+ENCRYPTION_KEY_FILE = "encryption-keys"
+"""The state folder's key file (``make demo`` creates it, mode 0600): :func:`load_settings`
+uses it when ``AGENT_ENCRYPTION_KEYS`` is unset."""
 
 
 def _env(name: str, default: Any, description: str, **constraints: Any) -> Any:
@@ -232,7 +235,9 @@ class Settings(BaseSettings):
         "AGENT_ENCRYPTION_KEYS",
         None,
         "payload encryption at rest (workers/encryption.py): a file path or the value itself, "
-        "`key_id:base64key` lines, the first encrypts and all decrypt; unset: no encryption",
+        "`key_id:base64key` lines, the first encrypts and all decrypt; `off`: no encryption; "
+        "unset: <state_dir>/encryption-keys when that file exists (make demo creates it), "
+        "else no encryption",
     )
 
     memory_url: str | None = _env(
@@ -286,11 +291,20 @@ class _FromEnvironment(Settings):
 def load_settings() -> Settings:
     """Read :class:`Settings` from the environment (unset or empty variables keep the defaults).
 
+    With ``AGENT_ENCRYPTION_KEYS`` unset, ``<state_dir>/encryption-keys`` is used when it exists,
+    so every process of one state folder (worker, codec server, ``agentctl``) shares the key the
+    demo generated.
+
     Raises:
         pydantic.ValidationError: a variable's value is invalid (a ``ValueError``; the message
             names the field, e.g. ``payload_store``).
     """
-    return Settings.model_validate(_FromEnvironment().model_dump())
+    settings = Settings.model_validate(_FromEnvironment().model_dump())
+    if settings.encryption_keys is None:
+        keys = Path(settings.state_dir).expanduser() / ENCRYPTION_KEY_FILE
+        if keys.is_file():
+            settings = settings.model_copy(update={"encryption_keys": str(keys.resolve())})
+    return settings
 
 
 def temporal_connect_config(settings: Settings | None = None) -> dict[str, Any]:

@@ -24,6 +24,7 @@ import argparse
 import ast
 import asyncio
 import gc
+import os
 import re
 import shutil
 import subprocess
@@ -217,7 +218,9 @@ async def _approve(run_id: str, call_id: str, outcome: Outcome) -> None:
     _, tok = _console_login()
     if tok is None:
         say("The demo approves now with agentctl (no run console is running):")
-        out = await asyncio.to_thread(agentctl, "approve", run_id, call_id, "--principal", PRINCIPAL)
+        out = await asyncio.to_thread(
+            agentctl, "approve", run_id, call_id, "--principal", PRINCIPAL
+        )
         say(f"  $ agentctl approve ... -> exit {out.returncode}: {out.stdout.strip()}")
         if out.returncode != 0:
             outcome.fail(f"agentctl approve exited {out.returncode}")
@@ -303,6 +306,7 @@ def start_servers(ws: Path) -> bool:
     config, state = PROJECT_ROOT / "temporal-dev.yml", load_settings().state_dir
     if run_dev_server(config, foreground=False, out=sys.stdout, state_dir=state) != 0:
         return False
+    say(_encryption_on(Path(state)))
     codec = _start_codec_server()
     if codec:
         say(codec)
@@ -358,6 +362,31 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 0
     return 0 if first.status == "completed" else 1
+
+
+def _encryption_on(state: Path) -> str:
+    """Turn payload encryption on for this state folder; returns a status line.
+
+    Creates ``<state>/encryption-keys`` (one fresh AES-256 key, mode 0600) unless
+    ``AGENT_ENCRYPTION_KEYS`` says otherwise; every process reading this state folder then
+    encrypts (:func:`workers.config.load_settings`). Processes started before the key existed
+    are restarted so they encrypt and decrypt too.
+    """
+    from workers.config import ENCRYPTION_KEY_FILE
+    from workers.encryption import load_or_create_key_file
+
+    if os.environ.get("AGENT_ENCRYPTION_KEYS", "").strip():
+        return "payload encryption as AGENT_ENCRYPTION_KEYS says"
+    path, created = load_or_create_key_file(state / ENCRYPTION_KEY_FILE)
+    if created:
+        for name in ("worker", "codec-server", "console"):
+            if procs.running(name):
+                procs.stop(name)
+    return (
+        f"payloads encrypted at rest (AES-256-GCM, key in {path}, mode 0600); the Web UI "
+        "decrypts them through the codec server once you open the console URL below and tick "
+        "'Include cross-origin credentials' in the Web UI's Codec Server settings"
+    )
 
 
 def _start_codec_server() -> str | None:

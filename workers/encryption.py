@@ -148,9 +148,35 @@ class AesGcmCodec(PayloadCodec):
 
 
 def codec_from_setting(value: str | None) -> AesGcmCodec | None:
-    """The codec for ``AGENT_ENCRYPTION_KEYS`` (None when unset).
+    """The codec for ``AGENT_ENCRYPTION_KEYS`` (None when unset, empty or ``off``).
 
     Raises:
         EncryptionKeyError: the setting cannot be used.
     """
-    return AesGcmCodec(load_keys(value)) if value and value.strip() else None
+    if not value or value.strip().lower() in ("", "off"):
+        return None
+    return AesGcmCodec(load_keys(value))
+
+
+def load_or_create_key_file(path: str | os.PathLike[str]) -> tuple[Path, bool]:
+    """The key file at ``path``, created with one fresh key (mode 0600) if missing.
+
+    Returns:
+        ``(path, created)``.
+
+    Raises:
+        OSError: the folder cannot be written.
+        EncryptionKeyError: the file exists but holds no usable key.
+    """
+    p = Path(path).expanduser()
+    if p.is_file():
+        load_keys(str(p))
+        return p, False
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(
+            "# payload encryption keys (workers/encryption.py): the first encrypts, all decrypt\n"
+        )
+        f.write(new_key_line(f"demo-{os.urandom(3).hex()}") + "\n")
+    return p, True

@@ -251,6 +251,7 @@ def _decider(decision: str) -> Callable[[web.Request], Awaitable[web.Response]]:
             reason=body.reason,
             comment=body.comment,
             signer=request.app[SIGNER_KEY],
+            roles=sorted(ident.roles),
         )
         return web.json_response(res.model_dump(mode="json"))
 

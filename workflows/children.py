@@ -279,12 +279,14 @@ class Children:
                     principal_id=sig.principal_id,
                     arguments=sig.arguments,
                     comment=sig.comment,
+                    roles=sig.roles,
                 )
             else:
                 payload = RejectSignal(
                     tool_call_id=sig.tool_call_id,
                     principal_id=sig.principal_id,
                     reason=sig.reason or sig.comment or "rejected",
+                    roles=sig.roles,
                 )
         else:
             name = "approve" if isinstance(sig, ApproveSignal) else "reject"

@@ -9,7 +9,7 @@ Handlers only change the run state (:class:`workflows.models.RunData`); the loop
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any, TypeVar
 
 from temporalio import workflow
@@ -84,7 +84,9 @@ class RunHandlers(HeldDecisions):
             return None
         return got
 
-    def _decision_problem(self, tool_call_id: str, principal_id: str) -> str | None:
+    def _decision_problem(
+        self, tool_call_id: str, principal_id: str, roles: Collection[str] = ()
+    ) -> str | None:
         """Why a decision for this call cannot be taken now, or None (:func:`turn.decision_problem`)."""
         s = self._s
         return turn.decision_problem(
@@ -94,6 +96,7 @@ class RunHandlers(HeldDecisions):
             waiting={k: p.approvers for k, p in s.pending.items()},
             known={r.id for r in s.tool_calls},
             policy=s.pinned.spec.policy if s.pinned else None,
+            roles=roles,
         )
 
     def _signature_problem(self, d: ApproveSignal | RejectSignal | DecideUpdate) -> str | None:
@@ -113,6 +116,7 @@ class RunHandlers(HeldDecisions):
             args,
             d.principal_id,
             d.signed_at or "",
+            d.roles,
         )
         return signing.signature_problem(policy.decision_keys, message, d.signature)
 
@@ -172,7 +176,7 @@ class RunHandlers(HeldDecisions):
     def _signal_decision(self, sig: ApproveSignal | RejectSignal) -> None:
         name = "approve" if isinstance(sig, ApproveSignal) else "reject"
         problem = self._decision_problem(
-            sig.tool_call_id, sig.principal_id
+            sig.tool_call_id, sig.principal_id, sig.roles
         ) or self._signature_problem(sig)
         if problem:
             self._ignore(name, sig.principal_id, problem, sig.tool_call_id)
@@ -220,7 +224,7 @@ class RunHandlers(HeldDecisions):
                 type="DecisionNotYetRecorded",
             )
         problem = self._decision_problem(
-            upd.tool_call_id, upd.principal_id
+            upd.tool_call_id, upd.principal_id, upd.roles
         ) or self._signature_problem(upd)
         if problem:
             raise _refused(problem)

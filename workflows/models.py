@@ -159,6 +159,13 @@ class SignedDecision(BaseModel):
     signed_at: str | None = Field(
         default=None, description="ISO-8601 time the signer put in the signature"
     )
+    roles: list[str] = Field(
+        default_factory=list,
+        description="the decider's roles as their identity provider states them (the console: "
+        "the token's `roles` claim or the proxy's `role:` groups); an approver `role:NAME` "
+        "accepts a decision naming NAME here. Signed with the decision where the spec requires "
+        "signatures; otherwise as trusted as principal_id, i.e. as the namespace's clients",
+    )
 
 
 class ApproveSignal(SignedDecision):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import posixpath
 import re
+from collections.abc import Collection
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
@@ -137,11 +138,14 @@ def evaluate(
     )
 
 
-def may_decide(policy: Policy, approvers: list[str], principal_id: str) -> tuple[bool, str]:
+def may_decide(
+    policy: Policy, approvers: list[str], principal_id: str, roles: Collection[str] = ()
+) -> tuple[bool, str]:
     """Whether ``principal_id`` may decide an approval whose approvers are ``approvers``.
 
-    Approvers are principal ids or ``role:NAME`` (holders listed in ``policy.roles``). An empty
-    list lets anyone decide. Returns ``(allowed, reason)``.
+    Approvers are principal ids or ``role:NAME``: held by the principals ``policy.roles[NAME]``
+    lists, and by a decider whose ``roles`` (from their identity provider's claims, carried by
+    the decision) name it. An empty list lets anyone decide. Returns ``(allowed, reason)``.
     """
     if not approvers:
         return True, "no approvers configured: anyone may decide"
@@ -150,6 +154,8 @@ def may_decide(policy: Policy, approvers: list[str], principal_id: str) -> tuple
             role = entry[5:]
             if principal_id in policy.roles.get(role, []):
                 return True, f"holds role {role}"
+            if role in roles:
+                return True, f"holds role {role} (identity claims)"
         elif entry == principal_id:
             return True, "named approver"
     return False, f"principal {principal_id!r} is not among the approvers {approvers}"

@@ -15,7 +15,7 @@ be parsed, :func:`after_parse_failure` (``TellModel`` or ``Finish``); tool calls
 
 from __future__ import annotations
 
-from collections.abc import Container, Mapping
+from collections.abc import Collection, Container, Mapping
 from dataclasses import dataclass
 
 from temporalio.api.failure.v1 import Failure
@@ -243,6 +243,7 @@ def decision_problem(
     waiting: Mapping[str, list[str]],
     known: Container[str],
     policy: Policy | None,
+    roles: Collection[str] = (),
 ) -> str | None:
     """Why a person's decision on ``call_id`` cannot be taken now, or None when it can.
 
@@ -253,11 +254,12 @@ def decision_problem(
         waiting: call id -> its approvers, for the calls waiting for a person now.
         known: every tool call id of the run.
         policy: the pinned policy (who may decide); None before the spec is pinned.
+        roles: the decider's roles as the decision states them (:func:`policy.may_decide`).
     """
     if call_id in decided:
         return f"tool call {call_id} was already decided ({decided[call_id]})"
     approvers = waiting.get(call_id)
     if approvers is None or policy is None:
         return f"tool call {call_id} is {'not waiting for approval' if call_id in known else 'unknown'}"
-    allowed, why = may_decide(policy, approvers, principal_id)
+    allowed, why = may_decide(policy, approvers, principal_id, roles)
     return None if allowed else why

@@ -28,7 +28,7 @@ from workers.encryption import (
     new_key_line,
     parse_keys,
 )
-from workers.history import replay_histories
+from workers.history import audit_run, replay_histories
 from workers.testing.scripted_model import ScriptedModel, text, tool_call
 
 HERE = Path(__file__).resolve().parent
@@ -75,6 +75,14 @@ async def test_marker_strings_appear_nowhere_at_rest_and_the_ui_codec_decrypts_t
     for p in files:
         blob = p.read_bytes()
         assert MARKER_PROMPT.encode() not in blob and MARKER_TOOL.encode() not in blob
+    # the audit decrypts every payload, local activities' markers included (the pinned spec and
+    # the local read_file call are markers in revision 4)
+    trail = await audit_run(enc, handle.id)
+    [spec] = [e for e in trail.timeline if e.kind == "spec_resolved"]
+    assert spec.model == "scripted" and "read_file" in spec.tools
+    [call] = [e for e in trail.timeline if e.kind == "tool_call"]
+    assert call.name == "read_file" and isinstance(call.arguments, dict)
+    assert call.arguments["path"] == "secret.txt" and call.status == "ok"
     # the plain converter cannot read it; the encrypted one replays it
     report = await replay_histories([history], data_converter=build_data_converter(settings))
     assert report.compatible, report.failure
@@ -168,3 +176,26 @@ async def test_keys_rotate_and_tampering_is_detected(tmp_path: Path):
     ):
         with pytest.raises(EncryptionKeyError):
             parse_keys(broken)
+
+
+def test_the_demo_key_file_is_used_when_the_setting_is_unset_and_off_turns_it_off(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    from workers.config import ENCRYPTION_KEY_FILE, load_settings
+    from workers.encryption import codec_from_setting, load_or_create_key_file
+
+    monkeypatch.delenv("AGENT_ENCRYPTION_KEYS", raising=False)
+    monkeypatch.setenv("AGENT_STATE_DIR", str(tmp_path))
+    assert load_settings().encryption_keys is None
+    path, created = load_or_create_key_file(tmp_path / ENCRYPTION_KEY_FILE)
+    assert created and path.stat().st_mode & 0o777 == 0o600
+    assert load_or_create_key_file(path) == (path, False)  # kept, never replaced
+    setting = load_settings().encryption_keys
+    assert setting == str(path.resolve())
+    codec = codec_from_setting(setting)
+    assert codec is not None and len(load_keys(setting)) == 1
+    monkeypatch.setenv("AGENT_ENCRYPTION_KEYS", "off")
+    assert codec_from_setting(load_settings().encryption_keys) is None
+    path.write_text("# no key here\n")
+    with pytest.raises(EncryptionKeyError):
+        load_or_create_key_file(path)

@@ -72,6 +72,8 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
         monkeypatch.delenv(name, raising=False)
         monkeypatch.delenv(name.lower(), raising=False)
         monkeypatch.delenv(field, raising=False)
+    # a key file `make demo` left in the project's state folder is not a default
+    monkeypatch.setattr("workers.config.ENCRYPTION_KEY_FILE", "no-key-file-in-these-tests")
     return monkeypatch
 
 

@@ -109,6 +109,13 @@ def test_who_may_decide():
     assert may_decide(p, ["alice", "role:ops"], "olga")[0]
     ok, why = may_decide(p, ["alice", "role:ops"], "mallory")
     assert not ok and "mallory" in why
+    # roles from the decider's identity claims: a role approver accepts them, a principal does not
+    assert may_decide(p, ["role:reviewer"], "dave", ["reviewer"]) == (
+        True,
+        "holds role reviewer (identity claims)",
+    )
+    assert not may_decide(p, ["role:reviewer"], "dave", ["ops"])[0]
+    assert not may_decide(p, ["alice"], "dave", ["alice"])[0]
 
 
 def test_tool_summary_and_details():

@@ -65,10 +65,20 @@ def _repeated(fd: FieldDescriptor) -> bool:
 
 
 def payloads_in(msg: Message) -> Iterator[Payloads]:
-    """Every ``Payloads`` message inside ``msg`` (recursively; map fields are skipped)."""
+    """Every ``Payloads`` message inside ``msg``, recursively.
+
+    Map fields count only where their values are ``Payloads`` (a marker's ``details``: the result
+    of a local activity); maps of single ``Payload`` (search attributes, memo, headers) are
+    skipped.
+    """
     for fd, value in msg.ListFields():
         mt = fd.message_type
-        if mt is None or mt.GetOptions().map_entry:
+        if mt is None:
+            continue
+        if mt.GetOptions().map_entry:
+            vt = mt.fields_by_name["value"].message_type
+            if vt is not None and vt.full_name == Payloads.DESCRIPTOR.full_name:
+                yield from value.values()
             continue
         items = list(value) if _repeated(fd) else [value]
         for item in items:
