@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 MODEL_COMPLETE = "model.complete"
 TOOL_INVOKE = "tool.invoke"
 SPEC_RESOLVE = "spec.resolve"
+CODE_STEP = "code.step"
 TOKENS_COUNT = "tokens.count"
 ACTIVITY_NAMES = (MODEL_COMPLETE, TOOL_INVOKE, SPEC_RESOLVE, TOKENS_COUNT)
 
@@ -301,9 +302,10 @@ class ToolInfo(BaseModel):
     Temporal Cloud counts all local activities of one workflow task as one action). Never with
     ``task_queue`` or ``mcp``."""
     mcp: McpTarget | None = None
-    kind: Literal["tool", "subagent", "handoff"] = "tool"
+    kind: Literal["tool", "subagent", "handoff", "code"] = "tool"
     """``subagent``: ``ask_<agent>`` starts a child run; ``handoff``: ``handoff_to_<agent>`` hands
-    the run to another agent; neither is a ``tool.invoke`` activity (activities/subagents.py)."""
+    the run to another agent; neither is a ``tool.invoke`` activity (activities/subagents.py).
+    ``code``: the Code Mode tool, a script over the agent's tools (workflows/code_mode.py)."""
     agent: str | None = None
     """The agent a ``subagent`` or ``handoff`` tool names."""
 
@@ -347,3 +349,61 @@ class TokenCounts(BaseModel):
     tools: int
     total: int
     encoding: str
+
+
+class HostCall(BaseModel):
+    """A tool call a Code Mode script asked for: Monty's call id, the tool, keyword arguments."""
+
+    call_id: int
+    name: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+
+
+class HostResult(BaseModel):
+    """The answer to one :class:`HostCall`.
+
+    The tool's text (``value``), or an exception raised in the script (``exc_type`` a Python
+    exception name, ``error`` its message).
+    """
+
+    call_id: int
+    value: str | None = None
+    error: str | None = None
+    exc_type: str = "RuntimeError"
+
+
+class CodeStepInput(BaseModel):
+    """Input of ``code.step`` (activities/code_mode.py).
+
+    The first step carries ``script``; later steps ``snapshot`` (base64 of the paused
+    interpreter) and ``results`` of the calls it asked for. ``tools``: the names the script may
+    call. ``now`` (ISO-8601 workflow time) and ``seed`` fix the script's clock and ``random``.
+    ``step_seconds``: execution time allowed between two host round trips; ``max_memory_bytes``:
+    the interpreter's heap.
+    """
+
+    script: str = ""
+    snapshot: str | None = None
+    results: list[HostResult] = Field(default_factory=list)
+    tools: list[str] = Field(default_factory=list)
+    now: str
+    seed: int = 0
+    step_seconds: float = 2.0
+    max_memory_bytes: int = 64 * 1024 * 1024
+
+
+class CodeStepOutput(BaseModel):
+    """Result of ``code.step``.
+
+    ``calls`` (a batch to run, with ``snapshot``), ``done`` (the script's ``value``) or ``error``
+    (the script's exception, as ``Type: message``). ``stdout`` is what this step printed
+    (capped; ``truncated`` then).
+    """
+
+    status: Literal["calls", "done", "error"]
+    calls: list[HostCall] = Field(default_factory=list)
+    snapshot: str | None = None
+    value: Any = None
+    stdout: str = ""
+    truncated: bool = False
+    error: str | None = None

@@ -12,6 +12,7 @@ carry the same names and types; ``tests/unit/test_interfaces.py`` checks that th
 | :func:`model_complete` | :meth:`activities.model.ModelActivities.complete` |
 | :func:`tool_invoke` | :meth:`activities.runtime.RuntimeActivities.invoke_tool` |
 | :func:`tokens_count` | :func:`activities.tokens.count_tokens` |
+| :func:`code_step` | :meth:`activities.code_mode.CodeRunner.step` |
 """
 
 from __future__ import annotations
@@ -19,11 +20,14 @@ from __future__ import annotations
 from temporalio import activity
 
 from activities.contracts import (
+    CODE_STEP,
     MODEL_COMPLETE,
     SPEC_RESOLVE,
     TOKENS_COUNT,
     TOOL_INVOKE,
     CallModelInput,
+    CodeStepInput,
+    CodeStepOutput,
     CountTokensInput,
     InvokeToolInput,
     ModelReply,
@@ -69,5 +73,15 @@ async def tokens_count(req: CountTokensInput) -> TokenCounts:
     raise NotImplementedError(_DECLARATION)
 
 
-DECLARATIONS = (spec_resolve, model_complete, tool_invoke, tokens_count)
+@activity.defn(name=CODE_STEP)
+async def code_step(req: CodeStepInput) -> CodeStepOutput:
+    """Run a Code Mode script up to its next batch of tool calls, or its end (in bubblewrap).
+
+    Raises:
+        ApplicationError: ``SandboxUnavailable`` (retryable) or ``CodeSnapshotInvalid``.
+    """
+    raise NotImplementedError(_DECLARATION)
+
+
+DECLARATIONS = (spec_resolve, model_complete, tool_invoke, tokens_count, code_step)
 """Every activity the workflow schedules."""

@@ -15,6 +15,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
+from activities.code_mode import code_tool
 from activities.contracts import (
     ERR_MCP_UNAVAILABLE,
     ERR_SPEC_INVALID,
@@ -106,6 +107,7 @@ class RuntimeActivities:
             spec = resolve_agent(path, req.agent, self._default_model)
             tools = await self._pin_tools(spec)
             tools += self._agent_tools(path, spec, tools)
+            tools += self._code_tool(spec, tools)
             tools = only_tools(tools, req.tools, spec.name)
         except (SpecError, UnknownToolError, McpToolsError) as e:
             raise ApplicationError(str(e), type=ERR_SPEC_INVALID, non_retryable=True) from None
@@ -129,6 +131,28 @@ class RuntimeActivities:
                 f"agents.{spec.name}: tool(s) {', '.join(clash)} clash with its sub-agents' tools"
             )
         return extra
+
+    @staticmethod
+    def _code_tool(spec: AgentSpec, tools: list[ToolInfo]) -> list[ToolInfo]:
+        """The Code Mode tool of the spec, if it has ``code_mode`` (activities/code_mode.py).
+
+        Raises:
+            SpecError: ``code_mode.tools`` names a tool the agent lacks (or a sub-agent or
+                handoff tool), or the tool's name clashes with another tool.
+        """
+        cm = spec.code_mode
+        if cm is None:
+            return []
+        own = {t.name: t for t in tools if t.kind == "tool"}
+        missing = [n for n in cm.tools if n not in own]
+        if missing:
+            raise SpecError(
+                f"agents.{spec.name}.code_mode.tools: {', '.join(missing)} not among the agent's "
+                f"tools ({', '.join(own) or 'none'})"
+            )
+        if cm.tool in {t.name for t in tools}:
+            raise SpecError(f"agents.{spec.name}.code_mode.tool: {cm.tool!r} is already a tool")
+        return [code_tool(cm.tool, [own[n] for n in cm.tools], cm.max_calls)]
 
     def _ensure_workspace(self, agent: str, ws: Path, spec_file: str) -> None:
         """Create a missing workspace inside the runtime's own folders; else explain the fix.

@@ -198,6 +198,29 @@ class MemorySpec(BaseModel):
     )
 
 
+class CodeModeSpec(BaseModel):
+    """``code_mode:`` of an agent: one tool taking a Python script over the listed tools.
+
+    See activities/code_mode.py, workflows/code_mode.py and docs/sandbox.md "Code Mode".
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    tool: str = Field(
+        default="run_code",
+        pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,63}$",
+        description="the Code Mode tool's name",
+    )
+    tools: list[str] = Field(
+        min_length=1, description="the agent's tools the script may call (host functions)"
+    )
+    max_calls: int = Field(default=50, ge=1, le=1000, description="tool calls per script")
+    step_seconds: float = Field(
+        default=2.0, gt=0, le=60, description="execution seconds between two tool round trips"
+    )
+    max_memory_mb: int = Field(default=64, ge=8, le=1024, description="the interpreter's heap")
+
+
 class Compaction(BaseModel):
     """Context-window settings, in tokens. ``threshold`` is a fraction of the usable window."""
 
@@ -313,6 +336,9 @@ class AgentSpec(BaseModel):
     pricing: Pricing = Field(default_factory=Pricing)
     compaction: Compaction = Field(default_factory=Compaction)
     memory: MemorySpec | None = None
+    code_mode: CodeModeSpec | None = Field(
+        default=None, description="a tool that runs a Python script over the agent's tools"
+    )
     temperature: float = Field(0.2, ge=0, le=2)
     retry_temperature_step: float = Field(
         default=0.0,
@@ -538,6 +564,7 @@ _NEW_SPEC_DEFAULTS: dict[str, Any] = {
     "handoffs": [],
     "mode": "task",
     "plan": PlanSettings().model_dump(mode="json"),
+    "code_mode": None,
 }
 _NEW_TOOL_DEFAULTS: dict[str, Any] = {"agent": None, "kind": "tool"}
 

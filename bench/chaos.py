@@ -48,7 +48,11 @@ MODEL_SECONDS = 0.5
 
 
 def responder(request: dict[str, Any]) -> Reply:
-    """The model of one chaos run: 4 tool turns then an answer, from the tool messages so far."""
+    """The model of one chaos run: 6 tool turns then an answer, from the tool messages so far.
+
+    Turn 4 is a Code Mode script whose one tool call (an effect) waits for approval inside the
+    script; turn 5 runs Python in the bubblewrap sandbox.
+    """
     msgs = [m for m in request.get("messages") or [] if isinstance(m, dict)]
     first = next((m for m in msgs if m.get("role") == "user"), {})
     found = _RUN.search(str(first.get("content") or ""))
@@ -58,6 +62,8 @@ def responder(request: dict[str, Any]) -> Reply:
         ("write_file", {"path": f"out/{i}.txt", "content": f"run {i}\n", "overwrite": True}),
         ("chaos_effect", {"label": f"{i}-a"}),
         ("calculator", {"expression": f"{i} + 1"}),
+        ("run_code", {"script": f'await chaos_effect(label="{i}-c")'}),
+        ("run_python", {"code": f"print({i} * 2)"}),
         ("chaos_effect", {"label": f"{i}-b"}),
     ]
     if done < len(steps):
@@ -78,7 +84,8 @@ def write_spec(workdir: Path) -> Path:
     agent = {
         "model": "scripted",
         "system_prompt": "You are the chaos agent.",
-        "tools": ["write_file", "chaos_effect", "calculator"],
+        "tools": ["write_file", "chaos_effect", "calculator", "run_python"],
+        "code_mode": {"tools": ["chaos_effect", "calculator"]},
         "workspace": str(ws),
         "limits": {"max_turns": 10, "max_seconds": 7200},
         "model_timeout_seconds": 10,

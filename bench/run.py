@@ -25,7 +25,7 @@ from bench.scenarios import SCENARIOS, Options
 
 DEFAULT_ORDER = [
     "peers", "history", "overhead", "throughput", "cpu", "crash", "tuning", "fairness", "rate_limit", "evals",
-    "encryption", "memory", "sandbox",
+    "encryption", "memory", "sandbox", "code_mode",
 ]  # fmt: skip
 console = Console()
 
@@ -393,6 +393,23 @@ def table_sandbox(r: dict[str, Any]) -> Table:
     return t
 
 
+def table_code_mode(r: dict[str, Any]) -> Table:
+    """Code Mode: the 6-tool-call task with and without it."""
+    t = Table("", "model turns", "tool calls", "tokens", "wall s (p50)", "history events",
+              title=f"Code Mode: a task of 6 dependent tool calls, {r.get('runs')} runs each")  # fmt: skip
+    for key in [k for k in r if "@" in k]:
+        label, latency = key.split("@")
+        name = f"{label} Code Mode, model {latency} s"
+        d = r.get(key) or {}
+        if "error" in d:
+            t.add_row(name, d["error"], "", "", "", "")
+            continue
+        t.add_row(name, str(d.get("model_turns")), str(d.get("tool_calls")),
+                  str(d.get("tokens")), _v(d.get("wall_s_p50"), " s", 3),
+                  str(d.get("history_events")))  # fmt: skip
+    return t
+
+
 def table_rate_limit(r: dict[str, Any]) -> Table:
     """Scenario 7: a rate-limited model served by two workers."""
     t = Table(title="7. Model rate limit held across two workers")
@@ -430,6 +447,7 @@ TABLES = {
     "encryption": table_encryption,
     "memory": table_memory,
     "sandbox": table_sandbox,
+    "code_mode": table_code_mode,
     "evals": table_evals,
 }
 

@@ -783,6 +783,7 @@ from bench.encryption import scenario_encryption  # noqa: E402
 from bench.memory import scenario_memory  # noqa: E402
 from bench.models import scenario_fairness, scenario_rate_limit  # noqa: E402
 from bench.peers import scenario_peers  # noqa: E402
+from bench.code_mode import scenario_code_mode  # noqa: E402
 from bench.sandbox import scenario_sandbox  # noqa: E402
 
 SCENARIOS = {
@@ -799,5 +800,6 @@ SCENARIOS = {
     "encryption": scenario_encryption,
     "memory": scenario_memory,
     "sandbox": scenario_sandbox,
+    "code_mode": scenario_code_mode,
     "evals": scenario_evals,
 }

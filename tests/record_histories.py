@@ -199,6 +199,26 @@ async def subagents_run(h: Harness) -> WorkflowHandle[Any, RunResult]:
     return handle
 
 
+CODE_SCRIPT = """
+import asyncio
+a, b = await asyncio.gather(read_file(path="README.md"), calculator(expression="6*7"))
+done = await deploy(target="staging")
+print(len(a), b)
+b + " " + done
+"""
+
+
+async def code_mode_run(h: Harness) -> WorkflowHandle[Any, RunResult]:
+    """(g) Code Mode: one script gathers two calls, then one that waits for approval (approved
+    by update ``decide``) while the script is paused; then an answer."""
+    h.model.extend([tool_call("run_code", {"script": CODE_SCRIPT}), text("deployed")])
+    handle = await _start(h, "hist-code-mode", "[code] gather, then deploy", agent="coder")
+    st = await _until(handle, lambda s: bool(s.pending_approvals))
+    await rc.decide(h.client, handle.id, st.pending_approvals[0].tool_call_id, "approve", "alice")
+    await handle.result()
+    return handle
+
+
 SCENARIOS: dict[str, Scenario] = {
     "tools": tools_run,
     "approvals": approvals_run,
@@ -206,6 +226,7 @@ SCENARIOS: dict[str, Scenario] = {
     "continue_as_new": continue_as_new_run,
     "streamed": streamed_run,
     "subagents": subagents_run,
+    "code_mode": code_mode_run,
 }
 
 
@@ -232,6 +253,10 @@ async def record(out: Path, client: Client, only: list[str] | None = None) -> li
             "boss": {"tools": TOOLS, "subagents": ["helper", "writer"]},
             "helper": {"tools": TOOLS},
             "writer": {"tools": ["write_file"]},
+            "coder": {
+                "tools": TOOLS,
+                "code_mode": {"tools": ["read_file", "calculator", "deploy"]},
+            },
         }
         h = Harness(client, Path(tmp), model, agents=agents)
         h.task_queue = TASK_QUEUE

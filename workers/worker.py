@@ -19,6 +19,7 @@ import structlog
 from temporalio.client import Client
 from temporalio.worker import Worker
 
+from activities.code_mode import CodeRunner
 from activities.contracts import model_task_queue
 from activities.evals.activity import EvalActivities
 from activities.evals.contracts import EVAL_QUEUE_SUFFIX
@@ -207,7 +208,9 @@ def build_worker(
         memory = MemoryActivities(
             settings.openai_base_url, settings.openai_api_key, settings.state_dir
         )
+        code = CodeRunner(Path(settings.state_dir).expanduser() / "code-mode")
         activities = [model.complete, runtime.resolve_spec, runtime.invoke_tool, count_tokens]
+        activities.append(code.step)
         activities += [evals.score, evals.judge, memory.handoff, memory.consolidate]
         workflows = [AgentRun, EvalSuite, MemoryConsolidation]
     t = WorkerTuning

@@ -64,6 +64,8 @@ PATCH_MEMORY = "memory-consolidation"
 PATCH_V4 = "agent-run-v4"
 """Patch id of revision 4: ``spec.resolve`` runs as a local activity (then ``WORKFLOW_REV`` 4 is
 pinned, which turns on local tools and fewer upserts; docs/throughput.md)."""
+PATCH_RACE_WAITS = "race-person-waits"
+"""A race whose work waited for a person (Code Mode) re-arms the deadline instead of ending."""
 PATCH_V2 = "agent-run-v2"
 """Patch id of the second workflow version (one deadline timer per run, throttled search-attribute
 refreshes, continue-as-new at the spec's own thresholds, AgentStatus after a chat message,
@@ -451,16 +453,31 @@ class AgentRun(ToolCalls, Compacting, RunHandlers, Children, Handoffs, Planning)
         return self._deadline
 
     async def _race(self, make: Callable[[], Awaitable[T]]) -> T:
-        """Await ``make()`` unless an interrupt or the deadline comes first (then cancel it)."""
-        deadline = self._deadline_timer()
+        """Await ``make()`` unless an interrupt or the deadline comes first (then cancel it).
+
+        ``make()`` may itself wait for a person (a Code Mode script's call that needs approval):
+        that time does not count, so while calls wait the deadline is not taken, and a deadline
+        re-armed (or passed) during such a wait is re-armed for the time left
+        (patch ``race-person-waits``).
+        """
+        deadline = self._deadline_timer()  # its timer before make()'s first command
         task: asyncio.Future[T] = asyncio.ensure_future(make())
-        await workflow.wait_condition(
-            lambda: (
-                self._observe() or task.done() or self._s.interrupt is not None or deadline.done()
+        while True:
+            await workflow.wait_condition(
+                lambda d=deadline: (
+                    self._observe()
+                    or task.done()
+                    or self._s.interrupt is not None
+                    or (d.done() and not self._s.pending)
+                )
             )
-        )
-        if task.done():
-            return task.result()
+            if task.done():
+                return task.result()
+            moved = deadline.cancelled() or self._s.waits != self._deadline_waits
+            if self._s.interrupt is None and moved and workflow.patched(PATCH_RACE_WAITS):
+                deadline = self._deadline_timer()
+                continue
+            break
         await _cancel(task)
         if self._s.interrupt is not None:
             raise Stop("interrupted", self._s.interrupt.reason)

@@ -21,6 +21,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.contracts import ToolCallRequest, ToolInfo, ToolOutcome
     from activities.interfaces import tool_invoke
     from activities.spec import PinnedSpec
+    from workflows.code_mode import run_script
     from workflows.local_activity import execute_local
     from workflows.models import (
         Decision,
@@ -79,6 +80,22 @@ class ToolCalls:
         self._ask_share = sum(
             1 for c in calls if c.name in tools and tools[c.name].kind == "subagent"
         )
+        _, outcomes = await self._execute_calls(calls)
+        for call in calls:
+            self._s.messages.append(
+                {"role": "tool", "tool_call_id": call.id, "content": outcomes.get(call.id, "")}
+            )
+        self._publish()
+
+    async def _execute_calls(
+        self, calls: list[ToolCallRequest]
+    ) -> tuple[list[ToolCallRecord], dict[str, str]]:
+        """Carry the calls out: policy, approvals, then concurrently their activities.
+
+        Returns their records (in order) and each call's result text by id. Used for a turn's
+        calls and for the calls a Code Mode script makes (workflows/code_mode.py).
+        """
+        tools = {t.name: t for t in self._pinned().tools}
         records, outcomes = self._apply_policy(calls, tools)
         running: dict[str, asyncio.Future[ToolOutcome | str]] = {}
         for call, rec in zip(calls, records, strict=True):
@@ -105,11 +122,7 @@ class ToolCalls:
                     outcomes[call.id] = settled.text
         if running:
             await self._gather(running, records, outcomes)
-        for call in calls:
-            self._s.messages.append(
-                {"role": "tool", "tool_call_id": call.id, "content": outcomes.get(call.id, "")}
-            )
-        self._publish()
+        return records, outcomes
 
     def _apply_policy(
         self, calls: list[ToolCallRequest], tools: dict[str, ToolInfo]
@@ -176,6 +189,8 @@ class ToolCalls:
     async def _invoke(
         self, call: ToolCallRequest, rec: ToolCallRecord, info: ToolInfo | None
     ) -> ToolOutcome | str:
+        if info is not None and info.kind == "code":  # a Code Mode script
+            return await run_script(self, call, rec, info)
         if info is not None and info.kind != "tool":  # ask_<NAME>, handoff_to_<NAME>
             return await self._invoke_agent(call, rec, info)
         rec.status = "running"

@@ -6,6 +6,7 @@ import pytest
 from temporalio import activity
 from temporalio.common import _type_hints_from_func
 
+from activities.code_mode import CodeRunner
 from activities.interfaces import DECLARATIONS
 from activities.model import ModelActivities
 from activities.runtime import RuntimeActivities
@@ -18,6 +19,7 @@ IMPLEMENTATIONS = {
     "model.complete": ModelActivities.complete,
     "tool.invoke": RuntimeActivities.invoke_tool,
     "tokens.count": count_tokens,
+    "code.step": CodeRunner.step,
 }
 
 

@@ -99,7 +99,7 @@ async def test_spec_resolve_pins_agent_tools_after_the_workers_tools(tmp_path: P
 def test_hash_of_a_spec_without_the_new_fields_is_unchanged():
     spec = AgentSpec(name="a", model="m")
     plain = spec_hash(spec, [])
-    new = {"description", "subagents", "handoffs", "mode", "plan"}
+    new = {"description", "subagents", "handoffs", "mode", "plan", "code_mode"}
     before = {k: v for k, v in spec.model_dump(mode="json").items() if k not in new}
     blob = json.dumps({"spec": before, "tools": []}, sort_keys=True, separators=(",", ":"))
     assert plain == hashlib.sha256(blob.encode()).hexdigest()
