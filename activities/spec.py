@@ -74,6 +74,11 @@ class Limits(BaseModel):
     max_cost_usd: float | None = Field(
         default=None, gt=0, description="cost budget of the run, US dollars"
     )
+    max_sandbox_seconds: float | None = Field(
+        default=None,
+        gt=0,
+        description="sandbox budget: seconds of sandboxed tool time (run_python, run_command)",
+    )
     on_budget: Literal["stop", "pause"] = "stop"
     continue_as_new_every_turns: int | None = Field(
         None, ge=1, description="continue as new every N turns (None: by history size)"
@@ -176,6 +181,9 @@ class Pricing(BaseModel):
 
     prompt_per_mtok: float = 0.0
     completion_per_mtok: float = 0.0
+    sandbox_per_second: float = Field(
+        default=0.0, ge=0, description="US dollars per second of sandboxed tool time"
+    )
 
 
 class MemorySpec(BaseModel):
@@ -569,6 +577,19 @@ _NEW_SPEC_DEFAULTS: dict[str, Any] = {
 _NEW_TOOL_DEFAULTS: dict[str, Any] = {"agent": None, "kind": "tool"}
 
 
+_NEW_NESTED_DEFAULTS: dict[str, dict[str, Any]] = {
+    "limits": {"max_sandbox_seconds": None},
+    "pricing": {"sandbox_per_second": 0.0},
+}
+
+
 def _without_defaults(dumped: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
-    """``dumped`` without the fields added later that hold their defaults (hashes stay stable)."""
-    return {k: v for k, v in dumped.items() if k not in defaults or defaults[k] != v}
+    """``dumped`` without the fields added later that hold their defaults (hashes stay stable).
+
+    Fields added later inside ``limits`` and ``pricing`` are dropped the same way.
+    """
+    out = {k: v for k, v in dumped.items() if k not in defaults or defaults[k] != v}
+    for key, nested in _NEW_NESTED_DEFAULTS.items():
+        if isinstance(out.get(key), dict):
+            out[key] = _without_defaults(out[key], nested)
+    return out

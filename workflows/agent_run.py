@@ -193,6 +193,7 @@ class AgentRun(ToolCalls, Compacting, RunHandlers, Children, Handoffs, Planning)
             spec.limits.max_seconds = lim.max_seconds
         s.max_total_tokens = lim.max_total_tokens or spec.limits.max_total_tokens
         s.max_cost_usd = lim.max_cost_usd or spec.limits.max_cost_usd
+        s.max_sandbox_seconds = spec.limits.max_sandbox_seconds
         if req.seed_messages:
             s.messages = [dict(m) for m in req.seed_messages]
         else:

@@ -283,6 +283,8 @@ class RunHandlers(HeldDecisions):
             s.max_total_tokens = sig.max_total_tokens
         if sig.max_cost_usd is not None:
             s.max_cost_usd = sig.max_cost_usd
+        if sig.max_sandbox_seconds is not None:
+            s.max_sandbox_seconds = sig.max_sandbox_seconds
         if s.budget_paused and turn.budget_exceeded(s) is None:
             s.paused = False
             s.budget_paused = False

@@ -129,6 +129,9 @@ class RunResult(BaseModel):
     output: str | None = None
     turns: int = 0
     usage: Usage = Field(default_factory=Usage)
+    sandbox_seconds: float = Field(
+        default=0.0, description="seconds sandboxed tools ran (their cost is in usage.cost_usd)"
+    )
     tool_calls: list[ToolCallRecord] = Field(default_factory=list)
     duration_ms: float = 0.0
     stopped_reason: str = ""
@@ -230,6 +233,7 @@ class RaiseBudgetSignal(BaseModel):
     principal_id: str = "anonymous"
     max_total_tokens: int | None = None
     max_cost_usd: float | None = None
+    max_sandbox_seconds: float | None = None
 
 
 class PendingApproval(BaseModel):
@@ -277,6 +281,7 @@ class RunState(BaseModel):
     agent: str = ""
     pending_approvals: list[PendingApproval] = Field(default_factory=list)
     usage: Usage = Field(default_factory=Usage)
+    sandbox_seconds: float = 0.0
     tool_calls: list[ToolCallRecord] = Field(default_factory=list)
     ignored_signals: list[IgnoredSignal] = Field(default_factory=list)
     memory: list[str] = Field(
@@ -326,6 +331,10 @@ class RunData(BaseModel):
     started_at: datetime
     max_total_tokens: int | None = None
     max_cost_usd: float | None = None
+    max_sandbox_seconds: float | None = None
+    sandbox_seconds: float = Field(
+        default=0.0, description="seconds sandboxed tools ran (run_python, run_command)"
+    )
     compactions: int = 0
     continued_runs: int = 0
     output: str | None = None

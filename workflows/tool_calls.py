@@ -18,7 +18,7 @@ from temporalio.exceptions import ActivityError, CancelledError
 with workflow.unsafe.imports_passed_through():
     import workflows.activity_options as options
     import workflows.turn as turn
-    from activities.contracts import ToolCallRequest, ToolInfo, ToolOutcome
+    from activities.contracts import ToolCallRequest, ToolInfo, ToolOutcome, Usage
     from activities.interfaces import tool_invoke
     from activities.spec import PinnedSpec
     from workflows.code_mode import run_script
@@ -221,10 +221,22 @@ class ToolCalls:
         rec.status = out.status
         rec.duration_ms = out.duration_ms
         rec.result_chars = out.output_chars
+        if info is not None and info.sandboxed:
+            self._charge_sandbox(out.duration_ms)
         if out.arguments is not None:
             rec.arguments = out.arguments
         self._tool_finished(rec, out.content)
         return out
+
+    def _charge_sandbox(self, duration_ms: float) -> None:
+        """Count a sandboxed call's time against the sandbox budget.
+
+        Its price (``pricing.sandbox_per_second``) goes into the run's cost.
+        """
+        s, price = self._s, self._pinned().spec.pricing.sandbox_per_second
+        s.sandbox_seconds = round(s.sandbox_seconds + duration_ms / 1000, 3)
+        if price:
+            s.usage = s.usage.add(Usage(cost_usd=duration_ms / 1000 * price))
 
     def _tool_finished(self, rec: ToolCallRecord, result: str) -> None:
         self._emit(

@@ -120,13 +120,16 @@ def after_parse_failure(failures: int, allowed: int, error: str) -> TellModel | 
 
 
 def budget_exceeded(data: RunData) -> str | None:
-    """Why the run is over its token or cost budget, or None."""
+    """Why the run is over its token, cost or sandbox-time budget, or None."""
     used, cap = data.usage.total_tokens, data.max_total_tokens
     if cap is not None and used >= cap:
         return f"used {used} tokens of a budget of {cap}"
     cost, cap_usd = data.usage.cost_usd, data.max_cost_usd
     if cap_usd is not None and cost >= cap_usd:
         return f"cost {cost:.6f} USD of a budget of {cap_usd} USD"
+    secs, cap_s = data.sandbox_seconds, data.max_sandbox_seconds
+    if cap_s is not None and secs >= cap_s:
+        return f"sandbox time {secs:.1f} s of a budget of {cap_s} s"
     return None
 
 

@@ -51,3 +51,29 @@ async def test_the_model_runs_python_on_a_workspace_file_and_reads_the_result(
         "oom",
         "files",
     }
+
+
+async def test_sandbox_seconds_count_against_the_budget_and_the_cost(
+    client: Client, tmp_path: Path
+):
+    model = ScriptedModel(
+        [
+            tool_call("run_python", {"code": "import time\ntime.sleep(0.3)\nprint('slept')"}),
+            tool_call("run_python", {"code": "print('never runs')"}),
+            text("unreachable"),
+        ]
+    )
+    agents = {
+        "default": {
+            "tools": ["run_python"],
+            "limits": {"max_sandbox_seconds": 0.2},
+            "pricing": {"sandbox_per_second": 0.01},
+        }
+    }
+    async with Harness(client, tmp_path, model, agents=agents) as h:
+        res = await (await h.start("sleep in the sandbox")).result()
+    assert res.status == "budget_exceeded", res.stopped_reason
+    assert "sandbox time" in res.stopped_reason and "0.2 s" in res.stopped_reason
+    assert [c.name for c in res.tool_calls] == ["run_python"]  # the second never ran
+    assert res.sandbox_seconds >= 0.3
+    assert res.usage.cost_usd >= 0.003  # 0.01 USD/s; the scripted model itself costs nothing

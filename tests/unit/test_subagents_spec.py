@@ -101,7 +101,12 @@ def test_hash_of_a_spec_without_the_new_fields_is_unchanged():
     plain = spec_hash(spec, [])
     new = {"description", "subagents", "handoffs", "mode", "plan", "code_mode"}
     before = {k: v for k, v in spec.model_dump(mode="json").items() if k not in new}
+    del before["limits"]["max_sandbox_seconds"], before["pricing"]["sandbox_per_second"]
     blob = json.dumps({"spec": before, "tools": []}, sort_keys=True, separators=(",", ":"))
     assert plain == hashlib.sha256(blob.encode()).hexdigest()
     assert plain == spec_hash(AgentSpec(name="a", model="m", subagents=[]), [])
     assert plain != spec_hash(AgentSpec(name="a", model="m", mode="plan"), [])
+    sandboxed = AgentSpec.model_validate(
+        {"name": "a", "model": "m", "limits": {"max_sandbox_seconds": 5}}
+    )
+    assert plain != spec_hash(sandboxed, [])
