@@ -15,6 +15,9 @@ An aiohttp application (:func:`build_app`) on ``127.0.0.1:8235`` by default:
   ``POST /runs/{run_id}/interrupt`` (``{"principal_id", "reason"?}``) and ``/messages``
   (``{"content", "principal_id"}``) send those signals.
 
+* ``GET /api/suites`` -- recent evaluation suites; ``GET /api/suites/{suite_id}`` -- a suite's report
+  so far (the JSON of ``agentctl eval report --json``); ``GET /suites/{suite_id}`` -- the suite's
+  live view (``workers/static/suite.html``: per variant, the paired comparison, per case).
 * ``GET /api/session`` -- who you are (``principal_id``, ``roles``, ``tenants``) and the
   ``csrf_token`` the page sends back as ``X-CSRF-Token``.
 
@@ -217,6 +220,55 @@ async def _state(request: web.Request) -> web.Response:
     )
 
 
+async def _suite_tenant(client: Client, suite_id: str) -> str | None:
+    """The tenant of an evaluation suite (its start input), or None when it has none to read."""
+    from activities.evals.contracts import SuiteRequest
+
+    raw = await client.get_workflow_handle(suite_id).query("request")
+    return SuiteRequest.model_validate(raw).tenant_id if raw else None
+
+
+async def _suites(request: web.Request) -> web.Response:
+    """``GET /api/suites``: recent evaluation suites of the person's tenants, newest first."""
+    client, ident = request.app[CLIENT_KEY], _who(request)
+    out = []
+    async for wf in client.list_workflows("WorkflowType = 'EvalSuite'", limit=20):
+        if "*" not in ident.tenants:
+            try:
+                tenant = await _suite_tenant(client, wf.id)
+            except RPCError:
+                continue
+            if tenant is None or not ident.may_see(tenant):
+                continue
+        out.append(
+            {
+                "suite_id": wf.id,
+                "status": wf.status.name.lower() if wf.status else "unknown",
+                "started_at": wf.start_time.isoformat() if wf.start_time else None,
+            }
+        )
+    return web.json_response({"suites": out})
+
+
+async def _suite(request: web.Request) -> web.Response:
+    """``GET /api/suites/{id}``: the suite's report so far (``agentctl eval report --json``)."""
+    from activities.evals.report import build_report
+    from workers.eval_client import progress
+
+    suite_id, ident = request.match_info["suite_id"], _who(request)
+    client = request.app[CLIENT_KEY]
+    if "*" not in ident.tenants:
+        tenant = await _suite_tenant(client, suite_id)
+        if tenant is None or not ident.may_see(tenant):
+            return _error(404, f"no such suite: {suite_id}")
+    report = build_report(await progress(client, suite_id))
+    return web.json_response(report, headers={"Cache-Control": "no-store"})
+
+
+async def _suite_page(_request: web.Request) -> web.FileResponse:
+    return web.FileResponse(STATIC / "suite.html")
+
+
 async def _start(request: web.Request) -> web.Response:
     body = await _body(request, StartBody)
     if body.mode not in ("task", "chat"):
@@ -360,6 +412,9 @@ def build_app(
     app.router.add_post("/runs/{run_id}/reject", _decider("reject"))
     app.router.add_post("/runs/{run_id}/interrupt", _interrupt)
     app.router.add_post("/runs/{run_id}/messages", _message)
+    app.router.add_get("/api/suites", _suites)
+    app.router.add_get("/api/suites/{suite_id}", _suite)
+    app.router.add_get("/suites/{suite_id}", _suite_page)
     return app
 
 

@@ -205,5 +205,22 @@ function fromHash() {
 }
 window.addEventListener("hashchange", fromHash);
 fromHash();
+async function loadSuites() {
+  try {
+    const { suites } = await call("GET", "/api/suites");
+    const ul = $("suites");
+    ul.replaceChildren();
+    for (const x of suites) {
+      const li = el("li");
+      const a = el("a", "id", x.suite_id);
+      a.href = "/suites/" + encodeURIComponent(x.suite_id);
+      li.append(a, el("span", "badge " + x.status, x.status));
+      ul.append(li);
+    }
+  } catch (e) { /* refreshed again shortly */ }
+}
+
 loadRuns();
+loadSuites();
 setInterval(loadRuns, 5000);
+setInterval(loadSuites, 15000);
