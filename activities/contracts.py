@@ -257,6 +257,10 @@ class InvokeToolInput(BaseModel):
     principal_id: str = "anonymous"
     secrets: list[str] = Field(default_factory=list)
     mcp: McpTarget | None = None
+    run_files: dict[str, str] = Field(
+        default_factory=dict,
+        description="files earlier sandboxed calls of the run wrote: name -> payload store key",
+    )
 
 
 class ToolOutcome(BaseModel):
@@ -275,6 +279,8 @@ class ToolOutcome(BaseModel):
     output_chars: int = 0
     duration_ms: float = 0.0
     arguments: dict[str, Any] | None = None
+    files: dict[str, str] | None = None
+    """Files this call wrote, kept in the payload store: name -> key (sandboxed tools)."""
 
 
 class ToolInfo(BaseModel):

@@ -254,6 +254,7 @@ class RuntimeActivities:
             tenant_id=req.tenant_id,
             principal_id=req.principal_id,
             idempotency_key=idempotency_key(req),
+            run_files=dict(req.run_files),
         )  # the activity itself heartbeats while the tool runs (activities/heartbeat.py)
         started = time.perf_counter()
         run = (

@@ -29,10 +29,12 @@ from activities.model import ModelActivities
 from activities.redaction import RedactingInterceptor
 from activities.runtime import RuntimeActivities
 from activities.spec import SpecError, load_rate_limits, load_spec_file
+from activities.storage import LocalStorageDriver
 from activities.tokens import count_tokens
 from activities.tools import load_tool_modules
 from activities.tools.sandbox_tools import configure as configure_sandbox
 from workers.config import STATE_DIR_DEFAULT, Settings, load_settings
+from workers.encryption import codec_from_setting
 from workers.sandbox import workflow_runner
 from workers.versioning import deployment_config
 from workflows.agent_run import AgentRun
@@ -196,7 +198,11 @@ def build_worker(
     """
     load_tool_modules(tool_modules_for(settings))
     configure_memory(settings.memory_store_url)
-    configure_sandbox(Path(settings.state_dir) / "sandbox")
+    configure_sandbox(
+        Path(settings.state_dir) / "sandbox",
+        store=None if settings.payload_store == "s3" else LocalStorageDriver(settings.payload_path),
+        codec=codec_from_setting(settings.encryption_keys),
+    )
     runtime = runtime or runtime_activities(settings)
     activities: list[Any] = [runtime.invoke_tool]
     workflows: list[Any] = []

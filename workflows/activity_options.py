@@ -195,11 +195,13 @@ def tool_call(
     call: ToolCallRequest,
     arguments: str | dict[str, Any],
     info: ToolInfo | None,
+    run_files: dict[str, str] | None = None,
 ) -> tuple[InvokeToolInput, ActivityOptions]:
     """Input and options of ``tool.invoke`` for one call (on the tool's own queue when it has one).
 
     ``arguments`` are the model's JSON text or the dict a person approved. A tool unknown to the
-    pinned spec gets 30 s and one attempt (the activity reports it to the model).
+    pinned spec gets 30 s and one attempt (the activity reports it to the model). A sandboxed
+    tool gets ``run_files`` (what earlier sandboxed calls wrote, in the payload store).
     """
     spec = pinned.spec
     inp = InvokeToolInput(
@@ -214,6 +216,7 @@ def tool_call(
         principal_id=req.principal_id,
         secrets=spec.secrets,
         mcp=info.mcp if info else None,
+        run_files=dict(run_files or {}) if info is not None and info.sandboxed else {},
     )
     shown = arguments if isinstance(arguments, dict) else parse_arguments(arguments) or arguments
     options: ActivityOptions = {

@@ -335,6 +335,10 @@ class RunData(BaseModel):
     sandbox_seconds: float = Field(
         default=0.0, description="seconds sandboxed tools ran (run_python, run_command)"
     )
+    run_files: dict[str, str] = Field(
+        default_factory=dict,
+        description="files sandboxed calls wrote: name -> payload store key (the latest wins)",
+    )
     compactions: int = 0
     continued_runs: int = 0
     output: str | None = None

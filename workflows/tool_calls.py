@@ -198,7 +198,7 @@ class ToolCalls:
             rec.arguments if isinstance(rec.arguments, dict) else call.arguments
         )
         inp, opts = options.tool_call(
-            self._pinned(), self._req(), self._s.turn, call, arguments, info
+            self._pinned(), self._req(), self._s.turn, call, arguments, info, self._s.run_files
         )
         self._emit("tool_started", tool_call_id=call.id, name=call.name, arguments=rec.arguments)
         try:
@@ -223,6 +223,8 @@ class ToolCalls:
         rec.result_chars = out.output_chars
         if info is not None and info.sandboxed:
             self._charge_sandbox(out.duration_ms)
+        if out.files:
+            self._s.run_files.update(out.files)
         if out.arguments is not None:
             rec.arguments = out.arguments
         self._tool_finished(rec, out.content)

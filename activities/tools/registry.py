@@ -100,6 +100,10 @@ class ToolContext:
     principal_id: str = "anonymous"
     heartbeat: Callable[..., None] = _no_heartbeat
     idempotency_key: str = ""
+    run_files: dict[str, str] = field(default_factory=dict)
+    """Files earlier calls of the run wrote (name -> payload store key), for sandboxed tools."""
+    new_files: dict[str, str] = field(default_factory=dict)
+    """Files this call wrote (name -> payload store key): the outcome's ``files``."""
 
     def __post_init__(self) -> None:
         self.workspace = Path(self.workspace).expanduser().resolve()
@@ -423,6 +427,7 @@ class ToolRegistry:
             output_chars=full_chars,
             duration_ms=(time.perf_counter() - start) * 1000.0,
             arguments=recorded,
+            files=dict(ctx.new_files) or None,
         )
 
 

@@ -4,6 +4,13 @@ Each call gets a fresh work folder (``/work`` inside), into which ``files`` are 
 name is looked up among the files earlier calls of the same run produced, then in the workspace
 (read-only copy; the workspace itself is never mounted). Afterwards every file in the work folder
 is kept for the run's later calls and listed in the result as ``{"name", "size", "sha256"}``.
+
+The files a call writes go into the **payload store** (the worker's ``AGENT_PAYLOAD_DIR``, through
+:class:`activities.storage.LocalStorageDriver`; encrypted with the worker's payload codec when
+``AGENT_ENCRYPTION_KEYS`` is set), and the outcome names them (``ToolOutcome.files``: name ->
+key). The run records the keys and hands them to its later sandboxed calls
+(``InvokeToolInput.run_files``), so a later call finds them on any worker that shares the store.
+Without a configured store (and as a fallback) they are also kept on this worker's disk.
 The result is JSON ``{"exit_code", "stdout", "stderr", "truncated", "duration_ms", "timed_out",
 "oom", "files"}`` (docs/contract.md, "Code"): a failing program is a result the model reads, never
 an activity failure; only a sandbox that cannot start raises (Temporal retries that).
@@ -21,6 +28,9 @@ import json
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
+
+from temporalio.api.common.v1 import Payload
 
 from activities.sandbox import BubblewrapBackend, Limits, SandboxBackend
 from activities.sandbox.bwrap import new_workdir
@@ -30,11 +40,50 @@ from activities.tools.registry import ToolContext, ToolError, tool
 MAX_TIMEOUT_S = 120.0
 BACKEND: SandboxBackend = BubblewrapBackend()
 _root: list[Path] = []
+_store: list[Any] = []  # [LocalStorageDriver-like (put_bytes/get_bytes), codec or None]
 
 
-def configure(root: str | Path) -> None:
-    """Where the runs' files live (the worker calls it: ``<state>/sandbox``)."""
+def configure(root: str | Path, store: Any = None, codec: Any = None) -> None:
+    """Where the runs' files live (the worker calls it).
+
+    Args:
+        root: the worker's own copy (``<state>/sandbox``).
+        store: the payload store (``put_bytes(data) -> key``, ``get_bytes(key) -> data``), or None.
+        codec: encrypts what goes into the store (``encrypt(Payload)``/``decrypt(Payload)``), or
+            None.
+    """
     _root[:] = [Path(root).expanduser().resolve()]
+    _store[:] = [store, codec] if store is not None else []
+
+
+def _put(name: str, data: bytes) -> str | None:
+    """Keep ``data`` in the payload store; its key (None without a store)."""
+    if not _store:
+        return None
+    store, codec = _store
+    payload = Payload(metadata={"encoding": b"binary/plain", "name": name.encode()}, data=data)
+    if codec is not None:
+        payload = codec.encrypt(payload)
+    return str(store.put_bytes(payload.SerializeToString()))
+
+
+def _get(key: str) -> bytes:
+    """The file kept under ``key``.
+
+    Raises:
+        ToolError: no store here, or the key cannot be read (missing, tampered, wrong key).
+    """
+    if not _store:
+        raise ToolError("this worker has no payload store to read the run's files from")
+    store, codec = _store
+    try:
+        payload = Payload()
+        payload.ParseFromString(store.get_bytes(key))
+        if codec is not None:
+            payload = codec.decrypt(payload)
+    except Exception as e:  # noqa: BLE001 - missing, tampered or undecryptable: the model is told
+        raise ToolError(f"the run's file {key} cannot be read: {e}") from None
+    return bytes(payload.data)
 
 
 def _base() -> Path:
@@ -56,6 +105,12 @@ def _copy_in(ctx: ToolContext, names: list[str], work: Path) -> None:
         rel = Path(name)
         if rel.is_absolute() or ".." in rel.parts or not rel.parts:
             raise ToolError(f"file {name!r}: give a relative name without '..'")
+        dest = work / rel
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        key = ctx.run_files.get(rel.as_posix())
+        if key is not None and _store:  # an earlier call's output, from the payload store
+            dest.write_bytes(_get(key))
+            continue
         src = store / rel
         if not src.is_file() or src.is_symlink():
             src = resolve_in_workspace(ctx.workspace, name)
@@ -63,8 +118,6 @@ def _copy_in(ctx: ToolContext, names: list[str], work: Path) -> None:
                 raise ToolError(
                     f"file {name!r} is neither an earlier call's output nor in the workspace"
                 )
-        dest = work / rel
-        dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(src, dest)
 
 
@@ -72,9 +125,13 @@ def _keep_out(ctx: ToolContext, work: Path) -> None:
     store = _run_store(ctx)
     for p in work.rglob("*"):
         if p.is_file() and not p.is_symlink():
-            dest = store / p.relative_to(work)
+            rel = p.relative_to(work)
+            dest = store / rel
             dest.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(p, dest)
+            key = _put(rel.as_posix(), p.read_bytes())
+            if key is not None:
+                ctx.new_files[rel.as_posix()] = key
 
 
 def _run(ctx: ToolContext, argv: list[str], stdin: str, files: list[str], timeout_s: float) -> str:
@@ -124,4 +181,3 @@ def run_command(
     if not argv or not all(isinstance(a, str) and a for a in argv):
         raise ToolError("argv must be a non-empty list of strings")
     return _run(ctx, argv, stdin or "", [], timeout_s)
-

@@ -77,3 +77,49 @@ async def test_sandbox_seconds_count_against_the_budget_and_the_cost(
     assert [c.name for c in res.tool_calls] == ["run_python"]  # the second never ran
     assert res.sandbox_seconds >= 0.3
     assert res.usage.cost_usd >= 0.003  # 0.01 USD/s; the scripted model itself costs nothing
+
+
+async def test_a_file_one_call_writes_is_read_by_the_next_from_the_payload_store(
+    client: Client, tmp_path: Path
+):
+    """The second call runs where the first call's folder is gone (as on another worker): the
+    file comes from the payload store, by the key the run recorded."""
+    import shutil
+
+    from activities.tools import sandbox_tools
+
+    write = "open('out.csv', 'w').write('a,b\\n1,2\\n3,4\\n')"
+    read = "print(sum(1 for _ in open('out.csv')))"
+
+    def responder(body: dict) -> object:
+        tools = [m for m in body["messages"] if m["role"] == "tool"]
+        if not tools:
+            return tool_call("run_python", {"code": write})
+        if len(tools) == 1:
+            shutil.rmtree(sandbox_tools._base() / "runs", ignore_errors=True)  # noqa: SLF001
+            return tool_call("run_python", {"code": read, "files": ["out.csv"]})
+        return text("3 lines")
+
+    agents = {"default": {"tools": ["run_python"]}}
+    async with Harness(client, tmp_path, ScriptedModel(responder=responder), agents=agents) as h:
+        handle = await h.start("write a file, then count its lines")
+        res = await handle.result()
+        model = h.model
+    assert res.status == "completed", res.stopped_reason
+    first, second = (
+        json.loads(m["content"]) for m in model.requests[-1].messages if m["role"] == "tool"
+    )
+    assert [f["name"] for f in first["files"]] == ["out.csv"]
+    assert second["exit_code"] == 0 and second["stdout"].strip() == "3", second
+    # the run recorded where the file is, and the call's input carried it
+    events = [e async for e in handle.fetch_history_events()]
+    inputs = [
+        e.activity_task_scheduled_event_attributes.input
+        for e in events
+        if e.HasField("activity_task_scheduled_event_attributes")
+        and e.activity_task_scheduled_event_attributes.activity_type.name == "tool.invoke"
+    ]
+    assert len(inputs) == 2
+    run_files = [json.loads(p.payloads[0].data)["run_files"] for p in inputs]
+    assert run_files[0] == {} and list(run_files[1]) == ["out.csv"]
+    assert run_files[1]["out.csv"].startswith("sha256/")

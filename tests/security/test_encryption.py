@@ -199,3 +199,33 @@ def test_the_demo_key_file_is_used_when_the_setting_is_unset_and_off_turns_it_of
     path.write_text("# no key here\n")
     with pytest.raises(EncryptionKeyError):
         load_or_create_key_file(path)
+
+
+def test_files_sandboxed_code_writes_are_ciphertext_in_the_payload_store(tmp_path: Path):
+    from activities.storage import LocalStorageDriver
+    from activities.tools import sandbox_tools
+    from activities.tools.registry import ToolContext
+
+    marker = "QUOKKA-FILE-CONTENT-9917"
+    store = LocalStorageDriver(tmp_path / "payloads")
+    sandbox_tools.configure(tmp_path / "sandbox", store, AesGcmCodec(parse_keys(FIXTURE_KEYS)))
+    try:
+        (tmp_path / "ws").mkdir()
+        ctx = ToolContext(workspace=tmp_path / "ws", run_id="run-enc", tenant_id="t")
+        out = json.loads(
+            sandbox_tools.run_python(ctx, f"open('secret.txt', 'w').write('{marker}')")
+        )
+        assert out["exit_code"] == 0 and list(ctx.new_files) == ["secret.txt"]
+        blobs = [p.read_bytes() for p in (tmp_path / "payloads").rglob("*") if p.is_file()]
+        assert blobs and all(marker.encode() not in b for b in blobs)
+        # a later call of the run, given the key, reads the plaintext back
+        later = ToolContext(
+            workspace=tmp_path / "ws", run_id="run-enc", tenant_id="t", run_files=ctx.new_files
+        )
+        shutil.rmtree(tmp_path / "sandbox" / "runs")  # not from this worker's own copy
+        out = json.loads(
+            sandbox_tools.run_python(later, "print(open('secret.txt').read())", ["secret.txt"])
+        )
+        assert out["stdout"].strip() == marker
+    finally:
+        sandbox_tools.configure(tmp_path / "sandbox")
