@@ -778,12 +778,12 @@ async def scenario_crash(opts: Options) -> dict[str, Any]:
     return out
 
 
+from bench.code_mode import scenario_code_mode  # noqa: E402
 from bench.cpu import scenario_cpu  # noqa: E402
 from bench.encryption import scenario_encryption  # noqa: E402
 from bench.memory import scenario_memory  # noqa: E402
 from bench.models import scenario_fairness, scenario_rate_limit  # noqa: E402
 from bench.peers import scenario_peers  # noqa: E402
-from bench.code_mode import scenario_code_mode  # noqa: E402
 from bench.sandbox import scenario_sandbox  # noqa: E402
 
 SCENARIOS = {
