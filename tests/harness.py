@@ -87,6 +87,8 @@ class Harness:
         self.journal = tmp_path / "journal.jsonl"
         self.spec_file = write_spec(tmp_path, self.workspace, agents, top)
         self.task_queue = f"tq-{uuid.uuid4().hex[:8]}"
+        self.memory_url: str | None = None
+        """The memory store (default: a SQLite file beside the workspace)."""
         self._with_worker = worker
         self._worker: Worker | None = None
         self._model_workers: list[Worker] = []
@@ -103,7 +105,7 @@ class Harness:
             task_queue=self.task_queue,
             tool_modules=["tests.support_tools"],
             default_model="scripted",
-            memory_url=f"sqlite://{self.workspace.parent / 'memory.db'}",
+            memory_url=self.memory_url or f"sqlite://{self.workspace.parent / 'memory.db'}",
             workflow_sandbox=True,  # tests catch non-deterministic workflow code
         )
 

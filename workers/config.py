@@ -244,7 +244,7 @@ class Settings(BaseSettings):
         "AGENT_MEMORY_URL",
         None,
         "the memory store (activities/memory): sqlite:///PATH (default "
-        "sqlite:///<state_dir>/memory.db)",
+        "sqlite:///<state_dir>/memory.db) or postgresql://USER@HOST:PORT/DB (pgvector)",
     )
 
     @property

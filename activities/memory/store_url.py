@@ -34,18 +34,27 @@ class MemoryUrlError(ValueError):
 
 
 def open_store(url: str) -> MemoryStore:
-    """The store at ``url``: ``sqlite:///ABSOLUTE/PATH.db`` or ``sqlite://:memory:``.
+    """The store at ``url``: SQLite or PostgreSQL.
+
+    ``sqlite:///ABSOLUTE/PATH.db``, ``sqlite://:memory:`` or ``postgresql://USER@HOST:PORT/DB``
+    (PostgreSQL with pgvector, :mod:`.pg_store`).
 
     Raises:
-        MemoryUrlError: another scheme (PostgreSQL is not built yet: docs/memory.md).
+        MemoryUrlError: another scheme.
+        psycopg.OperationalError: the PostgreSQL server cannot be reached.
     """
     with _lock:
         if url in _stores:
             return _stores[url]
         parts = urlsplit(url)
+        if parts.scheme in ("postgresql", "postgres"):
+            from activities.memory.pg_store import PostgresMemoryStore
+
+            store = _stores[url] = PostgresMemoryStore(url, WordLlamaEmbedder())
+            return store
         if parts.scheme != "sqlite":
             raise MemoryUrlError(
-                f"AGENT_MEMORY_URL {url!r}: only sqlite:///PATH is supported in this release"
+                f"AGENT_MEMORY_URL {url!r}: give sqlite:///PATH or postgresql://USER@HOST/DB"
             )
         from activities.memory.sqlite_store import SqliteMemoryStore
 

@@ -8,6 +8,7 @@ import json
 import os
 from pathlib import Path
 
+import pytest
 from temporalio.client import Client, WorkflowHistory
 
 from activities.memory import Namespace, open_store
@@ -35,7 +36,10 @@ async def _wait_items(url: str, ns: Namespace, n: int) -> list:
     raise AssertionError("consolidation wrote nothing")
 
 
-async def test_a_second_run_is_given_what_the_first_taught(client: Client, tmp_path: Path):
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+async def test_a_second_run_is_given_what_the_first_taught(
+    client: Client, tmp_path: Path, backend: str, request: pytest.FixtureRequest
+):
     model = ScriptedModel(
         [
             text("Noted: Falcon on PostgreSQL."),
@@ -43,9 +47,13 @@ async def test_a_second_run_is_given_what_the_first_taught(client: Client, tmp_p
             text("Your project is Falcon."),
         ]
     )
-    async with Harness(client, tmp_path, model, agents={"default": MEMORY}) as h:
+    who = f"dana-{backend}"  # one consolidation workflow per (tenant, principal): not shared
+    h = Harness(client, tmp_path, model, agents={"default": MEMORY})
+    if backend == "postgres":
+        h.memory_url = request.getfixturevalue("postgres_url")
+    async with h:
         first_h = await h.start(
-            "My project is called Falcon; it runs on PostgreSQL.", principal_id="dana"
+            "My project is called Falcon; it runs on PostgreSQL.", principal_id=who
         )
         first = await first_h.result()
         assert first.status == "completed"
@@ -53,11 +61,11 @@ async def test_a_second_run_is_given_what_the_first_taught(client: Client, tmp_p
             STORED.parent.mkdir(parents=True, exist_ok=True)
             STORED.write_text((await first_h.fetch_history()).to_json())
         url = h.settings.memory_store_url
-        ns = Namespace(tenant_id="default", scope="user:dana")
+        ns = Namespace(tenant_id="default", scope=f"user:{who}")
         [item] = await _wait_items(url, ns, 1)
         assert item.text == FACT and item.provenance.source == "consolidation"
         assert item.provenance.run_id is not None
-        handle = await h.start("What is my project called?", principal_id="dana")
+        handle = await h.start("What is my project called?", principal_id=who)
         events = [ev async for ev in rc.follow(client, handle.id)]
         second = await handle.result()
         assert second.status == "completed" and second.output == "Your project is Falcon."
@@ -72,7 +80,7 @@ async def test_a_second_run_is_given_what_the_first_taught(client: Client, tmp_p
         if e.HasField("activity_task_completed_event_attributes")
     ]
     recorded = [d["memory"] for d in map(json.loads, results) if d.get("memory")]
-    assert recorded == [[{"id": item.id, "scope": "user:dana", "text": FACT}]]
+    assert recorded == [[{"id": item.id, "scope": f"user:{who}", "text": FACT}]]
     assert st.memory == [item.id]
 
 

@@ -1,29 +1,42 @@
-"""The memory store (SQLite): hybrid search, add-only supersede, real deletes, TTL, idempotency,
-and tenants that never see each other, tried as an attacker would (issue #21)."""
+"""The memory store: hybrid search, add-only supersede, real deletes, TTL, idempotency, and
+tenants that never see each other, tried as an attacker would (issue #21).
+
+One suite, both backends: SQLite (the embedded default) and a real PostgreSQL with pgvector,
+started by the tests from the ``pgserver`` wheel (PostgreSQL 16 with ``vector.so``)."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from activities.memory import MemoryItem, Namespace, WordLlamaEmbedder
+from activities.memory.pg_store import PostgresMemoryStore
 from activities.memory.sqlite_store import SqliteMemoryStore
 
 EMB = WordLlamaEmbedder()
 
 
-@pytest.fixture
-def store(tmp_path: Path) -> SqliteMemoryStore:
-    return SqliteMemoryStore(tmp_path / "m.db", EMB)
+@pytest.fixture(params=["sqlite", "postgres"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+    if request.param == "sqlite":
+        yield SqliteMemoryStore(tmp_path / "m.db", EMB)
+        return
+    pg = PostgresMemoryStore(request.getfixturevalue("postgres_url"), EMB)
+    try:
+        yield pg
+    finally:
+        pg.close()
 
 
 def ns(tenant: str, who: str) -> Namespace:
     return Namespace(tenant_id=tenant, scope=f"user:{who}")
 
 
-def test_hybrid_search_finds_by_words_and_by_meaning(store: SqliteMemoryStore):
+def test_hybrid_search_finds_by_words_and_by_meaning(store: SqliteMemoryStore | PostgresMemoryStore):
     a = ns("t1", "alice")
     for text in [
         "The project database is PostgreSQL 15.",
@@ -44,7 +57,7 @@ def test_hybrid_search_finds_by_words_and_by_meaning(store: SqliteMemoryStore):
     assert len(store.search([a], "staging", 10)) <= 4
 
 
-def test_supersede_keeps_the_old_fact_closed_and_delete_is_real(store: SqliteMemoryStore):
+def test_supersede_keeps_the_old_fact_closed_and_delete_is_real(store: SqliteMemoryStore | PostgresMemoryStore):
     a = ns("t1", "bob")
     old = store.put(MemoryItem(namespace=a, text="Bob's editor is vim."))
     new = store.supersede(old.id, MemoryItem(namespace=a, text="Bob's editor is helix now."))
@@ -58,7 +71,7 @@ def test_supersede_keeps_the_old_fact_closed_and_delete_is_real(store: SqliteMem
     assert store.search([a], "helix", 5) == []
 
 
-def test_idempotent_writes_and_ttl(store: SqliteMemoryStore):
+def test_idempotent_writes_and_ttl(store: SqliteMemoryStore | PostgresMemoryStore):
     a = ns("t1", "carol")
     one = store.put(
         MemoryItem(
@@ -81,7 +94,7 @@ NASTY = ["%", "_", "a%", "a_b", "/", "../b", "..", "'", '"', "' OR 1=1 --", "a" 
 
 
 @pytest.mark.parametrize("victim_tenant", ["acme", "acme%", "acme_"])
-def test_a_tenant_never_reaches_another_tenants_items(store: SqliteMemoryStore, victim_tenant: str):
+def test_a_tenant_never_reaches_another_tenants_items(store: SqliteMemoryStore | PostgresMemoryStore, victim_tenant: str):
     secret = "The acquisition target is Globex, closing on Friday."
     store.put(MemoryItem(namespace=ns(victim_tenant, "ceo"), text=secret))
     for tenant in ["acm", "acme ", "ACME", *NASTY]:
