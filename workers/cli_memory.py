@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import getpass
 import json
-import time
-from pathlib import Path
 
 import typer
 
 from activities.memory import MemoryItem, Namespace, open_store
+from workers import memory_audit
 from workers.cli_base import CommandFailed, app
 from workers.config import load_settings
 
@@ -90,18 +89,7 @@ def show(item_id: str, tenant: str = TENANT, as_json: bool = JSON) -> None:
 
 
 def _audit(action: str, tenant: str, item: MemoryItem, **extra: str) -> None:
-    path = Path(load_settings().state_dir).expanduser() / "memory-audit.jsonl"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    entry = {
-        "event": f"memory_{action}",
-        "at": time.time(),
-        "by": getpass.getuser(),
-        "tenant_id": tenant,
-        "item": item.model_dump(mode="json"),
-        **extra,
-    }
-    with path.open("a") as f:
-        f.write(json.dumps(entry) + "\n")
+    memory_audit.record(load_settings().state_dir, action, tenant, item, getpass.getuser(), **extra)
 
 
 @memory_app.command("edit")

@@ -15,6 +15,8 @@ An aiohttp application (:func:`build_app`) on ``127.0.0.1:8235`` by default:
   ``POST /runs/{run_id}/interrupt`` (``{"principal_id", "reason"?}``) and ``/messages``
   (``{"content", "principal_id"}``) send those signals.
 
+* ``GET /api/memory?tenant=T&q=...`` -- what runs remember about you (your ``user:`` scope);
+  ``POST /api/memory/{item_id}/delete`` deletes one of your items for real (audited).
 * ``GET /api/suites`` -- recent evaluation suites; ``GET /api/suites/{suite_id}`` -- a suite's report
   so far (the JSON of ``agentctl eval report --json``); ``GET /suites/{suite_id}`` -- the suite's
   live view (``workers/static/suite.html``: per variant, the paired comparison, per case).
@@ -220,6 +222,71 @@ async def _state(request: web.Request) -> web.Response:
     )
 
 
+class MemoryDeleteBody(BaseModel):
+    """Body of ``POST /api/memory/{item_id}/delete``."""
+
+    tenant_id: str | None = None
+
+
+def _memory_tenant(ident: ca.Identity, asked: str | None) -> str:
+    """The tenant whose memory the person asks for: ``asked``, or their only one, or default.
+
+    Raises:
+        web.HTTPNotFound: a tenant that is not theirs (as if it had no memory at all).
+    """
+    mine = sorted(t for t in ident.tenants if t != "*")
+    tenant = asked or (mine[0] if len(mine) == 1 else "default")
+    if not ident.may_see(tenant):
+        raise web.HTTPNotFound(
+            text=json.dumps({"error": "no such memory"}), content_type="application/json"
+        )
+    return tenant
+
+
+async def _memory(request: web.Request) -> web.Response:
+    """``GET /api/memory?tenant=T&q=...``: what runs remember about the person.
+
+    Their own ``user:<principal>`` scope, newest first, or the best matches of ``q``.
+    """
+    from activities.memory import Namespace, open_store
+
+    ident = _who(request)
+    tenant = _memory_tenant(ident, request.query.get("tenant"))
+    ns = Namespace(tenant_id=tenant, scope=f"user:{ident.principal_id}")
+    store = open_store(load_settings().memory_store_url)
+    q = request.query.get("q", "").strip()
+    items = [h.item for h in store.search([ns], q, 20)] if q else store.list(ns, limit=50)
+    return web.json_response(
+        {
+            "tenant_id": tenant,
+            "scope": ns.scope,
+            "items": [i.model_dump(mode="json") for i in items],
+        },
+        headers={"Cache-Control": "no-store"},
+    )
+
+
+async def _memory_delete(request: web.Request) -> web.Response:
+    """``POST /api/memory/{item_id}/delete``: delete one of the person's own items for real.
+
+    Logged in ``memory-audit.jsonl`` with the principal.
+    """
+    from activities.memory import open_store
+    from workers import memory_audit
+
+    body = await _body(request, MemoryDeleteBody)
+    ident = _who(request)
+    tenant = _memory_tenant(ident, body.tenant_id)
+    settings = load_settings()
+    store = open_store(settings.memory_store_url)
+    item = store.get(tenant, request.match_info["item_id"])
+    if item is None or item.namespace.scope != f"user:{ident.principal_id}":
+        return _error(404, "no such memory item of yours")
+    store.delete(tenant, item.id)
+    memory_audit.record(settings.state_dir, "deleted", tenant, item, ident.principal_id)
+    return web.json_response({"deleted": item.id})
+
+
 async def _suite_tenant(client: Client, suite_id: str) -> str | None:
     """The tenant of an evaluation suite (its start input), or None when it has none to read."""
     from activities.evals.contracts import SuiteRequest
@@ -412,6 +479,8 @@ def build_app(
     app.router.add_post("/runs/{run_id}/reject", _decider("reject"))
     app.router.add_post("/runs/{run_id}/interrupt", _interrupt)
     app.router.add_post("/runs/{run_id}/messages", _message)
+    app.router.add_get("/api/memory", _memory)
+    app.router.add_post("/api/memory/{item_id}/delete", _memory_delete)
     app.router.add_get("/api/suites", _suites)
     app.router.add_get("/api/suites/{suite_id}", _suite)
     app.router.add_get("/suites/{suite_id}", _suite_page)

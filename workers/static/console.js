@@ -220,7 +220,32 @@ async function loadSuites() {
   } catch (e) { /* refreshed again shortly */ }
 }
 
+async function loadMemory() {
+  try {
+    const { items, tenant_id } = await call("GET", "/api/memory");
+    const ul = $("memory");
+    ul.replaceChildren();
+    for (const it of items) {
+      const li = el("li", "memory-item");
+      li.append(el("span", "text", it.text));
+      const forget = el("button", "secondary", "forget");
+      forget.title = `delete ${it.id} for good`;
+      forget.onclick = async () => {
+        try {
+          await call("POST", `/api/memory/${encodeURIComponent(it.id)}/delete`, { tenant_id });
+          loadMemory();
+        } catch (e) { showError(e); }
+      };
+      li.append(forget);
+      ul.append(li);
+    }
+    if (!items.length) ul.append(el("li", "empty", "nothing yet"));
+  } catch (e) { /* refreshed again shortly */ }
+}
+
 loadRuns();
 loadSuites();
+loadMemory();
+setInterval(loadMemory, 15000);
 setInterval(loadRuns, 5000);
 setInterval(loadSuites, 15000);
