@@ -41,6 +41,7 @@ from rich.rule import Rule
 from workers import client as rc
 from workers import procs
 from workers.config import PROJECT_ROOT, load_settings
+from workers.demo_memory import memory_across_runs
 from workflows.models import RunRequest, RunResult
 
 console = Console()
@@ -150,15 +151,13 @@ class Outcome:
         console.print(f"[red]failed:[/red] {what}", highlight=False)
 
 
-async def _start_step(client, title: str, request: str) -> Any:
+async def _start_step(client, title: str, request: str, agent: str = "default") -> Any:
     """Print the step's title and request, start the run as the demo's principal; its handle."""
     from workers.cli_base import web_ui_url
 
     step(title)
     say(f"Request: {request}")
-    h = await rc.start_run(
-        client, RunRequest(agent="default", input=request, principal_id=PRINCIPAL)
-    )
+    h = await rc.start_run(client, RunRequest(agent=agent, input=request, principal_id=PRINCIPAL))
     say(f"run {h.id}  Web UI: {web_ui_url(h.id)}")
     return h
 
@@ -275,13 +274,14 @@ async def write_with_approval(client, ws: Path, outcome: Outcome) -> None:
 
 
 async def demo_runs(ws: Path, outcome: Outcome) -> RunResult:
-    """The two demo runs; failures go to ``outcome``; returns the first run's result."""
+    """The three demo steps; failures go to ``outcome``; returns the first run's result."""
     from workers.cli_base import web_ui_url
 
     client = await rc.connect()
     try:
         first = await ask_question(client, ws, outcome)
         await write_with_approval(client, ws, outcome)
+        await memory_across_runs(client, outcome, _start_step)
         step("Done")
         say(
             "The servers keep running: browse the runs at "
@@ -358,7 +358,7 @@ def main(argv: list[str] | None = None) -> int:
             say("demo-check: FAIL: " + "; ".join(outcome.failures))
             return 1
         say(
-            f"demo-check: PASS (correct answer after {outcome.first_answer_after:.1f}s; note approved)"
+            f"demo-check: PASS (correct answer after {outcome.first_answer_after:.1f}s; note approved; fact recalled from memory)"
         )
         return 0
     return 0 if first.status == "completed" else 1
