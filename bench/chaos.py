@@ -39,12 +39,26 @@ from typing import Any
 import yaml
 
 from bench.chaos_procs import Fleet
-from bench.chaos_report import collect, print_report
+from bench.chaos_report import collect, memory_check, print_report
 from workers.testing.scripted_model import Reply, ScriptedModel, text, tool_call
 
 _RUN = re.compile(r"chaos run (\d+)")
 MODEL_SECONDS = 0.5
 """How long the scripted model takes to answer (keeps model steps in flight when a worker dies)."""
+
+
+FACT = "chaos run {i} remembers fact {i}"
+"""What the consolidation of run ``i`` extracts (one fact per run; make chaos counts them)."""
+
+
+def _extraction(msgs: list[dict[str, Any]]) -> Reply | None:
+    """The consolidation workflow's extraction request: one fact for the run it is about."""
+    if not msgs or "You keep long-term memory" not in str(msgs[0].get("content") or ""):
+        return None
+    user = str(msgs[-1].get("content") or "")
+    found = _RUN.search(user.split("CONVERSATION:", 1)[-1])
+    facts = [{"text": FACT.format(i=found.group(1)), "replaces": None}] if found else []
+    return text(json.dumps({"facts": facts})).with_delay(MODEL_SECONDS)
 
 
 def responder(request: dict[str, Any]) -> Reply:
@@ -54,6 +68,9 @@ def responder(request: dict[str, Any]) -> Reply:
     script; turn 5 runs Python in the bubblewrap sandbox.
     """
     msgs = [m for m in request.get("messages") or [] if isinstance(m, dict)]
+    extraction = _extraction(msgs)
+    if extraction is not None:
+        return extraction
     first = next((m for m in msgs if m.get("role") == "user"), {})
     found = _RUN.search(str(first.get("content") or ""))
     i = int(found.group(1)) if found else -1
@@ -86,6 +103,8 @@ def write_spec(workdir: Path) -> Path:
         "system_prompt": "You are the chaos agent.",
         "tools": ["write_file", "chaos_effect", "calculator", "run_python"],
         "code_mode": {"tools": ["chaos_effect", "calculator"]},
+        # every run hands its transcript to the (tenant, principal) consolidation workflow
+        "memory": {"read": ["user"], "write": ["user"], "consolidate_after_seconds": 1},
         "workspace": str(ws),
         "limits": {"max_turns": 10, "max_seconds": 7200},
         "model_timeout_seconds": 10,
@@ -119,7 +138,10 @@ class Approver:
         started without its search attributes never sets ``AgentStatus``); they are counted in
         ``invisible``.
         """
-        running = f"TaskQueue = '{self.task_queue}' AND ExecutionStatus = 'Running'"
+        running = (
+            f"TaskQueue = '{self.task_queue}' AND WorkflowType = 'AgentRun' "
+            "AND ExecutionStatus = 'Running'"
+        )
         awaiting = f"{running} AND AgentStatus = 'awaiting_approval'"
         tick = 0
         while True:
@@ -213,7 +235,8 @@ async def _faults(fleet: Fleet, client: Any, tq: str, runs: int, every: float) -
         if time.monotonic() < next_kill:
             continue
         next_kill = time.monotonic() + every
-        closed = await _count(client, f"TaskQueue = '{tq}' AND ExecutionStatus != 'Running'")
+        runs_of = f"TaskQueue = '{tq}' AND WorkflowType = 'AgentRun'"  # not consolidation
+        closed = await _count(client, f"{runs_of} AND ExecutionStatus != 'Running'")
         if thresholds and closed is not None and closed >= thresholds[0]:
             thresholds.pop(0)
             print(f"  [{time.strftime('%H:%M:%S')}] SIGKILL dev server ({closed} closed)")
@@ -227,8 +250,9 @@ async def _progress(client: Any, tq: str, runs: int, deadline: float) -> tuple[b
     """Wait until every run has closed or the deadline; returns (all closed, monotonic time)."""
     last = None
     while time.monotonic() < deadline:
-        running = await _count(client, f"TaskQueue = '{tq}' AND ExecutionStatus = 'Running'")
-        total = await _count(client, f"TaskQueue = '{tq}'")
+        runs_of = f"TaskQueue = '{tq}' AND WorkflowType = 'AgentRun'"  # not consolidation
+        running = await _count(client, f"{runs_of} AND ExecutionStatus = 'Running'")
+        total = await _count(client, runs_of)
         if running == 0 and total is not None and total >= runs:
             return True, time.monotonic()
         if running is not None and running != last:
@@ -264,6 +288,9 @@ async def chaos(args: argparse.Namespace, workdir: Path, fleet: Fleet) -> dict[s
     deadline = time.monotonic() + args.deadline
     journal = workdir / "journal.jsonl"
     os.environ["CHAOS_JOURNAL"] = str(journal)
+    memory_url = f"sqlite://{workdir / 'memory.db'}"
+    os.environ["AGENT_MEMORY_URL"] = memory_url
+    os.environ["AGENT_STATE_DIR"] = str(workdir / "state")
     model = ScriptedModel(responder=responder).start()
     try:
         await fleet.start_server()
@@ -291,6 +318,7 @@ async def chaos(args: argparse.Namespace, workdir: Path, fleet: Fleet) -> dict[s
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
         report = await collect(client, index, approver, journal, fleet)
+        report.update(await memory_check(memory_url, report, deadline))
         report.update(
             all_closed=all_closed,
             wall_seconds=round(t_end - t0, 1),

@@ -11,7 +11,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import re
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -128,6 +131,38 @@ async def collect(
     return report
 
 
+async def memory_check(url: str, report: dict[str, Any], deadline: float) -> dict[str, Any]:
+    """Memory under chaos: every completed run's fact written once by consolidation, none lost.
+
+    Waits (at most 180 s, and not past ``deadline``) until the consolidation workflow has written
+    one item per completed run, then counts: ``memory_facts`` (distinct runs with their fact),
+    ``memory_duplicates`` (facts stored more than once) and ``memory_missing`` (completed runs
+    without their fact). Updates ``report["ok"]``.
+    """
+    from activities.memory import Namespace, open_store
+
+    store = open_store(url)
+    ns = Namespace(tenant_id="default", scope="user:chaos")
+    want = report["completed"]
+    stop = min(time.monotonic() + 180, deadline)
+    items: list[Any] = []
+    while time.monotonic() < stop:
+        items = await asyncio.to_thread(store.list, ns, False, 100_000)
+        if len({i.text for i in items if "remembers fact" in i.text}) >= want:
+            break
+        await asyncio.sleep(2.0)
+    texts = Counter(i.text for i in items if "remembers fact" in i.text)
+    runs = {m.group(1) for t in texts if (m := re.search(r"chaos run (\d+)", t))}
+    out = {
+        "memory_facts_expected": want,
+        "memory_facts": len(runs),
+        "memory_duplicates": sorted(t for t, n in texts.items() if n > 1),
+        "memory_missing": max(0, want - len(runs)),
+    }
+    out["ok"] = bool(report["ok"] and not out["memory_duplicates"] and len(runs) >= want)
+    return out
+
+
 def print_report(r: dict[str, Any]) -> None:
     """Print the report for a person."""
     p = print
@@ -139,6 +174,9 @@ def print_report(r: dict[str, Any]) -> None:
     p(f"duplicated side effects:     {len(r['duplicated_side_effects'])} "
       f"(of {r['side_effects']} effects; {r['calls_attempted_more_than_once']} calls were "
       f"attempted more than once)")  # fmt: skip
+    if "memory_facts" in r:
+        p(f"memory (consolidation):      {r['memory_facts']} of {r['memory_facts_expected']} "
+          f"runs' facts written, {len(r['memory_duplicates'])} written twice")  # fmt: skip
     drain = r.get("drain_seconds")
     p(f"drain time:                  {drain if drain is not None else 'not drained'} s after "
       f"the last fault; wall {r.get('wall_seconds')} s")  # fmt: skip

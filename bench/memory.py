@@ -11,6 +11,10 @@
   ``--quick``) synthetic items in the store, over 200 queries.
 * **Cost per turn**: retrieval runs inside the model step's activity; it adds no Temporal action
   (no activity, timer or signal of its own) and, for an agent without ``memory:``, nothing at all.
+* **Consolidation lag**: seconds from a run's end (its result) until the fact the consolidation
+  workflow extracted is in the store, for runs of an agent with ``consolidate_after_seconds: 0``
+  on an in-memory dev server, the scripted model answering the extraction at once; 5 runs one
+  after another (each a new principal, so each starts its own consolidation workflow).
 """
 
 from __future__ import annotations
@@ -114,6 +118,75 @@ def _latency(count: int, queries: int = 200) -> dict[str, Any]:
     }
 
 
+async def _consolidation_lag(runs: int = 5) -> dict[str, Any]:
+    import asyncio
+    import uuid
+
+    import yaml
+
+    from activities.memory import Namespace, open_store
+    from workers import client as rc
+    from workers.config import Settings
+    from workers.testing.env import start_local_env
+    from workers.testing.scripted_model import ScriptedModel, text
+    from workers.worker import build_worker
+    from workflows.models import RunRequest
+
+    def responder(body: dict[str, Any]) -> Any:
+        msgs = body["messages"]
+        if "You keep long-term memory" in str(msgs[0].get("content")):
+            who = re.search(r"I am (\w+)", str(msgs[-1].get("content")))
+            fact = f"{who.group(1) if who else 'someone'} likes tea"
+            return text(json.dumps({"facts": [{"text": fact, "replaces": None}]}))
+        return text("Noted.")
+
+    env = await start_local_env()
+    lags: list[float] = []
+    try:
+        with tempfile.TemporaryDirectory() as tmp, ScriptedModel(responder=responder) as model:
+            d = Path(tmp)
+            spec = d / "agents.yml"
+            spec.write_text(yaml.safe_dump({"agents": {"default": {
+                "model": "scripted", "tools": [], "workspace": str(d),
+                "memory": {"read": ["user"], "write": ["user"], "consolidate_after_seconds": 0},
+            }}}))  # fmt: skip
+            url = f"sqlite://{d / 'memory.db'}"
+            settings = Settings(
+                openai_base_url=model.base_url, openai_api_key="bench", spec_file=str(spec),
+                task_queue=f"bench-mem-{uuid.uuid4().hex[:6]}", default_model="scripted",
+                state_dir=str(d / "state"), memory_url=url,
+            )  # fmt: skip
+            worker = build_worker(env.client, settings)
+            task = asyncio.ensure_future(worker.run())
+            try:
+                store = open_store(url)
+                for n in range(runs):
+                    who = f"p{n}x{uuid.uuid4().hex[:4]}"
+                    h = await rc.start_run(
+                        env.client,
+                        RunRequest(input=f"I am {who}.", principal_id=who),
+                        task_queue=settings.task_queue,
+                    )
+                    await h.result()
+                    ended = time.perf_counter()
+                    ns = Namespace(tenant_id="default", scope=f"user:{who}")
+                    while not store.list(ns):
+                        if time.perf_counter() - ended > 60:
+                            raise TimeoutError(f"no fact for {who} after 60 s")
+                        await asyncio.sleep(0.02)
+                    lags.append(time.perf_counter() - ended)
+            finally:
+                await worker.shutdown()
+                await task
+    finally:
+        await env.shutdown()
+    return {
+        "runs": runs,
+        "lag_s_p50": round(statistics.median(lags), 2),
+        "lag_s_max": round(max(lags), 2),
+    }
+
+
 async def scenario_memory(opts: Options) -> dict[str, Any]:
     """Retrieval hit@1/5/10 on BFCL v4 memory and search latency at 10k (and 100k) items."""
     out: dict[str, Any] = {"extra_temporal_actions_per_turn": 0}
@@ -121,6 +194,10 @@ async def scenario_memory(opts: Options) -> dict[str, Any]:
         out["bfcl_v4_memory"] = _quality()
     except Exception as e:  # noqa: BLE001 - reported, the rest still runs
         out["bfcl_v4_memory"] = {"error": _err(e)}
+    try:
+        out["consolidation_lag"] = await _consolidation_lag()
+    except Exception as e:  # noqa: BLE001 - reported, the rest still runs
+        out["consolidation_lag"] = {"error": _err(e)}
     for n in [10_000] if opts.quick else [10_000, 100_000]:
         opts.log(f"  memory: {n} items ...")
         out[f"latency_{n}"] = _latency(n)

@@ -379,6 +379,12 @@ def table_memory(r: dict[str, Any]) -> Table:
             t.add_row(f"search at {v['items']:,} items", f"p50 {v['search_ms_p50']} ms, p95 "
                       f"{v['search_ms_p95']} ms")  # fmt: skip
     t.add_row("Temporal actions added per turn", str(r.get("extra_temporal_actions_per_turn")))
+    lag = r.get("consolidation_lag") or {}
+    if "error" in lag:
+        t.add_row("consolidation lag after a run ends", str(_err(lag["error"]) or lag["error"]))
+    elif lag:
+        t.add_row(f"consolidation lag after a run ends ({lag.get('runs')} runs)",
+                  f"p50 {lag.get('lag_s_p50')} s, max {lag.get('lag_s_max')} s")  # fmt: skip
     return t
 
 
