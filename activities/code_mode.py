@@ -139,6 +139,31 @@ def _monty_binary() -> Path:
     return Path(find_monty_binary()).resolve()
 
 
+def _reachable_copy(binary: Path) -> Path:
+    """A copy of ``binary`` that ``nobody`` can reach: bwrap runs as uid 65534 and must open it.
+
+    The virtual environment may sit under a folder of mode 0700 (a CI clone in a private temporary
+    folder); the copy goes to ``/tmp/agent-sandbox/code-mode/monty-<sha256 prefix>`` (the
+    sandbox's own root, checked by :func:`activities.sandbox.bwrap.new_workdir`), mode 0755.
+    """
+    import hashlib
+
+    from activities.sandbox.bwrap import CALLS_ROOT, new_workdir
+
+    shutil.rmtree(new_workdir(), ignore_errors=True)  # creates and checks CALLS_ROOT
+    data = binary.read_bytes()
+    folder = CALLS_ROOT / "code-mode"
+    folder.mkdir(mode=0o755, exist_ok=True)
+    os.chmod(folder, 0o755)
+    target = folder / f"monty-{hashlib.sha256(data).hexdigest()[:16]}"
+    if not target.exists():
+        tmp = folder / f".{target.name}.{os.getpid()}"
+        tmp.write_bytes(data)
+        os.chmod(tmp, 0o755)
+        os.replace(tmp, target)
+    return target
+
+
 def sandboxed_worker(folder: Path | None = None) -> Path:
     """A launcher (``sh``) that runs Monty's worker binary inside bubblewrap as ``nobody``.
 
@@ -168,7 +193,7 @@ def sandboxed_worker(folder: Path | None = None) -> Path:
         bpf = base / "filter.bpf"
         bpf.write_bytes(filter_bpf())
         os.chmod(bpf, 0o644)
-        monty = _monty_binary()
+        monty = _reachable_copy(_monty_binary())
         script = base / "monty-bwrap"
         script.write_text(
             "#!/bin/sh\nset -e\n"

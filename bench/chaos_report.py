@@ -134,7 +134,7 @@ async def collect(
 async def memory_check(url: str, report: dict[str, Any], deadline: float) -> dict[str, Any]:
     """Memory under chaos: every completed run's fact written once by consolidation, none lost.
 
-    Waits (at most 180 s, and not past ``deadline``) until the consolidation workflow has written
+    Waits (at most 300 s, and not past ``deadline``) until the consolidation workflow has written
     one item per completed run, then counts: ``memory_facts`` (distinct runs with their fact),
     ``memory_duplicates`` (facts stored more than once) and ``memory_missing`` (completed runs
     without their fact). Updates ``report["ok"]``.
@@ -144,7 +144,7 @@ async def memory_check(url: str, report: dict[str, Any], deadline: float) -> dic
     store = open_store(url)
     ns = Namespace(tenant_id="default", scope="user:chaos")
     want = report["completed"]
-    stop = min(time.monotonic() + 180, deadline)
+    stop = min(time.monotonic() + 300, deadline)
     items: list[Any] = []
     while time.monotonic() < stop:
         items = await asyncio.to_thread(store.list, ns, False, 100_000)

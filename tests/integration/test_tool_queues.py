@@ -93,3 +93,35 @@ async def test_tools_on_their_own_queue_wait_for_then_run_on_a_tools_only_worker
     served = [e for e in journal() if e["tool"] == "whoami"]
     assert [str(e["pid"]) for e in served] == [whoami_msg]
     assert served[0]["ppid"] == worker.pid  # the MCP server was started by that worker
+
+
+async def test_sandboxed_code_runs_on_its_own_queue_on_a_tools_only_worker(
+    client: Client, dev_server_address: str, tmp_path: Path
+):
+    """``run_python`` on a queue of its own (``tools: [{name: run_python, task_queue: Q}]``),
+    served by ``agentctl worker --task-queue Q --tools-only`` in another process, heartbeating."""
+    import json
+
+    from workers.testing.scripted_model import tool_call
+
+    queue = f"sandbox-{uuid.uuid4().hex[:8]}"
+    model = ScriptedModel([tool_call("run_python", {"code": "print(6 * 7)"}), text("42")])
+    agents = {"default": {"tools": [{"name": "run_python", "task_queue": queue}]}}
+    async with Harness(client, tmp_path, model, agents) as h:
+        worker = spawn_tools_worker(h, dev_server_address, queue, tmp_path / "sandbox-worker.log")
+        try:
+            handle = await h.start("compute it in the sandbox")
+            res = await asyncio.wait_for(handle.result(), 90)
+        finally:
+            stop(worker)
+    assert res.status == "completed" and [c.status for c in res.tool_calls] == ["ok"]
+    [out] = [json.loads(m["content"]) for m in model.requests[1].messages if m["role"] == "tool"]
+    assert out["exit_code"] == 0 and out["stdout"].strip() == "42"
+    scheduled = [
+        e.activity_task_scheduled_event_attributes
+        async for e in handle.fetch_history_events()
+        if e.HasField("activity_task_scheduled_event_attributes")
+        and e.activity_task_scheduled_event_attributes.activity_type.name == "tool.invoke"
+    ]
+    assert [a.task_queue.name for a in scheduled] == [queue]
+    assert scheduled[0].heartbeat_timeout.ToSeconds() > 0  # a stuck sandbox is noticed
