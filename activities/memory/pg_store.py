@@ -25,9 +25,9 @@ from typing import Any, LiteralString, cast
 import numpy as np
 
 from activities.memory.embed import Embedder
+from activities.memory.fusion import fuse
 from activities.memory.items import Hit, MemoryItem, Namespace
 
-RRF_K = 60
 _WORD = re.compile(r"\w+", re.UNICODE)
 
 
@@ -198,9 +198,7 @@ class PostgresMemoryStore:
         now = time.time()
         with self._lock, self._db.transaction():
             for ns in dict.fromkeys(namespaces):
-                for ranked in (self._text(ns, match, want, now), self._knn(ns, vec, want, now)):
-                    for rank, rid in enumerate(ranked, 1):
-                        scores[rid] = scores.get(rid, 0.0) + 1.0 / (RRF_K + rank)
+                fuse([self._text(ns, match, want, now), self._knn(ns, vec, want, now)], scores)
             best = [rid for rid, _ in sorted(scores.items(), key=lambda kv: -kv[1])][:limit]
             bodies = dict(
                 self._db.execute(

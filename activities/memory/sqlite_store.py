@@ -28,9 +28,9 @@ import numpy as np
 import sqlite_vec
 
 from activities.memory.embed import Embedder
+from activities.memory.fusion import fuse
 from activities.memory.items import Hit, MemoryItem, Namespace
 
-RRF_K = 60
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS items (
   rid INTEGER PRIMARY KEY, id TEXT UNIQUE NOT NULL, tenant TEXT NOT NULL, scope TEXT NOT NULL,
@@ -210,14 +210,7 @@ class SqliteMemoryStore:
         match = fts_query(query)
         with self._lock:
             for ns in dict.fromkeys(namespaces):
-                ranked = self._bm25(ns, match, want) + [None] + self._knn(ns, vec, want)
-                rank = 0
-                for rid in ranked:
-                    if rid is None:
-                        rank = 0
-                        continue
-                    rank += 1
-                    scores[rid] = scores.get(rid, 0.0) + 1.0 / (RRF_K + rank)
+                fuse([self._bm25(ns, match, want), self._knn(ns, vec, want)], scores)
             best = sorted(scores.items(), key=lambda kv: -kv[1])
             now = time.time()
             hits: list[Hit] = []
@@ -233,7 +226,7 @@ class SqliteMemoryStore:
                     break
         return hits
 
-    def _bm25(self, ns: Namespace, match: str | None, want: int) -> list[int | None]:
+    def _bm25(self, ns: Namespace, match: str | None, want: int) -> list[int]:
         if match is None:
             return []
         rows = self._db.execute(
@@ -244,7 +237,7 @@ class SqliteMemoryStore:
         ).fetchall()
         return [r[0] for r in rows]
 
-    def _knn(self, ns: Namespace, vec: bytes, want: int) -> list[int | None]:
+    def _knn(self, ns: Namespace, vec: bytes, want: int) -> list[int]:
         rows = self._db.execute(
             "SELECT rowid FROM items_vec WHERE embedding MATCH ? AND k = ? AND tenant = ? "
             "AND scope = ? ORDER BY distance",

@@ -19,7 +19,7 @@ from temporalio.client import Client
 
 from tests.harness import CHROMIUM, CHROMIUM_ARGS, Harness
 from tests.security.test_encryption import FIXTURE_KEYS
-from tests.support_mcp import free_port
+from tests.support_mcp import free_port, stop
 from workers.codec_server import default_allowed_origins, start_codec_server
 from workers.config import Settings
 from workers.console_auth import Authenticator
@@ -152,9 +152,4 @@ async def test_web_ui_shows_decrypted_payloads_only_after_authenticating(tmp_pat
         if runner is not None:
             await runner.cleanup()
         await codec.stop()
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
+        stop(proc)
