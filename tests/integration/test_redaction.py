@@ -9,8 +9,10 @@ tests/integration/test_inspect.py (``test_a_secret_given_to_a_tool_never_reaches
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from temporalio.client import Client
@@ -111,9 +113,14 @@ async def test_a_key_the_model_streams_in_pieces_is_redacted_whole(
 
     answer = f"The key is {KEY}, and that is all."
     model = ScriptedModel([text(answer).with_chunk_delay(0.02)], chunk_chars=5)
-    async with Harness(client, tmp_path, model) as h:
+    async with Harness(client, tmp_path, model, worker=False) as h:
         handle = await h.start("what is the key")
-        events = [ev async for ev in rc.follow(client, handle.id)]
+        # follow before a worker runs the first workflow task, so the run knows it is watched
+        # and its model step streams (as tests/integration/test_live_stream.py does)
+        watching = asyncio.ensure_future(_collect(rc.follow(client, handle.id)))
+        await asyncio.sleep(0.5)
+        await h.start_worker()
+        events = await asyncio.wait_for(watching, timeout=60)
         res = await handle.result()
         history = await ih.fetch_history(client, handle.id)
     deltas = [e["delta"] for e in events if e["type"] == "text_delta"]
@@ -125,3 +132,7 @@ async def test_a_key_the_model_streams_in_pieces_is_redacted_whole(
         assert not any(p in d for d in deltas), f"{p!r} of the key was streamed"
     for p in pieces(KEY):
         assert p.encode() not in raw, f"{p!r} of the key is in the history"
+
+
+async def _collect(stream: Any) -> list[dict[str, Any]]:
+    return [ev async for ev in stream]
