@@ -11,7 +11,6 @@ history events per run.
 
 from __future__ import annotations
 
-import asyncio
 import statistics
 import tempfile
 import time
@@ -19,8 +18,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from bench.infra import write_bench_spec
 from bench.scenarios import Options
 from workers import client as rc
 from workers.config import Settings
@@ -61,19 +59,6 @@ def _script(code_mode: bool) -> list[Any]:
     ]
 
 
-def _spec(d: Path, ws: Path) -> Path:
-    agent = {"model": "scripted", "system_prompt": "You are a bench agent.", "workspace": str(ws)}
-    body = {
-        "agents": {
-            "plain": {**agent, "tools": TOOLS},
-            "code": {**agent, "tools": TOOLS, "code_mode": {"tools": TOOLS}},
-        }
-    }
-    path = d / "agents.yml"
-    path.write_text(yaml.safe_dump(body))
-    return path
-
-
 async def _variant(
     client: Any, spec: Path, d: Path, code_mode: bool, runs: int, latency: float
 ) -> dict[str, Any]:
@@ -88,9 +73,7 @@ async def _variant(
                 default_model="scripted",
                 state_dir=str(d / "state"),
             )
-            worker = build_worker(client, settings)
-            task = asyncio.ensure_future(worker.run())
-            try:
+            async with build_worker(client, settings):
                 t0 = time.perf_counter()
                 h = await rc.start_run(
                     client,
@@ -100,9 +83,6 @@ async def _variant(
                 res = await h.result()
                 walls.append(time.perf_counter() - t0)
                 hist = await h.fetch_history()
-            finally:
-                await worker.shutdown()
-                await task
         if res.status != "completed":
             return {"error": f"run ended {res.status}: {res.stopped_reason}"}
         turns.append(res.turns)
@@ -124,11 +104,10 @@ async def scenario_code_mode(opts: Options) -> dict[str, Any]:
     try:
         with tempfile.TemporaryDirectory() as tmp:
             d = Path(tmp)
-            ws = d / "ws"
-            ws.mkdir()
+            plain = {"tools": TOOLS}
+            spec = write_bench_spec(d, {"plain": plain, "code": {**plain, "code_mode": plain}})
             for name, size in (("a.txt", 10), ("b.txt", 12), ("c.txt", 20)):
-                (ws / name).write_text("x" * size)
-            spec = _spec(d, ws)
+                (d / "ws" / name).write_text("x" * size)
             out: dict[str, Any] = {"runs": runs, "latencies": list(LATENCIES)}
             for latency in LATENCIES:
                 for label, flag in (("without", False), ("with", True)):

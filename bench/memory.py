@@ -156,9 +156,7 @@ async def _consolidation_lag(runs: int = 5) -> dict[str, Any]:
                 task_queue=f"bench-mem-{uuid.uuid4().hex[:6]}", default_model="scripted",
                 state_dir=str(d / "state"), memory_url=url,
             )  # fmt: skip
-            worker = build_worker(env.client, settings)
-            task = asyncio.ensure_future(worker.run())
-            try:
+            async with build_worker(env.client, settings):
                 store = open_store(url)
                 for n in range(runs):
                     who = f"p{n}x{uuid.uuid4().hex[:4]}"
@@ -175,9 +173,6 @@ async def _consolidation_lag(runs: int = 5) -> dict[str, Any]:
                             raise TimeoutError(f"no fact for {who} after 60 s")
                         await asyncio.sleep(0.02)
                     lags.append(time.perf_counter() - ended)
-            finally:
-                await worker.shutdown()
-                await task
     finally:
         await env.shutdown()
     return {

@@ -154,7 +154,6 @@ async def run_script(
         ]
         calls += len(subs)
         records, outcomes = await host._execute_calls(subs)
-        host._set_status("running")
         inp = inp.model_copy(
             update={
                 "script": "",

@@ -10,7 +10,7 @@ The files a call writes go into the **payload store** (the worker's ``AGENT_PAYL
 ``AGENT_ENCRYPTION_KEYS`` is set), and the outcome names them (``ToolOutcome.files``: name ->
 key). The run records the keys and hands them to its later sandboxed calls
 (``InvokeToolInput.run_files``), so a later call finds them on any worker that shares the store.
-Without a configured store (and as a fallback) they are also kept on this worker's disk.
+Without a configured store they are kept on this worker's disk instead.
 The result is JSON ``{"exit_code", "stdout", "stderr", "truncated", "duration_ms", "timed_out",
 "oom", "files"}`` (docs/contract.md, "Code"): a failing program is a result the model reads, never
 an activity failure; only a sandbox that cannot start raises (Temporal retries that).
@@ -126,12 +126,13 @@ def _keep_out(ctx: ToolContext, work: Path) -> None:
     for p in work.rglob("*"):
         if p.is_file() and not p.is_symlink():
             rel = p.relative_to(work)
-            dest = store / rel
+            key = _put(rel.as_posix(), p.read_bytes())
+            if key is not None:  # in the payload store: the run hands the key to later calls
+                ctx.new_files[rel.as_posix()] = key
+                continue
+            dest = store / rel  # no store configured: this worker's disk only
             dest.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(p, dest)
-            key = _put(rel.as_posix(), p.read_bytes())
-            if key is not None:
-                ctx.new_files[rel.as_posix()] = key
 
 
 def _run(ctx: ToolContext, argv: list[str], stdin: str, files: list[str], timeout_s: float) -> str:
