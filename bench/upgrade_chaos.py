@@ -56,14 +56,22 @@ KINDS = ("approval", "chat", "parent")
 class AgentRunV2(AgentRun):
     """Build v2's workflow code: a 1 ms timer before every model step (replay-incompatible)."""
 
+    @workflow.init
+    def __init__(self, raw: RawValue = None) -> None:  # type: ignore[assignment]
+        """As ``AgentRun``'s, with the model step wrapped in a timer first."""
+        super().__init__(raw)
+        step = self._model.step
+
+        async def timer_first() -> Any:
+            await workflow.sleep(timedelta(milliseconds=1))
+            return await step()
+
+        self._model.step = timer_first  # type: ignore[method-assign]
+
     @workflow.run
     async def run(self, raw: RawValue = None) -> RunResult:  # type: ignore[assignment]
         """As ``AgentRun.run``."""
         return await super().run(raw)
-
-    async def _model_step(self) -> Any:
-        await workflow.sleep(timedelta(milliseconds=1))
-        return await super()._model_step()
 
 
 def responder(body: dict[str, Any]) -> Reply:

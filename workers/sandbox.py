@@ -2,7 +2,7 @@
 
 Temporal's sandbox imports a workflow's module afresh for every run it starts, so module-level
 work runs again per run. For ``workflows/agent_run.py`` that was the ``@workflow.defn`` pass over
-the class and its mixins (every signal, query and update handler): about 4% of a worker's CPU
+the class and its base (every signal, query and update handler): about 4% of a worker's CPU
 (py-spy, ``make bench`` scenario ``cpu``). Temporal's guide asks to pass through every module
 "whose calls will be deterministic" for performance (docs.temporal.io, "Python SDK sandbox",
 passthrough modules), and every other module of ``workflows/`` already was (their imports sit in

@@ -1,8 +1,8 @@
 """Sub-agents as child runs: ``ask_<NAME>`` starts a child ``AgentRun`` and returns its answer.
 
 The pure half (ids, requests, budgets, what the model is told, the approvals a child reports)
-is plain functions, tested without a server; :class:`Children` is a mixin of
-:class:`workflows.agent_run.AgentRun` that starts the child workflow and waits for it.
+is plain functions, tested without a server; :class:`ChildStep` starts the child workflow and waits
+for it, on the run's :class:`workflows.run_context.RunContext`.
 
 * The child's workflow id is ``<parent id>.<NAME>-<n>`` (``n`` counts this parent's children of
   that agent, carried through continue-as-new). Temporal sets its system search attributes
@@ -23,7 +23,7 @@ is plain functions, tested without a server; :class:`Children` is a mixin of
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
 from temporalio import workflow
@@ -35,12 +35,12 @@ with workflow.unsafe.imports_passed_through():
 
     import workflows.render as render
     from activities.contracts import ToolCallRequest, ToolInfo, Usage
-    from workflows.inbound import Invalid, decode_args
     from workflows.models import (
         ApproveSignal,
         ChildRecord,
         DecideUpdate,
         LimitsOverride,
+        LiveStatus,
         PendingApproval,
         RejectSignal,
         RunRequest,
@@ -52,6 +52,7 @@ with workflow.unsafe.imports_passed_through():
 
 if TYPE_CHECKING:
     from workflows.models import RunData
+    from workflows.run_context import RunContext
 
 SA_PARENT_RUN = SearchAttributeKey.for_keyword("ParentRunId")
 """Temporal's own (system) search attribute of a child workflow: its parent's run id; with
@@ -68,7 +69,7 @@ class ChildApprovals(BaseModel):
     """Payload of signal ``child_approvals``: the calls a child run waits on now (may be [])."""
 
     run_id: str
-    pending: list[PendingApproval] = Field(default_factory=list)
+    pending: list[PendingApproval] = Field(default_factory=list[PendingApproval])
 
 
 # ------------------------------------------------------------------ pure
@@ -138,7 +139,7 @@ def with_child_approvals(
     return out
 
 
-def shown_status(data: RunData) -> RunStatus:
+def shown_status(data: RunData) -> LiveStatus | RunStatus:
     """The status people see: ``awaiting_approval`` while a child run waits for a person.
 
     That is while the run itself is ``running`` (it waits on that child); else ``data.status``.
@@ -203,71 +204,48 @@ def children_markdown(children: list[ChildRecord], lineage: list[str]) -> str:
 # ------------------------------------------------------------------ in the workflow
 
 
-class Children:
-    """Starts ``ask_*`` children and waits for them; ``self._s`` is the run state."""
+class ChildStep:
+    """Starts ``ask_*`` children, waits for them, and relays their approvals."""
 
-    _s: RunData
-    _req: Callable[[], RunRequest]
-    _emit: Callable[..., None]
-    _tool_finished: Callable[[ToolCallRecord, str], None]
-    _publish: Callable[[], None]
-    _ask_share: int = 1
-    _ask_handoff: Callable[[ToolCallRecord, str], str]
-    _ignore: Callable[..., None]
-    _upsert_search_attributes: Callable[[], None]
-
-    async def _invoke_agent(
-        self, call: ToolCallRequest, rec: ToolCallRecord, info: ToolInfo
-    ) -> str:
-        """An ``ask_*`` or ``handoff_to_*`` call: a child run, or a handoff noted for the turn's end."""
-        agent = info.agent or info.name
-        self._emit("tool_started", tool_call_id=call.id, name=call.name, arguments=rec.arguments)
-        if info.kind == "handoff":
-            text = self._ask_handoff(rec, agent)
-        else:
-            text = await self._ask_child(call, rec, info, self._ask_share)
-        self._tool_finished(rec, text)
-        return text
+    def __init__(self, ctx: RunContext) -> None:
+        """Work on ``ctx``; creates no command."""
+        self.ctx = ctx
 
     # ---- approvals of children
 
-    def _report_approvals(self) -> None:
+    def report_approvals(self) -> None:
         """A child run tells its parent the calls it waits on now (no-op for a top-level run)."""
         info = workflow.info()
         if info.parent is None:
             return
-        payload = ChildApprovals(run_id=info.workflow_id, pending=list(self._s.pending.values()))
+        payload = ChildApprovals(run_id=info.workflow_id, pending=list(self.ctx.s.pending.values()))
         handle = workflow.get_external_workflow_handle(info.parent.workflow_id)
         asyncio.ensure_future(_quietly(handle.signal(CHILD_APPROVALS_SIGNAL, payload)))
 
-    @workflow.signal(name=CHILD_APPROVALS_SIGNAL)
-    def child_approvals(self, *args: Any) -> None:
-        """A child's pending approvals (:class:`ChildApprovals`), shown in this run's state."""
-        got = decode_args(args, ChildApprovals, f"signal {CHILD_APPROVALS_SIGNAL}")
-        if isinstance(got, Invalid):
-            self._ignore(CHILD_APPROVALS_SIGNAL, got.principal_id, got.problem)
+    def on_approvals(self, got: ChildApprovals) -> None:
+        """A child's pending approvals arrived (signal ``child_approvals``): shown in this run."""
+        s = self.ctx.s
+        if not any(c.run_id == got.run_id and c.status == "running" for c in s.children):
+            self.ctx.ignore(CHILD_APPROVALS_SIGNAL, "system", f"{got.run_id} is no running child")
             return
-        if not any(c.run_id == got.run_id and c.status == "running" for c in self._s.children):
-            self._ignore(CHILD_APPROVALS_SIGNAL, "system", f"{got.run_id} is no running child")
-            return
-        before = shown_status(self._s)
+        before = shown_status(s)
         if got.pending:
-            self._s.child_pending[got.run_id] = got.pending
+            s.child_pending[got.run_id] = got.pending
         else:
-            self._s.child_pending.pop(got.run_id, None)
+            s.child_pending.pop(got.run_id, None)
         self._shown_status_changed(before)
-        self._publish()
+        self.ctx.publish()
 
-    def _shown_status_changed(self, before: RunStatus) -> None:
+    def _shown_status_changed(self, before: LiveStatus | RunStatus) -> None:
         """Upsert ``AgentStatus`` when a child's approvals changed the status people see."""
-        if shown_status(self._s) != before and workflow.patched(PATCH_SHOWN_STATUS):
-            self._upsert_search_attributes()
+        if shown_status(self.ctx.s) != before and workflow.patched(PATCH_SHOWN_STATUS):
+            self.ctx.upsert_search_attributes()
 
-    def _child_of_call(self, tool_call_id: str) -> str | None:
+    def child_of_call(self, tool_call_id: str) -> str | None:
         """The child run waiting on ``tool_call_id`` (None: not a child's call)."""
-        return child_holding(self._s.child_pending, tool_call_id)
+        return child_holding(self.ctx.s.child_pending, tool_call_id)
 
-    def _forward_decision(
+    def forward_decision(
         self, sig: ApproveSignal | RejectSignal | DecideUpdate, run_id: str
     ) -> None:
         """Send a decision for a child's call on to the child (as a signal); the child checks it."""
@@ -291,26 +269,27 @@ class Children:
         else:
             name = "approve" if isinstance(sig, ApproveSignal) else "reject"
             payload = sig
-        self._emit(
+        self.ctx.emit(
             "decision_forwarded", run_id=run_id, tool_call_id=sig.tool_call_id, decision=name
         )
         handle = workflow.get_external_workflow_handle(run_id)
         asyncio.ensure_future(_quietly(handle.signal(name, payload)))
 
-    async def _ask_child(
+    async def ask(
         self, call: ToolCallRequest, rec: ToolCallRecord, info: ToolInfo, share: int
     ) -> str:
         """Run the child of one ``ask_*`` call; returns the text for the model.
 
-        Never raises for the child's outcome; when the call is cancelled (interrupt, deadline) the
-        child is interrupted and the call ends once the child has (its usage counted).
+        ``share``: how many children of this turn share what is left of the budget. Never raises
+        for the child's outcome; when the call is cancelled (interrupt, deadline) the child is
+        interrupted and the call ends once the child has (its usage counted).
         """
         agent = info.agent or info.name
         task = task_of(rec.arguments if isinstance(rec.arguments, dict) else call.arguments)
         if task is None:
             rec.status = "error"
             return f"ask_{agent} needs a `task`: the task for {agent}, as a non-empty string."
-        s, req = self._s, self._req()
+        s, req = self.ctx.s, self.ctx.req()
         child_id = child_workflow_id(workflow.info().workflow_id, agent, s.children)
         limits = child_limits(s.usage, s.max_total_tokens, s.max_cost_usd, share)
         child_req = child_request(req, agent, task, limits)
@@ -327,8 +306,10 @@ class Children:
             static_summary=render.static_summary(child_req),
             static_details=render.static_details(child_req),
         )
-        self._emit("child_started", run_id=child_id, agent=agent, tool_call_id=call.id, task=task)
-        self._publish()
+        self.ctx.emit(
+            "child_started", run_id=child_id, agent=agent, tool_call_id=call.id, task=task
+        )
+        self.ctx.publish()
         result = await self._child_result(handle)
         return self._child_ended(record, rec, agent, result)
 
@@ -354,7 +335,7 @@ class Children:
         agent: str,
         result: RunResult,
     ) -> str:
-        s = self._s
+        s = self.ctx.s
         record.status = result.status
         record.usage = result.usage
         s.usage = s.usage.add(result.usage)
@@ -363,24 +344,24 @@ class Children:
         self._shown_status_changed(before)
         status, text = child_answer(agent, result)
         rec.status = "ok" if status == "ok" else "error"
-        self._emit(
+        self.ctx.emit(
             "child_finished",
             run_id=record.run_id,
             agent=agent,
             status=result.status,
             usage=result.usage.model_dump(),
         )
-        self._publish()
+        self.ctx.publish()
         return text
 
     def _child_search_attributes(self, child: RunRequest) -> TypedSearchAttributes | None:
         """The child's search attributes at start (None when the parent's namespace has none)."""
-        if not self._s.search_attributes:
+        if not self.ctx.s.search_attributes:
             return None
         pairs: list[SearchAttributePair[Any]] = [
-            SearchAttributeKey.for_keyword("AgentName").value_set(child.agent),
-            SearchAttributeKey.for_keyword("TenantId").value_set(child.tenant_id),
-            SearchAttributeKey.for_keyword("PrincipalId").value_set(child.principal_id),
+            SearchAttributePair(SearchAttributeKey.for_keyword("AgentName"), child.agent),
+            SearchAttributePair(SearchAttributeKey.for_keyword("TenantId"), child.tenant_id),
+            SearchAttributePair(SearchAttributeKey.for_keyword("PrincipalId"), child.principal_id),
         ]
         return TypedSearchAttributes(pairs)
 

@@ -6,7 +6,7 @@ The model calls the spec's Code Mode tool (``code_mode.tool``, default ``run_cod
 1. ``code.step`` (activities/code_mode.py): run the script in Monty, inside bubblewrap, until it
    waits on tool calls (one, or all those a ``gather`` started) or ends; the paused interpreter
    comes back as a snapshot;
-2. those tool calls, as ordinary calls of this run (``ToolCalls._execute_calls``: policy,
+2. those tool calls, as ordinary calls of this run (``ToolStep.execute``: policy,
    approvals, events, audit, one ``tool.invoke`` each, concurrently), with ids
    ``<script call id>.<n>``;
 3. ``code.step`` again with the snapshot and the results.
@@ -38,9 +38,10 @@ with workflow.unsafe.imports_passed_through():
     from activities.interfaces import code_step
     from workflows.model_choice import tenant_priority
     from workflows.models import ToolCallRecord
+    from workflows.run_context import cause_message
 
 if TYPE_CHECKING:
-    from workflows.tool_calls import ToolCalls
+    from workflows.tool_calls import ToolStep
 
 STDOUT_CAP = 16_000
 """Characters of the script's ``print()`` output the model is given."""
@@ -73,7 +74,7 @@ def host_results(
     asked: list[Any], subs: list[ToolCallRequest], records: list[Any], outcomes: dict[str, str]
 ) -> list[HostResult]:
     """What each tool call of a batch answers the script: its text, or an exception."""
-    out = []
+    out: list[HostResult] = []
     for ask, sub, rec in zip(asked, subs, records, strict=True):
         text = outcomes.get(sub.id, "")
         if rec.status == "ok":
@@ -95,19 +96,19 @@ def _step_options(info: ToolInfo, step: int, seconds: float) -> dict[str, Any]:
 
 
 async def run_script(
-    host: ToolCalls, call: ToolCallRequest, rec: ToolCallRecord, info: ToolInfo
+    host: ToolStep, call: ToolCallRequest, rec: ToolCallRecord, info: ToolInfo
 ) -> str:
     """Run one Code Mode call to its end; returns the tool result text.
 
     Never raises for the script's own errors; ``Stop`` (an interrupt, the deadline) passes through.
     """
-    pinned, req = host._pinned(), host._req()
+    pinned, req = host.ctx.pinned(), host.ctx.req()
     cm = pinned.spec.code_mode
     args = rec.arguments if isinstance(rec.arguments, dict) else {}
     script = args.get("script")
     rec.status = "running"
     started = workflow.now()
-    host._emit("tool_started", tool_call_id=call.id, name=call.name, arguments=rec.arguments)
+    host.ctx.emit("tool_started", tool_call_id=call.id, name=call.name, arguments=rec.arguments)
     if cm is None or not isinstance(script, str) or not script.strip():
         text = script_result(
             None, "", 0, 0, "give the script as a non-empty string argument 'script'"
@@ -134,8 +135,6 @@ async def run_script(
         try:
             out = await workflow.execute_activity(code_step, inp, **opts)
         except ActivityError as e:
-            from workflows.tool_calls import cause_message
-
             error = f"the script could not run: {cause_message(e)}"
             break
         printed += out.stdout
@@ -153,7 +152,7 @@ async def run_script(
             for i, c in enumerate(out.calls)
         ]
         calls += len(subs)
-        records, outcomes = await host._execute_calls(subs)
+        records, outcomes = await host.execute(subs)
         inp = inp.model_copy(
             update={
                 "script": "",
@@ -166,9 +165,9 @@ async def run_script(
     return _finish(host, rec, text, ok, started)
 
 
-def _finish(host: ToolCalls, rec: ToolCallRecord, text: str, ok: bool, started: Any) -> str:
+def _finish(host: ToolStep, rec: ToolCallRecord, text: str, ok: bool, started: Any) -> str:
     rec.status = "ok" if ok else "error"
     rec.result_chars = len(text)
     rec.duration_ms = (workflow.now() - started).total_seconds() * 1000
-    host._tool_finished(rec, text)
+    host.finished(rec, text)
     return text

@@ -1,4 +1,4 @@
-"""Compaction carried out: count the transcript's new messages, plan, summarise, rewrite. A mixin.
+"""Compaction carried out: count the transcript's new messages, plan, summarise, rewrite.
 
 The plan is pure (:func:`workflows.compaction.plan_compaction`); this module runs the
 ``tokens.count`` and summary ``model.complete`` activities it needs, only when
@@ -7,8 +7,7 @@ The plan is pure (:func:`workflows.compaction.plan_compaction`); this module run
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError
@@ -18,34 +17,32 @@ with workflow.unsafe.imports_passed_through():
     import workflows.turn as turn
     from activities.contracts import ModelReply
     from activities.interfaces import model_complete, tokens_count
-    from activities.spec import PinnedSpec
     from workflows.compaction import (
         CompactionPlan,
         plan_compaction,
         summary_request,
         truncate_tool_results,
     )
-    from workflows.events import RunEvents
-    from workflows.models import RunData, RunRequest
+
+if TYPE_CHECKING:
+    from workflows.run_context import RunContext
 
 
-class Compacting:
-    """Keeps the transcript within the model's context window; ``self._s`` is the run state."""
+class CompactionStep:
+    """Keeps the transcript within the model's context window."""
 
-    _s: RunData
-    _pinned: Callable[[], PinnedSpec]
-    _req: Callable[[], RunRequest]
-    _emit: Callable[..., None]
-    _events: RunEvents
+    def __init__(self, ctx: RunContext) -> None:
+        """Work on ``ctx``; creates no command."""
+        self.ctx = ctx
 
-    async def _maybe_compact(self) -> None:
+    async def maybe_compact(self) -> None:
         """Compact if needed, counting only messages not counted before.
 
         While :func:`turn.needs_token_count` says the transcript's upper bound stays under the
         budget no activity runs; otherwise ``tokens.count`` counts just the new messages, so a
         long run neither counts its whole transcript every turn nor stores that count in its history.
         """
-        s, pinned = self._s, self._pinned()
+        s, pinned = self.ctx.s, self.ctx.pinned()
         comp = pinned.spec.compaction
         budget = comp.threshold * (comp.context_window - comp.output_reserve)
         if turn.needs_token_count(s, pinned.tools, budget):
@@ -57,12 +54,12 @@ class Compacting:
         Returns None when no compaction is needed, or when the counts do not fit the transcript
         (logged: a plain exception here would retry the workflow task forever).
         """
-        s, pinned = self._s, self._pinned()
+        s, pinned = self.ctx.s, self.ctx.pinned()
         comp = pinned.spec.compaction
         known, tools_known = s.token_counts, s.tools_tokens
         new = s.messages[len(known) :]
         inp, opts = options.count_tokens(
-            pinned, self._req(), new, tools_known is None, len(s.messages)
+            pinned, self.ctx.req(), new, tools_known is None, len(s.messages)
         )
         counts = await workflow.execute_activity(tokens_count, inp, **opts)
         s.token_counts = known + counts.per_message
@@ -84,7 +81,7 @@ class Compacting:
         """Carry out a compaction plan (None: nothing to do)."""
         if plan is None:
             return
-        s, comp = self._s, self._pinned().spec.compaction
+        s, comp = self.ctx.s, self.ctx.pinned().spec.compaction
         summary: str | None = None
         if comp.summarize and plan.dropped:
             summary = await self._summarize([s.messages[i] for i in plan.dropped])
@@ -110,22 +107,22 @@ class Compacting:
 
     async def _summarize(self, dropped: list[dict[str, Any]]) -> str | None:
         """A model step of its own that summarises the dropped messages (None if it fails)."""
-        s = self._s
+        s = self.ctx.s
         inp, opts = options.model_step(
-            self._pinned(),
-            self._req(),
+            self.ctx.pinned(),
+            self.ctx.req(),
             s.turn,
             summary_request(dropped),
             summary_of=len(dropped),
-            stream=self._events.watched(),
+            stream=self.ctx.events.watched(),
         )
         # the summary is a model step of the event stream too (its text deltas are bracketed)
-        self._emit("model_started", model=inp.model, purpose="summary")
+        self.ctx.emit("model_started", model=inp.model, purpose="summary")
         try:
             reply = await workflow.execute_activity(model_complete, inp, **opts)
         except ActivityError:
-            self._emit("model_finished", reply=ModelReply(model=inp.model))
+            self.ctx.emit("model_finished", reply=ModelReply(model=inp.model))
             return None
-        self._emit("model_finished", reply=reply)
+        self.ctx.emit("model_finished", reply=reply)
         s.usage = s.usage.add(reply.usage)
         return reply.content

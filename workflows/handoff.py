@@ -3,13 +3,11 @@
 The call itself only records the wish (the model is told the handover happens); at the end of
 the turn the run resolves and pins the other agent's spec (``spec.resolve``), takes its system
 prompt, tools and policy, keeps the transcript and the run's limits, and appends the agent to
-the run's ``lineage``. When a reply holds several handoffs the first wins. A mixin of
-:class:`workflows.agent_run.AgentRun`.
+the run's ``lineage``. When a reply holds several handoffs the first wins.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from temporalio import workflow
@@ -19,11 +17,11 @@ with workflow.unsafe.imports_passed_through():
     import workflows.activity_options as options
     from activities.interfaces import spec_resolve
     from activities.spec import Limits, PinnedSpec
-    from workflows.models import RunRequest, ToolCallRecord
-    from workflows.tool_calls import Stop, cause_message
+    from workflows.models import ToolCallRecord
+    from workflows.run_context import Stop, cause_message
 
 if TYPE_CHECKING:
-    from workflows.models import RunData
+    from workflows.run_context import RunContext
 
 
 def handoff_text(agent: str, already: str | None) -> tuple[str, str]:
@@ -46,31 +44,35 @@ def keep_limits(new: PinnedSpec, old: Limits) -> PinnedSpec:
     return new.model_copy(update={"spec": spec})
 
 
-class Handoffs:
-    """Records and carries out handoffs; ``self._s`` is the run state."""
+class HandoffStep:
+    """Records and carries out handoffs on the run's context."""
 
-    _s: RunData
-    _pinned: Callable[[], PinnedSpec]
-    _req: Callable[[], RunRequest]
-    _emit: Callable[..., None]
-    _publish: Callable[[], None]
+    def __init__(self, ctx: RunContext) -> None:
+        """Work on ``ctx``; creates no command."""
+        self.ctx = ctx
 
-    def _ask_handoff(self, rec: ToolCallRecord, agent: str) -> str:
+    def ask(self, rec: ToolCallRecord, agent: str) -> str:
         """The ``handoff_to_*`` call: note the handover for the end of the turn."""
-        status, text = handoff_text(agent, self._s.handoff_to)
-        rec.status = status  # type: ignore[assignment]
+        s = self.ctx.s
+        status, text = handoff_text(agent, s.handoff_to)
+        rec.status = "ok" if status == "ok" else "error"
         if status == "ok":
-            self._s.handoff_to = agent
+            s.handoff_to = agent
         return text
 
-    async def _apply_handoff(self) -> None:
-        """At the end of a turn: pin the other agent's spec and carry on with it."""
-        s = self._s
+    async def apply(self) -> None:
+        """At the end of a turn: pin the other agent's spec and carry on with it.
+
+        Raises:
+            Stop: ``failed`` when the other agent's spec cannot be resolved.
+        """
+        ctx = self.ctx
+        s = ctx.s
         agent, s.handoff_to = s.handoff_to, None
         if agent is None:
             return
-        old = self._pinned()
-        req = self._req().model_copy(update={"agent": agent})
+        old = ctx.pinned()
+        req = ctx.req().model_copy(update={"agent": agent})
         inp, opts = options.resolve_spec(req, old.workflow_rev)
         try:
             pinned = await workflow.execute_activity(spec_resolve, inp, **opts)
@@ -83,5 +85,5 @@ class Handoffs:
         s.messages = with_system_prompt(s.messages, pinned.spec.system_prompt)
         s.token_counts = []
         s.tools_tokens = None
-        self._emit("handoff", from_agent=old.spec.name, to_agent=agent, spec_hash=pinned.spec_hash)
-        self._publish()
+        ctx.emit("handoff", from_agent=old.spec.name, to_agent=agent, spec_hash=pinned.spec_hash)
+        ctx.publish()

@@ -386,7 +386,7 @@ class RunData(BaseModel):
         default_factory=set, exclude=True, description="approval requests made outside a task"
     )
     parked: list[tuple[str, ApproveSignal | RejectSignal, datetime]] = Field(
-        default_factory=list, exclude=True, description="decisions held (workflows/held.py)"
+        default_factory=list, exclude=True, description="decisions held (workflows/decisions.py)"
     )
 
 

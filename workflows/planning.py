@@ -1,6 +1,6 @@
 """Plan mode (spec ``mode: plan``) carried out: plan -> act -> observe -> replan -> reflect.
 
-A mixin of :class:`workflows.agent_run.AgentRun`; the graph itself is :mod:`workflows.plan`
+:class:`PlanStep` works on the run's context; the graph itself is :mod:`workflows.plan`
 (pure). The planning step is a model step whose reply must be a plan (JSON, checked with
 :func:`workflows.plan.parse_plan`; an invalid plan is told back to the model, at most
 ``plan.max_invalid_plans`` times). The steps then run in waves: all ready steps of a wave run
@@ -14,27 +14,27 @@ replan (at most ``plan.max_replans``); then a reflection model step writes the f
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     import workflows.plan as plan
-    from activities.contracts import ModelReply, ToolCallRequest
-    from activities.spec import PinnedSpec
+    from activities.contracts import ToolCallRequest
     from activities.subagents import ASK_PREFIX
     from workflows.models import PlanView
-    from workflows.tool_calls import Stop
+    from workflows.run_context import Stop
 
 if TYPE_CHECKING:
-    from workflows.models import RunData
+    from workflows.model_step import ModelStep
+    from workflows.run_context import RunContext
+    from workflows.tool_calls import ToolStep
 
 
 def wave_calls(view: PlanView, step_ids: list[str], turn: int) -> list[ToolCallRequest]:
     """The tool calls that carry out one wave of ready steps (ids ``plan-<turn>-<step id>``)."""
     by_id = {s.id: s for s in view.steps}
-    calls = []
+    calls: list[ToolCallRequest] = []
     for sid in step_ids:
         step = by_id[sid]
         if step.agent is not None:
@@ -47,58 +47,56 @@ def wave_calls(view: PlanView, step_ids: list[str], turn: int) -> list[ToolCallR
     return calls
 
 
-def step_outcome(status: str) -> str:
+def step_outcome(status: str) -> Literal["ok", "failed", "rejected"]:
     """A step's status from its tool call's: ``ok``, ``rejected`` (person, policy), ``failed``."""
     if status == "ok":
         return "ok"
     return "rejected" if status in ("rejected", "denied") else "failed"
 
 
-class Planning:
-    """Runs a ``mode: plan`` agent; ``self._s`` is the run state."""
+class PlanStep:
+    """Runs a ``mode: plan`` agent: its model steps and tool steps are the run's own."""
 
-    _s: RunData
-    _pinned: Callable[[], PinnedSpec]
-    _model_step: Callable[[], Awaitable[ModelReply | None]]
-    _run_tool_calls: Callable[[list[ToolCallRequest]], Awaitable[None]]
-    _checkpoint: Callable[[], Awaitable[None]]
-    _publish: Callable[[], None]
-    _emit: Callable[..., None]
+    def __init__(self, ctx: RunContext, model: ModelStep, tools: ToolStep) -> None:
+        """Work on ``ctx`` with the run's ``model`` and ``tools`` steps; creates no command."""
+        self.ctx = ctx
+        self._model = model
+        self._tools = tools
 
-    async def _plan_loop(self) -> None:
+    async def run(self) -> None:
         """Plan, act, observe, replan, reflect; ends by raising :class:`Stop`."""
-        s, settings = self._s, self._pinned().spec.plan
+        s, settings = self.ctx.s, self.ctx.pinned().spec.plan
         if s.plan is None:
             s.messages.append({"role": "user", "content": self._planning_prompt()})
             s.plan = await self._make_plan(None)
         while True:
-            await self._checkpoint()
+            await self.ctx.checkpoint()
             s.plan = plan.skip_blocked(s.plan)
             nxt = plan.next_action(s.plan, settings.max_replans)
             if isinstance(nxt, plan.RunSteps):
                 await self._run_wave(nxt.step_ids)
             elif isinstance(nxt, plan.Replan):
                 s.plan = plan.begin_replan(s.plan)
-                self._emit("plan_replanning", replans=s.plan.replans)
+                self.ctx.emit("plan_replanning", replans=s.plan.replans)
                 s.messages.append({"role": "user", "content": nxt.note})
                 s.plan = await self._make_plan(s.plan)
             else:
                 await self._reflect()
 
     def _planning_prompt(self) -> str:
-        pinned = self._pinned()
+        pinned = self.ctx.pinned()
         agents = {t.agent or t.name: t.description for t in pinned.tools if t.kind == "subagent"}
         tools = {t.name: t.description for t in pinned.tools if t.kind == "tool"}
         return plan.planning_prompt(agents, tools, pinned.spec.plan.max_steps)
 
     async def _make_plan(self, view: PlanView | None) -> PlanView:
-        s, pinned = self._s, self._pinned()
+        s, pinned = self.ctx.s, self.ctx.pinned()
         agents = [t.agent or t.name for t in pinned.tools if t.kind == "subagent"]
         tools = [t.name for t in pinned.tools if t.kind == "tool"]
         done = [st.id for st in view.steps if st.status == "ok"] if view else []
         invalid = 0
         while True:
-            await self._checkpoint()
+            await self.ctx.checkpoint()
             reply = await self._planning_reply()
             try:
                 got = plan.parse_plan(reply, agents, tools, pinned.spec.plan.max_steps, done)
@@ -109,31 +107,31 @@ class Planning:
                 s.messages.append({"role": "user", "content": plan.invalid_plan_note(str(e))})
                 continue
             adopted = plan.adopt(view, got)
-            self._emit("plan_adopted", steps=[st.id for st in adopted.steps])
+            self.ctx.emit("plan_adopted", steps=[st.id for st in adopted.steps])
             s.plan = adopted
-            self._publish()
+            self.ctx.publish()
             return adopted
 
     async def _planning_reply(self) -> str | None:
         """One model step whose text is kept (tool calls in it are dropped from the transcript)."""
-        s = self._s
+        s = self.ctx.s
         reply = None
         while reply is None:
-            if s.turn >= self._pinned().spec.limits.max_turns:
+            if s.turn >= self.ctx.pinned().spec.limits.max_turns:
                 raise Stop("max_turns", "reached max_turns while planning")
-            reply = await self._model_step()
+            reply = await self._model.step()
         s.messages.append({"role": "assistant", "content": reply.content or ""})
         return reply.content
 
     async def _run_wave(self, step_ids: list[str]) -> None:
-        s = self._s
+        s = self.ctx.s
         assert s.plan is not None
         view = s.plan
         calls = wave_calls(view, step_ids, s.turn)
         for sid in step_ids:
             view = plan.start_step(view, sid)
         s.plan = view
-        self._emit("plan_steps_started", steps=step_ids)
+        self.ctx.emit("plan_steps_started", steps=step_ids)
         s.messages.append(
             {
                 "role": "assistant",
@@ -148,11 +146,11 @@ class Planning:
                 ],
             }
         )
-        await self._run_tool_calls(calls)
+        await self._tools.run(calls)
         self._observe_wave(step_ids, calls)
 
     def _observe_wave(self, step_ids: list[str], calls: list[ToolCallRequest]) -> None:
-        s = self._s
+        s = self.ctx.s
         assert s.plan is not None
         results = {
             m.get("tool_call_id"): str(m.get("content") or "")
@@ -179,10 +177,10 @@ class Planning:
                     }
                 )
         s.plan = view
-        self._publish()
+        self.ctx.publish()
 
     async def _reflect(self) -> Any:
-        s = self._s
+        s = self.ctx.s
         assert s.plan is not None
         s.plan = plan.begin_reflection(s.plan)
         s.messages.append({"role": "user", "content": plan.reflection_request(s.plan)})

@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from temporalio.common import SearchAttributeKey, SearchAttributePair
+from temporalio.common import SearchAttributeKey, SearchAttributeUpdate
 
 import workflows.render as render
 from workflows.children import children_markdown, shown_status, with_child_approvals
@@ -40,7 +40,7 @@ def _shared(data: RunData, view: type[RunState] | type[RunResult]) -> dict[str, 
 def run_state(data: RunData, held: list[IgnoredSignal] | None = None) -> RunState:
     """Answer of the ``state`` query: every field of RunState read from the run state.
 
-    ``held`` are decisions held for calls not known yet (workflows/held.py), shown as ignored.
+    ``held`` are decisions held for calls not known yet (workflows/decisions.py), shown as ignored.
     """
     return RunState(
         **{
@@ -92,9 +92,9 @@ def details(data: RunData) -> str | None:
     return text + extra if extra else text
 
 
-def search_attribute_pairs(data: RunData, initial: bool) -> list[SearchAttributePair[Any]]:
+def search_attribute_pairs(data: RunData, initial: bool) -> list[SearchAttributeUpdate[Any]]:
     """Search attributes to upsert: status, tokens and cost; with ``initial`` also who and what."""
-    pairs: list[SearchAttributePair[Any]] = [
+    pairs: list[SearchAttributeUpdate[Any]] = [
         SA_STATUS.value_set(shown_status(data)),
         SA_TOKENS.value_set(data.usage.total_tokens),
         SA_COST.value_set(data.usage.cost_usd),

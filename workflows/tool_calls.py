@@ -1,16 +1,17 @@
-"""The tool calls of one turn, carried out: policy, approvals, ``tool.invoke`` activities, results.
+"""The tool step: one turn's tool calls carried out (policy, approvals, activities, results).
 
-A mixin of :class:`workflows.agent_run.AgentRun`. How each call settles (denied, approved, rejected,
-timed out, failed, cancelled) and the text the model is told come from :mod:`workflows.turn`;
-this module only schedules the activities and waits. Results go back into the transcript in the
-order the model wrote the calls.
+:class:`ToolStep` works on the run's :class:`workflows.run_context.RunContext`. How each call
+settles (denied, approved, rejected, timed out, failed, cancelled) and the text the model is told
+come from :mod:`workflows.turn`; this module only schedules the activities and waits. An
+``ask_<NAME>`` call is a child run (:mod:`workflows.children`), ``handoff_to_<NAME>`` a handoff
+(:mod:`workflows.handoff`), a Code Mode call a script (:mod:`workflows.code_mode`). Results go
+back into the transcript in the order the model wrote the calls.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, CancelledError
@@ -20,74 +21,45 @@ with workflow.unsafe.imports_passed_through():
     import workflows.turn as turn
     from activities.contracts import ToolCallRequest, ToolInfo, ToolOutcome, Usage
     from activities.interfaces import tool_invoke
-    from activities.spec import PinnedSpec
+    from workflows.children import ChildStep
     from workflows.code_mode import run_script
+    from workflows.handoff import HandoffStep
     from workflows.local_activity import execute_local
-    from workflows.models import (
-        Decision,
-        PendingApproval,
-        RunData,
-        RunRequest,
-        RunStatus,
-        ToolCallRecord,
-    )
+    from workflows.models import PendingApproval, ToolCallRecord
     from workflows.policy import evaluate
+    from workflows.run_context import RunContext, Stop, cause_message
 
-T = TypeVar("T")
-
-
-class Stop(Exception):
-    """Ends the loop with a status (internal)."""
-
-    def __init__(self, status: RunStatus, reason: str, error: str | None = None) -> None:
-        super().__init__(reason)
-        self.status = status
-        self.reason = reason
-        self.error = error
+__all__ = ["Stop", "ToolStep", "cause_message"]
 
 
-def cause_message(e: ActivityError) -> str:
-    """The messages of an activity error's cause chain, joined with ``: ``."""
-    cause: BaseException | None = e.cause
-    parts = []
-    while cause is not None:
-        parts.append(str(cause))
-        cause = getattr(cause, "cause", None)
-    return ": ".join(p for p in parts if p) or str(e)
+class ToolStep:
+    """Carries out tool calls for one run."""
 
+    def __init__(self, ctx: RunContext, children: ChildStep, handoffs: HandoffStep) -> None:
+        """Work on ``ctx``; ``ask_*`` calls go to ``children``, ``handoff_to_*`` to ``handoffs``."""
+        self.ctx = ctx
+        self._children = children
+        self._handoffs = handoffs
+        self._ask_share = 1  # children started in this turn share what is left of the budget
 
-class ToolCalls:
-    """Runs a turn's tool calls; ``self._s`` is the run state."""
+    async def run(self, calls: list[ToolCallRequest]) -> None:
+        """Carry out a turn's calls and append one ``tool`` message per call, in call order.
 
-    _s: RunData
-    _pinned: Callable[[], PinnedSpec]
-    _req: Callable[[], RunRequest]
-    _race: Callable[[Callable[[], Awaitable[Any]]], Awaitable[Any]]
-    _set_status: Callable[[Any], None]
-    _publish: Callable[[], None]
-    _upsert_search_attributes: Callable[..., None]
-    _emit: Callable[..., None]
-    _settle: Callable[[], bool]
-    _rev3: Callable[[], bool]
-    _rev4: Callable[[], bool]
-    _outside_task: bool
-    _ask_share: int
-    _invoke_agent: Callable[[ToolCallRequest, ToolCallRecord, ToolInfo], Awaitable[str]]
-    _report_approvals: Callable[[], None]
-
-    async def _run_tool_calls(self, calls: list[ToolCallRequest]) -> None:
-        tools = {t.name: t for t in self._pinned().tools}
+        Raises:
+            Stop: interrupted, out of time, or approvals timed out with ``on_approval_timeout: fail``.
+        """
+        tools = {t.name: t for t in self.ctx.pinned().tools}
         self._ask_share = sum(
             1 for c in calls if c.name in tools and tools[c.name].kind == "subagent"
         )
-        _, outcomes = await self._execute_calls(calls)
+        _, outcomes = await self.execute(calls)
         for call in calls:
-            self._s.messages.append(
+            self.ctx.s.messages.append(
                 {"role": "tool", "tool_call_id": call.id, "content": outcomes.get(call.id, "")}
             )
-        self._publish()
+        self.ctx.publish()
 
-    async def _execute_calls(
+    async def execute(
         self, calls: list[ToolCallRequest]
     ) -> tuple[list[ToolCallRecord], dict[str, str]]:
         """Carry the calls out: policy, approvals, then concurrently their activities.
@@ -95,7 +67,8 @@ class ToolCalls:
         Returns their records (in order) and each call's result text by id. Used for a turn's
         calls and for the calls a Code Mode script makes (workflows/code_mode.py).
         """
-        tools = {t.name: t for t in self._pinned().tools}
+        ctx = self.ctx
+        tools = {t.name: t for t in ctx.pinned().tools}
         records, outcomes = self._apply_policy(calls, tools)
         running: dict[str, asyncio.Future[ToolOutcome | str]] = {}
         for call, rec in zip(calls, records, strict=True):
@@ -103,13 +76,13 @@ class ToolCalls:
                 running[call.id] = asyncio.ensure_future(
                     self._invoke(call, rec, tools.get(call.name))
                 )
-        if self._s.pending:
-            self._settle()
+        if ctx.s.pending:
+            ctx.decisions.settle()
             await self._await_approvals()
             for call, rec in zip(calls, records, strict=True):
                 if rec.policy != "approve":
                     continue
-                verdict = self._s.verdicts.get(call.id)
+                verdict = ctx.s.verdicts.get(call.id)
                 settled = turn.settle_by_verdict(verdict)
                 if settled is None and verdict is not None:
                     if verdict.arguments is not None:
@@ -128,7 +101,8 @@ class ToolCalls:
         self, calls: list[ToolCallRequest], tools: dict[str, ToolInfo]
     ) -> tuple[list[ToolCallRecord], dict[str, str]]:
         """Records of the calls as the policy leaves them; texts of the denied ones."""
-        s, req, spec = self._s, self._req(), self._pinned().spec
+        ctx = self.ctx
+        s, req, spec = ctx.s, ctx.req(), ctx.pinned().spec
         records: list[ToolCallRecord] = []
         outcomes: dict[str, str] = {}
         for call in calls:
@@ -156,11 +130,11 @@ class ToolCalls:
                     approvers=decision.approvers,
                     reason=decision.reason,
                 )
-                if self._rev3() and self._outside_task:
+                if ctx.rev3() and ctx.outside_task:
                     # the model's reply was applied outside a workflow task (a query on a
                     # worker without the run cached): not in history until the next task
                     s.unconfirmed.add(call.id)
-                self._emit(
+                ctx.emit(
                     "approval_requested",
                     tool_call_id=call.id,
                     name=call.name,
@@ -174,9 +148,9 @@ class ToolCalls:
         records: list[ToolCallRecord],
         outcomes: dict[str, str],
     ) -> None:
-        self._publish()
+        self.ctx.publish()
         try:
-            results = await self._race(lambda: asyncio.gather(*running.values()))
+            results = await self.ctx.race(lambda: asyncio.gather(*running.values()))
         except Stop:
             for call_id in running:
                 rec = next(r for r in records if r.id == call_id)
@@ -193,16 +167,17 @@ class ToolCalls:
             return await run_script(self, call, rec, info)
         if info is not None and info.kind != "tool":  # ask_<NAME>, handoff_to_<NAME>
             return await self._invoke_agent(call, rec, info)
+        ctx = self.ctx
         rec.status = "running"
         arguments: str | dict[str, Any] = (
             rec.arguments if isinstance(rec.arguments, dict) else call.arguments
         )
         inp, opts = options.tool_call(
-            self._pinned(), self._req(), self._s.turn, call, arguments, info, self._s.run_files
+            ctx.pinned(), ctx.req(), ctx.s.turn, call, arguments, info, ctx.s.run_files
         )
-        self._emit("tool_started", tool_call_id=call.id, name=call.name, arguments=rec.arguments)
+        ctx.emit("tool_started", tool_call_id=call.id, name=call.name, arguments=rec.arguments)
         try:
-            if self._rev4() and options.runs_local(info):
+            if ctx.rev4() and options.runs_local(info):
                 out = await execute_local(tool_invoke, inp, **options.as_local(opts))
             else:
                 out = await workflow.execute_activity(tool_invoke, inp, **opts)
@@ -216,7 +191,7 @@ class ToolCalls:
             )
             rec.status = settled.status
             rec.reason = msg
-            self._tool_finished(rec, settled.text)
+            self.finished(rec, settled.text)
             return settled.text
         rec.status = out.status
         rec.duration_ms = out.duration_ms
@@ -224,24 +199,38 @@ class ToolCalls:
         if info is not None and info.sandboxed:
             self._charge_sandbox(out.duration_ms)
         if out.files:
-            self._s.run_files.update(out.files)
+            ctx.s.run_files.update(out.files)
         if out.arguments is not None:
             rec.arguments = out.arguments
-        self._tool_finished(rec, out.content)
+        self.finished(rec, out.content)
         return out
+
+    async def _invoke_agent(
+        self, call: ToolCallRequest, rec: ToolCallRecord, info: ToolInfo
+    ) -> str:
+        """An ``ask_*`` or ``handoff_to_*`` call: a child run, or a handoff noted for the turn's end."""
+        agent = info.agent or info.name
+        self.ctx.emit("tool_started", tool_call_id=call.id, name=call.name, arguments=rec.arguments)
+        if info.kind == "handoff":
+            text = self._handoffs.ask(rec, agent)
+        else:
+            text = await self._children.ask(call, rec, info, self._ask_share)
+        self.finished(rec, text)
+        return text
 
     def _charge_sandbox(self, duration_ms: float) -> None:
         """Count a sandboxed call's time against the sandbox budget.
 
         Its price (``pricing.sandbox_per_second``) goes into the run's cost.
         """
-        s, price = self._s, self._pinned().spec.pricing.sandbox_per_second
+        s, price = self.ctx.s, self.ctx.pinned().spec.pricing.sandbox_per_second
         s.sandbox_seconds = round(s.sandbox_seconds + duration_ms / 1000, 3)
         if price:
             s.usage = s.usage.add(Usage(cost_usd=duration_ms / 1000 * price))
 
-    def _tool_finished(self, rec: ToolCallRecord, result: str) -> None:
-        self._emit(
+    def finished(self, rec: ToolCallRecord, result: str) -> None:
+        """Emit ``tool_finished`` for a call that ended with ``result``."""
+        self.ctx.emit(
             "tool_finished",
             tool_call_id=rec.id,
             name=rec.name,
@@ -252,15 +241,14 @@ class ToolCalls:
         )
 
     async def _await_approvals(self) -> None:
-        s, policy = self._s, self._pinned().spec.policy
-        self._set_status("awaiting_approval")
-        self._upsert_search_attributes()
-        self._publish()
-        self._report_approvals()
+        ctx = self.ctx
+        s, policy = ctx.s, ctx.pinned().spec.policy
+        ctx.enter("awaiting_approval")
+        self._children.report_approvals()
         waiting = list(s.pending)
         started = workflow.now()
         try:
-            await self._wait_for_person(
+            await ctx.wait_for_person(
                 lambda: all(cid in s.verdicts for cid in waiting),
                 policy.approval_timeout_seconds,
                 f"approval of {', '.join(s.pending[c].name for c in waiting)}",
@@ -272,48 +260,11 @@ class ToolCalls:
                 raise Stop("failed", "approval timed out") from None
             for cid in waiting:
                 if cid not in s.verdicts:
-                    self._timed_out(cid)
+                    ctx.decisions.record(cid, "timeout", "system", None, None, "timer")
         else:
             s.waited_seconds += (workflow.now() - started).total_seconds()
         for cid in waiting:
             s.pending.pop(cid, None)
-        self._report_approvals()
-        self._set_status("running")
-        self._upsert_search_attributes()
-
-    def _timed_out(self, call_id: str) -> None:
-        s = self._s
-        d = Decision(
-            tool_call_id=call_id,
-            decision="timeout",
-            principal_id="system",
-            at=workflow.now().isoformat(),
-            via="timer",
-        )
-        s.verdicts[call_id] = d
-        s.decisions.append(d)
-        pending = s.pending.get(call_id)
-        self._emit(
-            "approval_decided",
-            tool_call_id=call_id,
-            name=pending.name if pending else "",
-            arguments=pending.arguments if pending else None,
-            decision="timeout",
-            principal_id="system",
-        )
-
-    async def _wait_for_person(
-        self, done: Callable[[], bool], timeout: float | None, what: str = "a person"
-    ) -> None:
-        """Wait (durably) until ``done()`` or an interrupt; raises asyncio.TimeoutError on timeout.
-
-        ``what`` names the wait in the timer's summary (Web UI timeline).
-        """
-        self._s.waits += 1
-        await workflow.wait_condition(
-            lambda: self._settle() or done() or self._s.interrupt is not None,
-            timeout=timeout,
-            timeout_summary=f"waiting for {what} (timeout)" if timeout is not None else None,
-        )
-        if self._s.interrupt is not None:
-            raise Stop("interrupted", self._s.interrupt.reason)
+        self._children.report_approvals()
+        ctx.set_status("running")
+        ctx.upsert_search_attributes()

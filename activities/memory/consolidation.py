@@ -22,6 +22,7 @@ import json
 import re
 import sqlite3
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -225,7 +226,7 @@ class MemoryActivities:
         return written
 
 
-def scopes_for(kinds: list[str], principal_id: str, agent: str, run_id: str) -> list[str]:
+def scopes_for(kinds: Sequence[str], principal_id: str, agent: str, run_id: str) -> list[str]:
     """The scopes of ``kinds`` for a run (``user`` first: the consolidation target)."""
     ids = {"user": principal_id, "agent": agent, "thread": run_id}
     order = sorted(kinds, key=["user", "agent", "thread"].index)

@@ -49,23 +49,37 @@ SEEN: list[tuple[str, datetime, bool]] = []  # (what, workflow time, replaying)
 class Recording(AgentRun):
     """The real workflow, noting when it upserts search attributes and asks for approvals."""
 
+    @workflow.init
+    def __init__(self, raw: RawValue = None) -> None:  # type: ignore[assignment]
+        super().__init__(raw)
+        ctx, model, tools = self._ctx, self._model, self._tools
+        upsert, step, await_approvals = (
+            ctx.upsert_search_attributes,
+            model.step,
+            tools._await_approvals,  # noqa: SLF001 - wrapped to observe it
+        )
+
+        def upsert_seen(initial: bool = False) -> None:
+            SEEN.append((f"upsert {ctx.s.status}", workflow.now(), workflow.unsafe.is_replaying()))
+            upsert(initial)
+
+        async def step_seen() -> Any:
+            reply = await step()
+            SEEN.append((f"step {ctx.s.turn} done", workflow.now(), workflow.unsafe.is_replaying()))
+            return reply
+
+        async def approvals_seen() -> None:
+            for cid in ctx.s.pending:
+                SEEN.append((f"pending {cid}", workflow.now(), workflow.unsafe.is_replaying()))
+            await await_approvals()
+
+        ctx.upsert_search_attributes = upsert_seen  # type: ignore[method-assign]
+        model.step = step_seen  # type: ignore[method-assign]
+        tools._await_approvals = approvals_seen  # type: ignore[method-assign]
+
     @workflow.run
     async def run(self, raw: RawValue = None) -> RunResult:  # type: ignore[assignment]
         return await super().run(raw)
-
-    def _upsert_search_attributes(self, initial: bool = False) -> None:
-        SEEN.append((f"upsert {self._s.status}", workflow.now(), workflow.unsafe.is_replaying()))
-        super()._upsert_search_attributes(initial)
-
-    async def _model_step(self) -> Any:
-        reply = await super()._model_step()
-        SEEN.append((f"step {self._s.turn} done", workflow.now(), workflow.unsafe.is_replaying()))
-        return reply
-
-    async def _await_approvals(self) -> None:
-        for cid in self._s.pending:
-            SEEN.append((f"pending {cid}", workflow.now(), workflow.unsafe.is_replaying()))
-        await super()._await_approvals()
 
 
 def _prefix(path: Path, last_event: int):

@@ -1,4 +1,4 @@
-"""``AgentRun._emit`` is called at every point of docs/contract.md's "Event stream" table, in order.
+"""``RunContext.emit`` is called at every point of docs/contract.md's "Event stream" table, in order.
 
 A subclass records the calls in a list outside the run state and shows them through a query.
 """
@@ -24,18 +24,19 @@ from workflows.models import RunResult
 
 @workflow.defn(name="AgentRun", sandboxed=False)  # no re-import of this test module
 class RecordingRun(AgentRun):
-    """The real workflow, with every ``_emit`` call kept in a list."""
+    """The real workflow, with every ``emit`` call kept in a list."""
 
     @workflow.init
     def __init__(self, raw: RawValue = None) -> None:  # type: ignore[assignment]
         super().__init__(raw)
         self.emitted: list[dict[str, Any]] = []
+        self._ctx.emit = self._record  # type: ignore[method-assign]
 
     @workflow.run
     async def run(self, raw: RawValue = None) -> RunResult:  # type: ignore[assignment]
         return await super().run(raw)
 
-    def _emit(self, type: str, **fields: Any) -> None:
+    def _record(self, type: str, **fields: Any) -> None:
         self.emitted.append({"type": type, **fields})
 
     @workflow.query(name="emitted")

@@ -51,13 +51,20 @@ class TimerBeforeEachModelStep(AgentRun):
     """The real workflow with one innocent-looking change: a short timer before every model
     step. It adds a command the recorded histories do not have, so replay must fail."""
 
+    @workflow.init
+    def __init__(self, raw: RawValue = None) -> None:  # type: ignore[assignment]
+        super().__init__(raw)
+        step = self._model.step
+
+        async def timer_first() -> ModelReply | None:
+            await workflow.sleep(timedelta(milliseconds=1))
+            return await step()
+
+        self._model.step = timer_first  # type: ignore[method-assign]
+
     @workflow.run
     async def run(self, raw: RawValue = None) -> RunResult:  # type: ignore[assignment]
         return await super().run(raw)
-
-    async def _model_step(self) -> ModelReply | None:
-        await workflow.sleep(timedelta(milliseconds=1))
-        return await super()._model_step()
 
 
 @workflow.defn(name="AgentRun", sandboxed=False)  # no re-import of this test module

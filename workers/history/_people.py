@@ -175,7 +175,7 @@ def on_update_rejected(w: Walk, at: At) -> None:
     )
 
 
-# shared-with-workflow: ToolCalls._await_approvals (workflows/tool_calls.py): a timer firing while
+# shared-with-workflow: ToolStep._await_approvals (workflows/tool_calls.py): a timer firing while
 # calls wait is the approval timeout (the deadline timer is not told apart)
 def on_timer_fired(w: Walk, at: At) -> None:
     """``TimerFired`` while calls wait for approval: each waiting call timed out."""

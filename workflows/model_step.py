@@ -1,0 +1,126 @@
+"""The model step: one ``model.complete`` activity per turn, on the spec's models in turn.
+
+:class:`ModelStep` works on the run's :class:`workflows.run_context.RunContext`: it counts the
+turn, races the activity against interrupts and the deadline, falls back to the next model when
+one fails (:mod:`workflows.model_choice`), tells the model when its output could not be parsed,
+and records the step (usage, what memory gave the model, the step's duration).
+"""
+
+from __future__ import annotations
+
+from temporalio import workflow
+from temporalio.exceptions import ActivityError, ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    import workflows.activity_options as options
+    import workflows.model_choice as model_choice
+    import workflows.turn as turn
+    from activities.contracts import ERR_MODEL_OUTPUT_INVALID, CallModelInput, ModelReply
+    from activities.interfaces import model_complete
+    from workflows.run_context import SA_REFRESH_SECONDS, RunContext, Stop, cause_message
+
+SA_REFRESH_TURNS = 5
+"""Revision 3: TotalTokens and CostUsd are refreshed after every ``SA_REFRESH_TURNS``-th model step."""
+
+
+class ModelStep:
+    """Runs the model steps of one run."""
+
+    def __init__(self, ctx: RunContext) -> None:
+        """Work on ``ctx``; creates no command."""
+        self.ctx = ctx
+
+    async def step(self) -> ModelReply | None:
+        """One turn's model step; None when its output could not be parsed (the model was told).
+
+        Raises:
+            Stop: the step failed on every model, too many unparsable replies, an interrupt or
+                the deadline.
+        """
+        ctx = self.ctx
+        s, pinned = ctx.s, ctx.pinned()
+        s.turn += 1
+        ctx.set_status("running")
+        ctx.publish()
+        try:
+            reply = await self._call_models()
+        except ActivityError as e:
+            cause = e.cause
+            if not (isinstance(cause, ApplicationError) and cause.type == ERR_MODEL_OUTPUT_INVALID):
+                raise Stop("failed", "model step failed", error=cause_message(e)) from None
+            s.parse_failures += 1
+            nxt = turn.after_parse_failure(
+                s.parse_failures, pinned.spec.max_parse_failures, cause_message(e)
+            )
+            if isinstance(nxt, turn.Finish):
+                raise Stop(nxt.status, nxt.reason, error=nxt.error) from None
+            # Tell the model what went wrong and let it try again; the turn counts.
+            s.messages.append({"role": "user", "content": nxt.note})
+            workflow.logger.warning(
+                "model output unparsable; told the model", extra={"turn": s.turn}
+            )
+            return None
+        s.usage = s.usage.add(reply.usage)
+        ctx.emit("model_finished", reply=reply)
+        # TotalTokens and CostUsd stay current in listings: each upsert is an event and a
+        # visibility write on the server, so not one every turn.
+        if ctx.rev3():  # by turns: a workflow.now() difference must not change commands
+            # revision 4: not when the reply ends the turn (the status upsert that follows
+            # carries the same figures in the same workflow task)
+            if s.turn % SA_REFRESH_TURNS == 0 and (reply.tool_calls or not ctx.rev4()):
+                ctx.upsert_search_attributes()
+        elif s.sa_upserted_at is None or (
+            (workflow.now() - s.sa_upserted_at).total_seconds() >= SA_REFRESH_SECONDS
+        ):
+            ctx.upsert_search_attributes()
+        return reply
+
+    async def _call_models(self) -> ModelReply:
+        """The step on the spec's models in turn (workflows/model_choice.py), recorded when answered.
+
+        Raises:
+            ActivityError: the last model tried failed (or the step was not one to fall back from).
+            Stop: an interrupt or the deadline came first.
+        """
+        ctx = self.ctx
+        s, pinned = ctx.s, ctx.pinned()
+        models, index = pinned.spec.models(), 0
+        while True:
+            name = models[index]
+            inp, opts = options.model_step(
+                pinned, ctx.req(), s.turn, s.messages, model=name, stream=ctx.events.watched()
+            )
+            ctx.emit("model_started", model=name)
+            try:
+                reply = await ctx.race(lambda i=inp, o=opts: _complete(i, o))
+            except (ActivityError, Stop) as e:
+                # the step ends with nothing from it: subscribers drop its partial text
+                ctx.emit("model_finished", reply=ModelReply(model=name))
+                if isinstance(e, Stop):
+                    raise
+                fallback = model_choice.next_model(models, index, e)
+                if fallback is None:
+                    raise
+                workflow.logger.warning(
+                    "model step failed; trying the next model",
+                    extra={"turn": s.turn, "model": name, "next": fallback},
+                )
+                index += 1
+                continue
+            s.memory = [m.id for m in reply.memory]
+            if reply.memory:
+                ctx.emit("memory_retrieved", ids=s.memory)
+            s.model_steps.append(
+                {
+                    "turn": s.turn,
+                    "model": name,
+                    "duration_ms": reply.latency_ms,
+                    "usage": reply.usage.model_dump(mode="json"),
+                }
+            )
+            return reply
+
+
+async def _complete(inp: CallModelInput, opts: options.ActivityOptions) -> ModelReply:
+    """The ``model.complete`` activity with ``opts`` (workflows/activity_options.py)."""
+    return await workflow.execute_activity(model_complete, inp, **opts)

@@ -1,0 +1,337 @@
+"""The run context: one run's state and what every step of it uses (a plain object, no mixin).
+
+:class:`RunContext` holds the run state (:class:`workflows.models.RunData`), its event stream and
+its clock, and offers the steps (:mod:`workflows.model_step`, :mod:`workflows.tool_calls`,
+:mod:`workflows.compacting`, :mod:`workflows.children`, :mod:`workflows.handoff`,
+:mod:`workflows.planning`) the few things they share: the pinned spec and request, ``emit`` and
+``publish`` (no command), ``enter(status)`` (status, search attributes, Web UI details), ``race``
+(an interrupt or the deadline first) and ``wait_for_person``. :class:`workflows.agent_run.AgentRun`
+builds one per run and passes it to each step it calls.
+
+Only :meth:`upsert_search_attributes`, the deadline timer and the waits create commands here;
+everything else changes state or the event stream and is safe in handlers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+from typing import Any, TypeVar
+
+from temporalio import workflow
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
+
+with workflow.unsafe.imports_passed_through():
+    import workflows.state as state
+    from activities.contracts import ModelReply
+    from activities.spec import PinnedSpec
+    from workflows.decisions import Decisions
+    from workflows.events import RunEvents
+    from workflows.models import IgnoredSignal, LiveStatus, RunData, RunRequest, RunStatus
+
+T = TypeVar("T")
+
+WORKFLOW_REV = 4
+"""Revision of this code's behaviour, recorded in each run's history: ``spec.resolve`` echoes it
+into ``PinnedSpec.workflow_rev`` (0 in runs recorded before; they replay the revision-2 branches).
+Revision 3 takes no decision that changes commands from a ``workflow.now()`` difference, and
+refuses decisions for approval requests not yet in history. Revision 4 (with patch
+``agent-run-v4``: ``spec.resolve`` as a local activity) runs tools marked ``local`` as local
+activities and upserts search attributes only when what they show changed (docs/throughput.md).
+New changes use ``workflow.patched`` instead (tests/histories/README.md says when revision 2 goes)."""
+PATCH_RACE_WAITS = "race-person-waits"
+"""A race whose work waited for a person (Code Mode) re-arms the deadline instead of ending."""
+SA_REFRESH_SECONDS = 10.0
+"""Least workflow time between two search-attribute refreshes within a turn loop (status changes
+and the end of the run always upsert). Revision 2 only: see ``WORKFLOW_REV``."""
+
+
+class Stop(Exception):
+    """Ends the run's loop with a status; :meth:`workflows.agent_run.AgentRun._finish` takes it."""
+
+    status: RunStatus
+    reason: str
+    error: str | None
+
+    def __init__(self, status: RunStatus, reason: str, error: str | None = None) -> None:
+        """``status`` ends the run, ``reason`` says why, ``error`` the failure's message."""
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+        self.error = error
+
+
+def cause_message(e: ActivityError) -> str:
+    """The messages of an activity error's cause chain, joined with ``: ``."""
+    cause: BaseException | None = e.cause
+    parts: list[str] = []
+    while cause is not None:
+        parts.append(str(cause))
+        cause = getattr(cause, "cause", None)
+    return ": ".join(p for p in parts if p) or str(e)
+
+
+class RunContext:
+    """One run's state, event stream and clock, shared by its steps.
+
+    Attributes:
+        s: the run state (replaced as a whole when a continued run takes its carry back).
+        events: the run's event stream (:mod:`workflows.events`).
+        decisions: approvals and rejections as they arrive (:mod:`workflows.decisions`).
+        outside_task: whether this activation runs outside a workflow task (revision 3).
+    """
+
+    def __init__(self, s: RunData, events: RunEvents) -> None:
+        """Wrap ``s`` and ``events``; creates no command."""
+        self.s = s
+        self.events = events
+        self.decisions = Decisions(self)
+        self.outside_task = False
+        self._seen: tuple[datetime, int] | None = None  # (time, history length) last seen
+        self._deadline: asyncio.Future[None] | None = None
+        self._deadline_waited = 0.0
+        self._deadline_waits = 0
+
+    # ------------------------------------------------------------ what the run is
+
+    def pinned(self) -> PinnedSpec:
+        """The pinned spec.
+
+        Raises:
+            ApplicationError: none pinned yet (cannot happen after the start; fails the run).
+        """
+        pinned = self.s.pinned
+        if pinned is None:
+            raise ApplicationError("the run has no pinned spec", non_retryable=True)
+        return pinned
+
+    def req(self) -> RunRequest:
+        """The start request.
+
+        Raises:
+            ApplicationError: none yet (cannot happen after the start; fails the run).
+        """
+        req = self.s.req
+        if req is None:
+            raise ApplicationError("the run has no request", non_retryable=True)
+        return req
+
+    def rev3(self) -> bool:
+        """Whether the run started with revision 3 (a value in its history, not a marker)."""
+        pinned = self.s.pinned
+        return pinned is not None and pinned.workflow_rev >= 3
+
+    def rev4(self) -> bool:
+        """Whether the run started with revision 4 (local tools, fewer upserts)."""
+        pinned = self.s.pinned
+        return pinned is not None and pinned.workflow_rev >= 4
+
+    # ------------------------------------------------------------ what people see
+
+    def emit(self, type: str, **fields: Any) -> None:
+        """One event of the run's stream (docs/contract.md "Event stream"); creates no command."""
+        turn, events = self.s.turn, self.events
+        if type == "status":
+            events.status(turn, fields["status"])
+        elif type == "model_finished":
+            reply: ModelReply = fields["reply"]
+            usage = reply.usage.model_dump()
+            events.model_finished(turn, reply.model, usage, reply.content, reply.streamed_chars)
+        elif type == "run_finished":
+            events.finish(turn, fields["result"].model_dump(mode="json"))
+        else:
+            events.emit(type, turn, **fields)
+
+    def publish(self) -> None:
+        """The status people see into the stream, and the Web UI's current details."""
+        self.emit("status", status=state.shown_status(self.s))
+        details = state.details(self.s)
+        if details is not None:
+            workflow.set_current_details(details)
+
+    def set_status(self, status: LiveStatus | RunStatus) -> None:
+        """Set the run's status (no command; the stream dedups an unchanged one)."""
+        self.s.status = status
+        self.emit("status", status=status)
+
+    def enter(self, status: LiveStatus | RunStatus) -> None:
+        """Set the status, upsert what listings show (if it changed), publish."""
+        self.set_status(status)
+        self.upsert_search_attributes()
+        self.publish()
+
+    def ignore(
+        self, signal: str, principal_id: str, reason: str, tool_call_id: str | None = None
+    ) -> None:
+        """Record a signal that changed nothing, with why (``state.ignored_signals``)."""
+        self.s.ignored_signals.append(
+            IgnoredSignal(
+                signal=signal,
+                principal_id=principal_id,
+                at=workflow.now().isoformat(),
+                reason=reason,
+                tool_call_id=tool_call_id,
+            )
+        )
+        workflow.logger.info("signal ignored", extra={"signal": signal, "why": reason})
+
+    def upsert_search_attributes(self, initial: bool = False) -> None:
+        """Upsert what listings show; revision 4: only the values that changed, if any.
+
+        Each upsert is a command, an event, a visibility write on the server and a billed
+        Temporal Cloud action (docs/throughput.md).
+        """
+        s = self.s
+        if not s.search_attributes or s.req is None:
+            return
+        if not self.rev4():
+            workflow.upsert_search_attributes(state.search_attribute_pairs(s, initial))  # pyright: ignore[reportUnknownMemberType] - the SDK leaves the update type unparameterized
+            s.sa_upserted_at = workflow.now()
+            return
+        # all of them, who and what included: what listings already show drops out
+        pairs = state.search_attribute_pairs(s, initial=True)
+        changed = [p for p in pairs if s.sa_shown.get(p.key.name, ...) != p.value]
+        if not changed:
+            return
+        workflow.upsert_search_attributes(changed)  # pyright: ignore[reportUnknownMemberType] - as above
+        s.sa_shown.update({p.key.name: p.value for p in changed})
+        s.sa_upserted_at = workflow.now()
+
+    # ------------------------------------------------------------ people and time
+
+    def observe(self) -> bool:
+        """Note whether this activation runs outside a workflow task; returns False.
+
+        The one side effect allowed in a wait's condition, because the condition is the only
+        code the Python SDK runs in every activation. Each workflow task has a later time than
+        the one before; an activation sdk-core makes to answer a query on a worker without the
+        run cached, applying events whose task has not started, keeps the last task's time with
+        a longer history. Only what is not a command depends on it.
+        """
+        seen = (workflow.now(), workflow.info().get_current_history_length())
+        if self._seen is None or seen[0] != self._seen[0]:
+            self.outside_task = False
+        elif seen[1] != self._seen[1]:
+            self.outside_task = True
+        self._seen = seen
+        return False
+
+    def remaining_seconds(self) -> float:
+        """Seconds of ``max_seconds`` left, time waiting for people not counted."""
+        s = self.s
+        elapsed = (workflow.now() - s.started_at).total_seconds() - s.waited_seconds
+        return self.pinned().spec.limits.max_seconds - elapsed
+
+    def deadline_timer(self) -> asyncio.Future[None]:
+        """The one timer of ``max_seconds``, re-armed only when time waiting for a person moved it.
+
+        One durable timer for the run instead of one per step: each timer is two events and a
+        server task, and almost every step ends long before the deadline.
+        """
+        waited, waits = self.s.waited_seconds, self.s.waits
+        moved = self._deadline_waits != waits if self.rev3() else self._deadline_waited != waited
+        if self._deadline is None or moved:
+            if self._deadline is not None and not self._deadline.done():
+                self._deadline.cancel()
+            self._deadline_waited = waited
+            self._deadline_waits = waits
+            self._deadline = asyncio.ensure_future(
+                workflow.sleep(
+                    max(self.remaining_seconds(), 0.001),
+                    summary=f"deadline: max_seconds={self.pinned().spec.limits.max_seconds:g}",
+                )
+            )
+        return self._deadline
+
+    def deadline_passed(self) -> bool:
+        """Whether the run is out of time: its deadline timer fired (revision 3) or the clock."""
+        if self.rev3():  # only the deadline timer (an event in history) ends the run on time
+            deadline = self._deadline
+            return deadline is not None and deadline.done() and self._deadline_waits == self.s.waits
+        return self.remaining_seconds() <= 0
+
+    async def race(self, make: Callable[[], Awaitable[T]]) -> T:
+        """Await ``make()`` unless an interrupt or the deadline comes first (then cancel it).
+
+        ``make()`` may itself wait for a person (a Code Mode script's call that needs approval):
+        that time does not count, so while calls wait the deadline is not taken, and a deadline
+        re-armed (or passed) during such a wait is re-armed for the time left
+        (patch ``race-person-waits``).
+
+        Raises:
+            Stop: ``interrupted`` or ``timeout``.
+        """
+        deadline = self.deadline_timer()  # its timer before make()'s first command
+        task: asyncio.Future[T] = asyncio.ensure_future(make())
+        while True:
+            await workflow.wait_condition(
+                lambda d=deadline: (
+                    self.observe()
+                    or task.done()
+                    or self.s.interrupt is not None
+                    or (d.done() and not self.s.pending)
+                )
+            )
+            if task.done():
+                return task.result()
+            moved = deadline.cancelled() or self.s.waits != self._deadline_waits
+            if self.s.interrupt is None and moved and workflow.patched(PATCH_RACE_WAITS):
+                deadline = self.deadline_timer()
+                continue
+            break
+        await _cancel(task)
+        if self.s.interrupt is not None:
+            raise Stop("interrupted", self.s.interrupt.reason)
+        raise Stop("timeout", "reached max_seconds")
+
+    async def wait_for_person(
+        self, done: Callable[[], bool], timeout: float | None, what: str = "a person"
+    ) -> None:
+        """Wait (durably) until ``done()`` or an interrupt.
+
+        ``what`` names the wait in the timer's summary (Web UI timeline).
+
+        Raises:
+            TimeoutError: ``timeout`` seconds passed first.
+            Stop: ``interrupted``.
+        """
+        self.s.waits += 1
+        await workflow.wait_condition(
+            lambda: self.decisions.settle() or done() or self.s.interrupt is not None,
+            timeout=timeout,
+            timeout_summary=f"waiting for {what} (timeout)" if timeout is not None else None,
+        )
+        if self.s.interrupt is not None:
+            raise Stop("interrupted", self.s.interrupt.reason)
+
+    async def checkpoint(self) -> None:
+        """A safe point: honour interrupt, pause, and the run's deadline.
+
+        Raises:
+            Stop: ``interrupted`` or ``timeout``.
+        """
+        self.decisions.settle()
+        s = self.s
+        if s.interrupt is not None:
+            raise Stop("interrupted", s.interrupt.reason)
+        if s.paused:
+            before = s.status
+            self.set_status("budget_paused" if s.budget_paused else "paused")
+            self.upsert_search_attributes()
+            self.publish()
+            started = workflow.now()
+            await self.wait_for_person(lambda: not s.paused, None)
+            s.waited_seconds += (workflow.now() - started).total_seconds()
+            self.set_status(before if before not in ("paused", "budget_paused") else "running")
+            self.upsert_search_attributes()
+        if self.deadline_passed():
+            raise Stop("timeout", "reached max_seconds")
+
+
+async def _cancel(task: asyncio.Future[Any]) -> None:
+    task.cancel()
+    try:
+        await task
+    except (asyncio.CancelledError, CancelledError, ActivityError):
+        pass
