@@ -25,7 +25,7 @@ from bench.scenarios import SCENARIOS, Options
 
 DEFAULT_ORDER = [
     "peers", "history", "overhead", "throughput", "cpu", "crash", "tuning", "fairness", "rate_limit", "evals",
-    "encryption", "memory", "sandbox", "code_mode",
+    "encryption", "memory", "memory_e2e", "sandbox", "code_mode",
 ]  # fmt: skip
 console = Console()
 
@@ -388,6 +388,22 @@ def table_memory(r: dict[str, Any]) -> Table:
     return t
 
 
+def table_memory_e2e(r: dict[str, Any]) -> Table:
+    """Memory end to end: BFCL v4 memory questions the model answers, with memory and without."""
+    t = Table("agent", "answered", "share", "tokens / run", "completed",
+              title=f"Memory end to end on {r.get('model')}: {r.get('questions')} BFCL v4 memory "
+                    f"questions, {r.get('items')} items (bench/memory_e2e.py)")  # fmt: skip
+    if "skipped" in r:
+        t.add_row("skipped", str(r["skipped"]), "", "", "")
+        return t
+    for agent in ("with_memory", "without_memory"):
+        d = r.get(agent) or {}
+        t.add_row(agent.replace("_", " "), f"{d.get('correct')} / {r.get('questions')}",
+                  _v(d.get("share"), "", 2), str(d.get("tokens_per_run")),
+                  str(d.get("completed")))  # fmt: skip
+    return t
+
+
 def table_sandbox(r: dict[str, Any]) -> Table:
     """Sandbox start-up and the run_python tool's overhead."""
     t = Table("what", "p50", "p95", title=f"Sandbox (bubblewrap), {r.get('runs')} runs each")
@@ -452,6 +468,7 @@ TABLES = {
     "cpu": table_cpu,
     "encryption": table_encryption,
     "memory": table_memory,
+    "memory_e2e": table_memory_e2e,
     "sandbox": table_sandbox,
     "code_mode": table_code_mode,
     "evals": table_evals,

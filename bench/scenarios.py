@@ -782,6 +782,7 @@ from bench.code_mode import scenario_code_mode  # noqa: E402
 from bench.cpu import scenario_cpu  # noqa: E402
 from bench.encryption import scenario_encryption  # noqa: E402
 from bench.memory import scenario_memory  # noqa: E402
+from bench.memory_e2e import scenario_memory_e2e  # noqa: E402
 from bench.models import scenario_fairness, scenario_rate_limit  # noqa: E402
 from bench.peers import scenario_peers  # noqa: E402
 from bench.sandbox import scenario_sandbox  # noqa: E402
@@ -799,6 +800,7 @@ SCENARIOS = {
     "cpu": scenario_cpu,
     "encryption": scenario_encryption,
     "memory": scenario_memory,
+    "memory_e2e": scenario_memory_e2e,
     "sandbox": scenario_sandbox,
     "code_mode": scenario_code_mode,
     "evals": scenario_evals,
