@@ -1,4 +1,4 @@
-"""The example MCP server (workers/mcp_example_server.py) as the ``mcp-demo`` agent declares it."""
+"""The example MCP server (workers/local/mcp_example_server.py) as agent ``mcp-demo`` has it."""
 
 from __future__ import annotations
 

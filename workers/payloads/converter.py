@@ -37,7 +37,7 @@ Measured here (60 turns, 1,500-character tool outputs, transcript +1.7 KB a turn
 3.6 MB of history and ~101 KB added by turn 60; 256 KiB the same (never reached); 64 KiB 1.45 MB,
 then ~4 KB a turn from turn ~36; 16 KiB 0.32 MB, ~4 KB a turn from turn ~9.
 
-Codec helpers used by :mod:`workers.codec_server`: :func:`is_reference`,
+Codec helpers used by :mod:`workers.payloads.codec_server`: :func:`is_reference`,
 :func:`resolve_references` (reference -> stored payload) and :func:`store_large_payloads`
 (payload >= threshold -> reference).
 """
@@ -66,7 +66,7 @@ from temporalio.converter import (
 
 from activities.storage import LocalStorageDriver
 from workers.config import Settings, load_settings
-from workers.encryption import codec_from_setting
+from workers.payloads.encryption import codec_from_setting
 from workflows.inbound import signal_safe_data_converter as pydantic_data_converter
 
 __all__ = [
@@ -113,11 +113,11 @@ def build_data_converter(
         docstring; with ``none`` the local driver is still registered for reading only).
 
     With ``AGENT_ENCRYPTION_KEYS`` set, payloads are encrypted by
-    :class:`workers.encryption.AesGcmCodec` before they are stored, inline or external.
+    :class:`workers.payloads.encryption.AesGcmCodec` before they are stored, inline or external.
 
     Raises:
         PayloadStoreConfigError: ``s3`` without ``AGENT_S3_BUCKET``, or aioboto3 not installed.
-        workers.encryption.EncryptionKeyError: ``AGENT_ENCRYPTION_KEYS`` cannot be used.
+        workers.payloads.encryption.EncryptionKeyError: ``AGENT_ENCRYPTION_KEYS`` cannot be used.
     """
     settings = settings or load_settings()
     return dataclasses.replace(
