@@ -19,7 +19,7 @@ $(VENV)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip 2>&1 | grep -v 'is ignored' || true
 	$(BIN)/pip install -q -e '.[test]' 2>&1 | grep -v 'is ignored' || true
-	$(BIN)/python -c "import temporalio, openai, pydantic, tiktoken, structlog, workers.cli"
+	$(BIN)/python -c "import temporalio, openai, pydantic, tiktoken, structlog, workers.cli.commands"
 	touch $@
 
 install: $(VENV)/.installed ## create .venv and install the project with its test dependencies
@@ -43,19 +43,19 @@ model-server: install ## install, verify and serve the local model on 127.0.0.1:
 	$(AGENTCTL) model-server --background
 
 codec-server: install ## start the codec server the Web UI uses to show payloads stored outside the history
-	$(BIN)/python -m workers.procs start-codec-server
+	$(BIN)/python -m workers.local.procs start-codec-server
 
 worker: install ## start a worker in the background (logs: .agent-runtime/logs/worker.log)
-	$(BIN)/python -m workers.procs start-worker
+	$(BIN)/python -m workers.local.procs start-worker
 
 demo: install ## the whole thing on a fresh machine: servers, worker, a real agent run on the local model
-	$(BIN)/python -m workers.demo
+	$(BIN)/python -m workers.local.demo
 
 demo-check: install ## the demo end to end; exits non-zero when any step fails or the answer is wrong
-	$(BIN)/python -m workers.demo --check
+	$(BIN)/python -m workers.local.demo --check
 
 stop: ## stop the dev server, model server and worker started by make (by their recorded pids)
-	@test -x $(BIN)/python && $(BIN)/python -m workers.procs stop || echo "nothing to stop"
+	@test -x $(BIN)/python && $(BIN)/python -m workers.local.procs stop || echo "nothing to stop"
 
 $(VENV)/.bench-installed: $(VENV)/.installed
 	$(BIN)/pip install -q -e '.[test,bench]' 2>&1 | grep -v 'is ignored' || true
@@ -77,7 +77,7 @@ lint: install ## ruff, then pyright (config in pyproject.toml: strict modules li
 	$(BIN)/pyright
 
 docs: install ## regenerate docs/agent-spec.md and docs/cli.md from the spec models and the CLI
-	$(BIN)/python -m workers.gen_docs
+	$(BIN)/python -m workers.cli.gen_docs
 
 clean: stop ## remove the venv and local state (runs, logs, model stays in ~/.cache)
 	rm -rf $(VENV) $(STATE)

@@ -2,8 +2,9 @@
 
 Large payloads (the transcript sent to every model step, long tool outputs, the state carried over
 by continue-as-new) are kept out of the workflow history by the SDK's external payload storage
-(``DataConverter(external_storage=ExternalStorage(drivers=[...]))``, see :mod:`workers.converter`):
-the history holds a small reference (about 230 bytes) and the payload itself is written here.
+(``DataConverter(external_storage=ExternalStorage(drivers=[...]))``, see
+:mod:`workers.payloads.converter`): the history holds a small reference (about 230 bytes) and the
+payload itself is written here.
 
 Layout and keys::
 

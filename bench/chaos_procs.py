@@ -18,7 +18,7 @@ import psutil
 import yaml
 
 from bench.infra import WorkerProc, spawn_worker
-from workers.dev_server import find_dev_config, load_dev_config, start_dev_server
+from workers.local.dev_server import find_dev_config, load_dev_config, start_dev_server
 
 
 def kill_tree(pid: int, timeout: float = 10.0) -> None:

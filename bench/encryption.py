@@ -1,4 +1,4 @@
-"""Scenario ``encryption``: what payload encryption (workers/encryption.py) costs a run.
+"""Scenario ``encryption``: what payload encryption (workers/payloads/encryption.py) costs a run.
 
 Two ``AgentRun`` workers run **at the same time** on one dev server, as in scenario ``cpu``: one
 plain, one with ``AGENT_ENCRYPTION_KEYS`` set (AES-256-GCM on every payload, its client encrypting
@@ -33,7 +33,7 @@ from bench.infra import (
 )
 from bench.scenarios import Options, _err, _settings, _start_ours
 from workers.client import connect
-from workers.encryption import new_key_line
+from workers.payloads.encryption import new_key_line
 from workers.testing.scripted_model import ScriptedModel
 
 TURNS = 5

@@ -1,7 +1,7 @@
 """Shared machinery of the benchmarks: dev server, scripted model, worker subprocesses, histories.
 
-Every scenario starts its own in-memory dev server (``workers.dev_server.start_dev_server``: the
-pip-installed ``temporal server start-dev`` with the search attributes and dynamic config of
+Every scenario starts its own in-memory dev server (``workers.local.dev_server.start_dev_server``:
+the pip-installed ``temporal server start-dev`` with the search attributes and dynamic config of
 ``temporal-dev.yml``), its own :class:`~workers.testing.scripted_model.ScriptedModel` and its own
 worker subprocess(es) (``python -m bench.worker_proc``), and stops all of them when it ends.
 """
@@ -93,7 +93,7 @@ def machine_info() -> dict[str, Any]:
                 break
     temporal_cli = None
     with contextlib.suppress(Exception):
-        from workers.dev_server import temporal_binary
+        from workers.local.dev_server import temporal_binary
 
         out = subprocess.run(
             [str(temporal_binary()), "--version"], capture_output=True, text=True, timeout=10
@@ -206,7 +206,7 @@ class CpuMeter:
 
 
 def converter_choice(settings: Any) -> tuple[Any, str]:
-    """The client's data converter: ``workers.converter.build_data_converter`` when present.
+    """The client's data converter: ``workers.payloads.converter.build_data_converter`` if any.
 
     Returns ``(converter, description)``. Without that module (external payload storage not yet
     shipped) the plain pydantic converter, as ``workers.client.connect`` uses.
@@ -214,13 +214,16 @@ def converter_choice(settings: Any) -> tuple[Any, str]:
     from temporalio.contrib.pydantic import pydantic_data_converter
 
     try:
-        from workers import converter as conv  # type: ignore[attr-defined]
+        from workers.payloads import converter as conv  # type: ignore[attr-defined]
     except ImportError:
-        return pydantic_data_converter, "pydantic_data_converter (workers/converter.py absent)"
+        return (
+            pydantic_data_converter,
+            "pydantic_data_converter (workers/payloads/converter.py absent)",
+        )
     try:
         return conv.build_data_converter(
             settings
-        ), "workers.converter.build_data_converter(settings)"
+        ), "workers.payloads.converter.build_data_converter(settings)"
     except Exception as e:  # noqa: BLE001 - report, fall back
         return (
             pydantic_data_converter,
@@ -262,7 +265,7 @@ async def dev_server(
     """
     from temporalio.contrib.pydantic import pydantic_data_converter
 
-    from workers.dev_server import (
+    from workers.local.dev_server import (
         find_dev_config,
         load_dev_config,
         start_dev_server,

@@ -82,7 +82,7 @@ async def _running(workers: list[Worker]) -> AsyncIterator[None]:
 
 
 def _dev_config(directory: Path, fairness: bool) -> Path:
-    from workers.dev_server import find_dev_config, load_dev_config
+    from workers.local.dev_server import find_dev_config, load_dev_config
 
     src = find_dev_config()
     cfg = load_dev_config(src).model_dump(mode="json") if src else {}

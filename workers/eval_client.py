@@ -1,6 +1,6 @@
 """Client side of evaluations: start a suite, read its progress, rescore finished runs.
 
-Used by ``agentctl eval`` (:mod:`workers.cli_eval`), the tests and ``bench/evals.py``.
+Used by ``agentctl eval`` (:mod:`workers.cli.evals`), the tests and ``bench/evals.py``.
 """
 
 from __future__ import annotations

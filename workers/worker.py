@@ -34,7 +34,7 @@ from activities.tokens import count_tokens
 from activities.tools import load_tool_modules
 from activities.tools.sandbox_tools import configure as configure_sandbox
 from workers.config import STATE_DIR_DEFAULT, Settings, load_settings
-from workers.encryption import codec_from_setting
+from workers.payloads.encryption import codec_from_setting
 from workers.sandbox import workflow_runner
 from workers.versioning import deployment_config
 from workflows.agent_run import AgentRun

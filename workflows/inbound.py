@@ -74,7 +74,8 @@ signal_safe_data_converter = dataclasses.replace(
     pydantic_data_converter, payload_converter_class=SignalSafePayloadConverter
 )
 """``pydantic_data_converter`` with :class:`SignalSafePayloadConverter`: the base of every
-converter the runtime builds (workers/converter.py, the test environments, the replayer)."""
+converter the runtime builds (workers/payloads/converter.py, the test environments, the
+replayer)."""
 
 
 class Invalid(BaseModel):

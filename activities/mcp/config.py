@@ -4,7 +4,7 @@ An agent lists its servers by name::
 
     mcp_servers:
       notes:                                   # a stdio server the worker starts
-        command: [python, -m, workers.mcp_example_server]
+        command: [python, -m, workers.local.mcp_example_server]
         env: {NOTES_TOKEN: "${NOTES_TOKEN}"}   # expanded on the worker, redacted from output
       search:                                  # a streamable-HTTP server
         url: http://127.0.0.1:8000/mcp

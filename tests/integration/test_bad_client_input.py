@@ -24,7 +24,7 @@ from activities.contracts import SEARCH_ATTRIBUTES
 from tests.harness import Harness, until_state
 from tests.integration.test_cli import _env, agentctl
 from tests.integration.test_people import GATED, deployed
-from workers.dev_server import temporal_binary
+from workers.local.dev_server import temporal_binary
 from workers.testing.scripted_model import ScriptedModel, text, tool_call
 from workflows.models import RunResult, RunState
 

@@ -26,7 +26,7 @@ from temporalio.client import Client
 from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 from temporalio.contrib.pydantic import PydanticPayloadConverter
 
-from workers.dev_server import (
+from workers.local.dev_server import (
     DevServerError,
     load_dev_config,
     probe_server,
@@ -223,7 +223,7 @@ def test_run_dev_server_foreground_ctrl_c(tmp_path: Path) -> None:
     """Foreground mode in a child process: ready banner, then Ctrl-C stops it with status 0."""
     cfg_path = write_config(tmp_path, headless=True)
     cfg = load_dev_config(cfg_path)
-    code = "import sys; from workers.dev_server import run_dev_server; "
+    code = "import sys; from workers.local.dev_server import run_dev_server; "
     code += f"sys.exit(run_dev_server({str(cfg_path)!r}))"
     child = subprocess.Popen(
         [sys.executable, "-c", code],
@@ -255,7 +255,7 @@ async def test_make_stop_stops_the_dev_server_started_in_the_state_dir(
     tmp_path: Path, servers: list, monkeypatch
 ) -> None:
     """`make demo` records the dev server under AGENT_STATE_DIR; `make stop` finds it there."""
-    from workers import procs
+    from workers.local import procs
 
     (tmp_path / "project").mkdir()
     cfg_path = write_config(tmp_path / "project", headless=True)

@@ -14,9 +14,9 @@ from temporalio.client import Client
 from activities.evals.contracts import SuiteRequest, Variant
 from tests.harness import CHROMIUM, CHROMIUM_ARGS, Harness
 from tests.integration.test_evals import AGENTS, CASES, responder
-from workers.console_auth import Authenticator
+from workers.console.auth import Authenticator
+from workers.console.serve import start_server
 from workers.eval_client import start_suite
-from workers.serve import start_server
 from workers.testing.scripted_model import ScriptedModel
 
 TOKEN = "suite-view-token"

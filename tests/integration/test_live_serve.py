@@ -13,8 +13,8 @@ import pytest
 from temporalio.client import Client
 
 from tests.harness import CHROMIUM, CHROMIUM_ARGS, Harness
-from workers.console_auth import Authenticator
-from workers.serve import start_server
+from workers.console.auth import Authenticator
+from workers.console.serve import start_server
 from workers.testing.scripted_model import ScriptedModel, text, tool_call
 
 REPO = Path(__file__).resolve().parents[2]

@@ -1,4 +1,4 @@
-"""The example MCP server (workers/mcp_example_server.py) as the ``mcp-demo`` agent declares it."""
+"""The example MCP server (workers/local/mcp_example_server.py) as agent ``mcp-demo`` has it."""
 
 from __future__ import annotations
 
@@ -16,7 +16,10 @@ async def test_mcp_demo_agent_server_pins_its_tools_and_deduplicates_by_key(tmp_
     shutil.copy(REPO / "agents" / "agents.yml", tmp_path / "agents.yml")
     (tmp_path / "ws").mkdir()
     spec = resolve_agent(tmp_path / "agents.yml", "mcp-demo", "m")
-    server = spec.mcp_servers["notes"].model_copy(update={"cwd": str(tmp_path / "ws")})
+    # PYTHONPATH: the server module of this checkout, whichever checkout the installed package
+    # points at (a stdio server gets only the SDK's default environment plus its `env`)
+    env = {**spec.mcp_servers["notes"].env, "PYTHONPATH": str(REPO)}
+    server = spec.mcp_servers["notes"].model_copy(update={"cwd": str(tmp_path / "ws"), "env": env})
     pool = McpPool()
     try:
         tools = await pin_server_tools(pool, "notes", server)

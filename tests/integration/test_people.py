@@ -13,7 +13,7 @@ from temporalio.client import Client, WorkflowUpdateFailedError
 from tests.harness import Harness, until_state
 from tests.support_tools import journal_events
 from workers import client as rc
-from workers.dev_server import temporal_binary
+from workers.local.dev_server import temporal_binary
 from workers.testing.scripted_model import ScriptedModel, text, tool_call, tool_calls
 from workflows.models import ApproveSignal, RejectSignal, RunState
 

@@ -28,11 +28,16 @@ from temporalio.testing import WorkflowEnvironment
 from activities.contracts import MODEL_COMPLETE, TOOL_INVOKE
 from activities.tools import tool
 from tests.harness import TEST_TOOLS, Harness
-from workers.codec_server import default_allowed_origins, start_codec_server
 from workers.config import Settings
-from workers.console_auth import Authenticator
-from workers.converter import build_data_converter, is_reference
-from workers.dev_server import DevServerConfig, dev_server_args, find_executable, temporal_binary
+from workers.console.auth import Authenticator
+from workers.local.dev_server import (
+    DevServerConfig,
+    dev_server_args,
+    find_executable,
+    temporal_binary,
+)
+from workers.payloads.codec_server import default_allowed_origins, start_codec_server
+from workers.payloads.converter import build_data_converter, is_reference
 from workers.testing.scripted_model import ScriptedModel, text, tool_call
 
 MIB = 1024 * 1024

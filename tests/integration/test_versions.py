@@ -12,7 +12,7 @@ from temporalio.worker import Worker
 from activities.runtime import RuntimeActivities
 from tests.harness import Harness, until_state
 from workers import versioning
-from workers.cli_versions import overview
+from workers.cli.versions import overview
 from workers.testing.scripted_model import ScriptedModel, text, tool_call
 from workers.worker import build_workers
 from workflows.models import RunResult

@@ -12,8 +12,8 @@ from temporalio.client import Client
 
 from activities.memory import MemoryItem, Namespace, open_store
 from tests.harness import CHROMIUM, CHROMIUM_ARGS
-from workers.console_auth import Authenticator
-from workers.serve import start_server
+from workers.console.auth import Authenticator
+from workers.console.serve import start_server
 
 TOKEN = "memory-panel-token"
 

@@ -18,8 +18,8 @@ from temporalio.client import Client
 
 from tests.harness import CHROMIUM, CHROMIUM_ARGS, Harness, until_state
 from workers.config import Settings
-from workers.console_auth import AuthConfigError, Authenticator, authenticator_from_settings
-from workers.serve import start_server
+from workers.console.auth import AuthConfigError, Authenticator, authenticator_from_settings
+from workers.console.serve import start_server
 from workers.testing.scripted_model import ScriptedModel, text, tool_call
 
 TOKEN = "security-test-token"

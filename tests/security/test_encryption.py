@@ -16,11 +16,12 @@ from temporalio.api.common.v1 import Payload
 from temporalio.client import Client, WorkflowHistory
 
 from tests.harness import Harness
-from workers.codec_server import default_allowed_origins, start_codec_server
 from workers.config import Settings
-from workers.console_auth import Authenticator
-from workers.converter import build_data_converter
-from workers.encryption import (
+from workers.console.auth import Authenticator
+from workers.history import audit_run, replay_histories
+from workers.payloads.codec_server import default_allowed_origins, start_codec_server
+from workers.payloads.converter import build_data_converter
+from workers.payloads.encryption import (
     AesGcmCodec,
     DecryptionError,
     EncryptionKeyError,
@@ -28,7 +29,6 @@ from workers.encryption import (
     new_key_line,
     parse_keys,
 )
-from workers.history import audit_run, replay_histories
 from workers.testing.scripted_model import ScriptedModel, text, tool_call
 
 HERE = Path(__file__).resolve().parent
@@ -182,7 +182,7 @@ def test_the_demo_key_file_is_used_when_the_setting_is_unset_and_off_turns_it_of
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
     from workers.config import ENCRYPTION_KEY_FILE, load_settings
-    from workers.encryption import codec_from_setting, load_or_create_key_file
+    from workers.payloads.encryption import codec_from_setting, load_or_create_key_file
 
     monkeypatch.delenv("AGENT_ENCRYPTION_KEYS", raising=False)
     monkeypatch.setenv("AGENT_STATE_DIR", str(tmp_path))

@@ -108,8 +108,8 @@ async def test_roles_from_the_identity_decide_role_approvers_and_are_covered_by_
     from aiohttp import ClientSession
 
     from workers import decision_keys
-    from workers.console_auth import Authenticator
-    from workers.serve import start_server
+    from workers.console.auth import Authenticator
+    from workers.console.serve import start_server
 
     monkeypatch.setenv("AGENT_STATE_DIR", str(tmp_path / "state"))
     console_key = decision_keys.load_or_create(tmp_path / "state")  # what the console signs with

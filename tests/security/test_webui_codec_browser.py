@@ -20,12 +20,12 @@ from temporalio.client import Client
 from tests.harness import CHROMIUM, CHROMIUM_ARGS, Harness
 from tests.security.test_encryption import FIXTURE_KEYS
 from tests.support_mcp import free_port, stop
-from workers.codec_server import default_allowed_origins, start_codec_server
 from workers.config import Settings
-from workers.console_auth import Authenticator
-from workers.converter import build_data_converter
-from workers.dev_server import dev_server_args
-from workers.serve import start_server
+from workers.console.auth import Authenticator
+from workers.console.serve import start_server
+from workers.local.dev_server import dev_server_args
+from workers.payloads.codec_server import default_allowed_origins, start_codec_server
+from workers.payloads.converter import build_data_converter
 from workers.testing.env import dev_config
 from workers.testing.scripted_model import ScriptedModel, text
 

@@ -15,10 +15,10 @@ import urllib.request
 
 import pytest
 
-from workers import llama_build
 from workers.config import load_settings
-from workers.model_process import stop_process
-from workers.model_server import MODEL_NAME, start_server
+from workers.local.model import llama_build
+from workers.local.model.process import stop_process
+from workers.local.model.server import MODEL_NAME, start_server
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]
 

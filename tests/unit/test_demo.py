@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from workers import demo
+from workers.local import demo
 
 
 @pytest.fixture(scope="module")

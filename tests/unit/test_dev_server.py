@@ -1,4 +1,4 @@
-"""Unit tests for workers/dev_server.py: config loading, argument building, binary lookup."""
+"""Unit tests for workers/local/dev_server.py: config loading, argument building, binary lookup."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import pytest
 import yaml
 from temporalio.common import SearchAttributeIndexedValueType
 
-from workers import dev_config
-from workers.dev_server import (
+from workers.local import dev_config
+from workers.local.dev_server import (
     DevConfigError,
     DevServerConfig,
     TemporalBinaryNotFoundError,

@@ -29,7 +29,7 @@ from activities.evals.scorers import (
     trajectory_match,
 )
 from bench.bfcl_dataset import expected_args, json_schema, tool_name
-from workers.cli_eval import variants_of
+from workers.cli.evals import variants_of
 
 
 def _run(output: str = "", calls: list[tuple[str, dict]] | None = None, **kw) -> RunFacts:

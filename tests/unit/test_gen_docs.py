@@ -1,7 +1,7 @@
 """The generated references (docs/agent-spec.md, docs/cli.md) match the code that generates them."""
 
 from activities.spec import AgentSpec
-from workers import gen_docs
+from workers.cli import gen_docs
 
 
 def test_committed_references_are_current():

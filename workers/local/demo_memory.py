@@ -30,7 +30,7 @@ async def memory_across_runs(
 ) -> None:
     """Run 3 and run 4 (see the module docstring); failures go to ``outcome.fail``."""
     from activities.memory import open_store
-    from workers.cli_base import _print_result
+    from workers.cli.base import _print_result
 
     h = await start(client, "3. Memory across runs: a run learns a fact", TELL, AGENT)
     first = await asyncio.wait_for(rc.result(client, h.id), timeout=240)

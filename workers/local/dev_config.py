@@ -1,7 +1,7 @@
 """The local Temporal dev server's configuration: `temporal-dev.yml`, and the command it becomes.
 
 :class:`DevServerConfig` validates the file; :func:`dev_server_args` turns it into the
-`temporal server start-dev ...` command line (:mod:`workers.dev_server` starts and stops it).
+`temporal server start-dev ...` command line (:mod:`workers.local.dev_server` starts and stops it).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from temporalio.common import SearchAttributeKey
 DEFAULT_CONFIG_FILE = "temporal-dev.yml"
 """Name of the dev-server configuration file, looked up in the working directory first."""
 
-_REPO_ROOT = Path(__file__).resolve().parent.parent
+_REPO_ROOT = Path(__file__).resolve().parents[2]
 
 SearchAttributeType = Literal["Text", "Keyword", "Int", "Double", "Bool", "Datetime", "KeywordList"]
 """Search attribute types accepted by `temporal server start-dev --search-attribute KEY=TYPE`."""

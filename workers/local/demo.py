@@ -13,7 +13,7 @@ worker, then
    from ``agentctl``, the ``temporal`` CLI and the Web UI, then approve with ``agentctl``, and
    check that the note was written.
 
-``python -m workers.demo --check`` (``make demo-check``) exits 1 when any step fails, a wrong
+``python -m workers.local.demo --check`` (``make demo-check``) exits 1 when any step fails, a wrong
 answer included; plain ``make demo`` exits 1 only when a server could not be started or the first
 run did not complete. The servers keep running for inspection; ``make stop`` ends them.
 """
@@ -39,9 +39,9 @@ from rich.console import Console
 from rich.rule import Rule
 
 from workers import client as rc
-from workers import procs
 from workers.config import PROJECT_ROOT, load_settings
-from workers.demo_memory import memory_across_runs
+from workers.local import procs
+from workers.local.demo_memory import memory_across_runs
 from workflows.models import RunRequest, RunResult
 
 console = Console()
@@ -153,7 +153,7 @@ class Outcome:
 
 async def _start_step(client, title: str, request: str, agent: str = "default") -> Any:
     """Print the step's title and request, start the run as the demo's principal; its handle."""
-    from workers.cli_base import web_ui_url
+    from workers.cli.base import web_ui_url
 
     step(title)
     say(f"Request: {request}")
@@ -164,7 +164,7 @@ async def _start_step(client, title: str, request: str, agent: str = "default") 
 
 async def ask_question(client, ws: Path, outcome: Outcome) -> RunResult:
     """Run 1: the question; prints the result and checks the answer against the files."""
-    from workers.cli_base import _follow, _print_result
+    from workers.cli.base import _follow, _print_result
 
     h = await _start_step(client, "1. A question that needs the tools", QUESTION)
     res: RunResult = await _follow(client, h.id, PRINCIPAL, interactive=False)
@@ -187,7 +187,7 @@ async def ask_question(client, ws: Path, outcome: Outcome) -> RunResult:
 
 
 def _show_how_to_approve(run_id: str, call_id: str) -> None:
-    from workers.cli_base import web_ui_url
+    from workers.cli.base import web_ui_url
 
     say("Approve it any of three ways:")
     say(f"  agentctl approve {run_id} {call_id} --principal {PRINCIPAL}")
@@ -201,7 +201,7 @@ def _show_how_to_approve(run_id: str, call_id: str) -> None:
 def _console_login() -> tuple[str, str | None]:
     """The run console's URL with its token (``?token=``), and the token (None: no console)."""
     from workers.config import load_settings
-    from workers.console_auth import read_token
+    from workers.console.auth import read_token
 
     tok = read_token(load_settings().state_dir) if procs.running("console") else None
     return (f"{procs.CONSOLE_URL}?token={tok}" if tok else procs.CONSOLE_URL), tok
@@ -238,7 +238,7 @@ async def _approve(run_id: str, call_id: str, outcome: Outcome) -> None:
 
 async def write_with_approval(client, ws: Path, outcome: Outcome) -> None:
     """Run 2: a write held for approval, approved in the run console; checks the note exists."""
-    from workers.cli_base import _print_result
+    from workers.cli.base import _print_result
 
     h = await _start_step(client, "2. A write that waits for a person's approval", NOTE_REQUEST)
     try:
@@ -275,7 +275,7 @@ async def write_with_approval(client, ws: Path, outcome: Outcome) -> None:
 
 async def demo_runs(ws: Path, outcome: Outcome) -> RunResult:
     """The three demo steps; failures go to ``outcome``; returns the first run's result."""
-    from workers.cli_base import web_ui_url
+    from workers.cli.base import web_ui_url
 
     client = await rc.connect()
     try:
@@ -298,9 +298,9 @@ async def demo_runs(ws: Path, outcome: Outcome) -> RunResult:
 
 def start_servers(ws: Path) -> bool:
     """Dev server, codec server, model server and worker; False (after printing why) on failure."""
-    from workers.dev_server import run_dev_server
-    from workers.model_process import host_port_from_env, is_ready
-    from workers.model_server import run_model_server
+    from workers.local.dev_server import run_dev_server
+    from workers.local.model.process import host_port_from_env, is_ready
+    from workers.local.model.server import run_model_server
 
     step("Temporal dev server (temporal-dev.yml)")
     config, state = PROJECT_ROOT / "temporal-dev.yml", load_settings().state_dir
@@ -342,7 +342,7 @@ def start_servers(ws: Path) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``make demo`` / ``make demo-check`` (``--check``); returns the exit status."""
-    parser = argparse.ArgumentParser(prog="python -m workers.demo")
+    parser = argparse.ArgumentParser(prog="python -m workers.local.demo")
     parser.add_argument(
         "--check", action="store_true", help="exit 1 when any step fails or an answer is wrong"
     )
@@ -373,7 +373,7 @@ def _encryption_on(state: Path) -> str:
     are restarted so they encrypt and decrypt too.
     """
     from workers.config import ENCRYPTION_KEY_FILE
-    from workers.encryption import load_or_create_key_file
+    from workers.payloads.encryption import load_or_create_key_file
 
     if os.environ.get("AGENT_ENCRYPTION_KEYS", "").strip():
         return "payload encryption as AGENT_ENCRYPTION_KEYS says"
@@ -392,7 +392,7 @@ def _encryption_on(state: Path) -> str:
 def _start_codec_server() -> str | None:
     """Start the codec server (for the Web UI) if this build has one; returns a status line."""
     try:
-        from workers import codec_server  # noqa: F401
+        from workers.payloads import codec_server  # noqa: F401
     except ImportError:
         return None
     try:

@@ -14,9 +14,9 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
-from workers import supervisor
-from workers.llama_binary import BinaryCannotRun, describe_exit
-from workers.model_files import MODEL_NAME, ModelServerError
+from workers.local import supervisor
+from workers.local.model.files import MODEL_NAME, ModelServerError
+from workers.local.model.llama_binary import BinaryCannotRun, describe_exit
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8110

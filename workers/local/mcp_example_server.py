@@ -1,8 +1,8 @@
 """A small MCP tool server shipped as an example: notes kept in a JSON file.
 
 Written with the official ``mcp`` SDK (``MCPServer``, formerly FastMCP). The ``mcp-demo`` agent of
-``agents/agents.yml`` starts it over stdio (``python -m workers.mcp_example_server``); run it with
-``--http --port 8000`` to serve streamable HTTP at ``http://127.0.0.1:8000/mcp`` instead.
+``agents/agents.yml`` starts it over stdio (``python -m workers.local.mcp_example_server``); run it
+with ``--http --port 8000`` to serve streamable HTTP at ``http://127.0.0.1:8000/mcp`` instead.
 
 ``add_note`` shows what the runtime's idempotency key is for: the key arrives in the request's
 ``_meta`` (``<workflow id>/<tool_call_id>``, the same for every attempt of one call), and a note

@@ -2,7 +2,7 @@
 
 Pid files live in ``$AGENT_STATE_DIR/pids/NAME.pid`` (default ``.agent-runtime/pids``), logs in
 ``$AGENT_STATE_DIR/logs/NAME.log``; the dev server's pid file is ``$AGENT_STATE_DIR/temporal-dev.pid``.
-Recording, finding and stopping go through :mod:`workers.supervisor`: a pid is only signalled
+Recording, finding and stopping go through :mod:`workers.local.supervisor`: a pid is only signalled
 while its command line still contains the name it was recorded with and it started when
 recorded, so a reused pid is never killed.
 """
@@ -13,8 +13,8 @@ import sys
 import time
 from pathlib import Path
 
-from workers import supervisor
 from workers.config import load_settings
+from workers.local import supervisor
 
 
 def state_dir() -> Path:
@@ -88,7 +88,7 @@ def start_worker(wait_seconds: float = 30.0) -> int:
 def start_codec_server(wait_seconds: float = 15.0) -> str:
     """Start the codec server for the Web UI detached; returns a status line."""
     pid = start_background(
-        "codec-server", "workers.codec_server", "codec_server_started", wait_seconds
+        "codec-server", "workers.payloads.codec_server", "codec_server_started", wait_seconds
     )
     return f"codec server running (pid {pid}): the Web UI shows payloads stored outside the history"
 
@@ -109,8 +109,8 @@ def start_console(wait_seconds: float = 20.0) -> str:
 
 def stop_all() -> None:
     """Stop console, worker, codec server, model server and dev server, in that order."""
-    from workers.dev_server import stop_dev_server
-    from workers.model_process import stop_pid_file
+    from workers.local.dev_server import stop_dev_server
+    from workers.local.model.process import stop_pid_file
 
     for name in ("console", "worker", "codec-server"):
         print(f"{name}: {'stopped' if stop(name) else 'not running'}")
@@ -123,7 +123,7 @@ def stop_all() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m workers.procs start-worker | stop``."""
+    """``python -m workers.local.procs start-worker | stop``."""
     args = argv if argv is not None else sys.argv[1:]
     if args in (["start-worker"], ["start-codec-server"]):
         try:
@@ -135,7 +135,9 @@ def main(argv: list[str] | None = None) -> int:
     if args == ["stop"]:
         stop_all()
         return 0
-    print("usage: python -m workers.procs start-worker|start-codec-server|stop", file=sys.stderr)
+    print(
+        "usage: python -m workers.local.procs start-worker|start-codec-server|stop", file=sys.stderr
+    )
     return 2
 
 

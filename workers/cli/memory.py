@@ -14,9 +14,9 @@ import json
 import typer
 
 from activities.memory import MemoryItem, Namespace, open_store
-from workers import memory_audit
-from workers.cli_base import CommandFailed, app
+from workers.cli.base import CommandFailed, app
 from workers.config import load_settings
+from workers.console import memory_audit
 
 memory_app = typer.Typer(no_args_is_help=True, help="What agents remember: list, search, fix.")
 app.add_typer(memory_app, name="memory")

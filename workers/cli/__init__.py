@@ -3,32 +3,21 @@
 Exit status: 0 the run completed (or the command succeeded), 1 the run ended otherwise or the
 command failed, 2 a usage error, 3 the Temporal server cannot be reached.
 
-The commands live in :mod:`workers.cli_runs`, :mod:`workers.cli_servers` and
-:mod:`workers.cli_inspect`; importing them registers them on :data:`app`.
+The commands live in :mod:`workers.cli.runs`, :mod:`workers.cli.servers`,
+:mod:`workers.cli.inspection`, :mod:`workers.cli.evals`, :mod:`workers.cli.versions` and
+:mod:`workers.cli.memory`; :mod:`workers.cli.commands` imports them, which registers them on
+:data:`app`. This package resolves :data:`app` and the other names below on first use (PEP 562),
+so importing a helper such as :mod:`workers.cli.entrypoints` does not load every command.
+``agentctl`` is :func:`main` (``workers.cli:main``); ``python -m workers.cli`` runs it too.
 """
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import sys
-
-# isort: off
-# importing these registers their commands on `app`, in this order (the order of --help)
-from workers import cli_runs, cli_servers, cli_inspect, cli_eval, cli_versions, cli_memory  # noqa: F401, E501
-
-# isort: on
-from workers.cli_base import (
-    EXIT_OK,
-    EXIT_RUN_NOT_COMPLETED,
-    EXIT_UNREACHABLE,
-    EXIT_USAGE,
-    CommandFailed,
-    _follow,
-    _print_result,
-    app,
-    web_ui_url,
-)
+from typing import TYPE_CHECKING, Any
 
 __all__ = [
     "EXIT_OK",
@@ -43,6 +32,30 @@ __all__ = [
     "web_ui_url",
 ]
 
+_LAZY = frozenset(__all__) - {"main"}
+
+if TYPE_CHECKING:
+    from workers.cli.commands import (
+        EXIT_OK,
+        EXIT_RUN_NOT_COMPLETED,
+        EXIT_UNREACHABLE,
+        EXIT_USAGE,
+        CommandFailed,
+        _follow,
+        _print_result,
+        app,
+        web_ui_url,
+    )
+
+
+def __getattr__(name: str) -> Any:
+    """Import :mod:`workers.cli.commands` (every command) on first use of ``app`` and the rest."""
+    if name not in _LAZY:
+        raise AttributeError(f"module 'workers.cli' has no attribute {name!r}")
+    value = getattr(importlib.import_module("workers.cli.commands"), name)
+    globals()[name] = value
+    return value
+
 
 def main() -> None:
     """Entry point of ``agentctl``: runs the command, then ends the process without finalisation.
@@ -52,6 +65,8 @@ def main() -> None:
     after a failed connect. Once the command is done and its output flushed, nothing is left to
     clean up, so the process exits with the command's status through ``os._exit``.
     """
+    from workers.cli.commands import app
+
     try:
         app()
         code = 0
@@ -65,7 +80,3 @@ def main() -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
-
-
-if __name__ == "__main__":
-    main()

@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 import typer
 from temporalio.client import Client
 
-from workers.cli_base import (
+from workers.cli.base import (
     EXIT_OK,
     EXIT_RUN_NOT_COMPLETED,
     EXIT_USAGE,

@@ -20,7 +20,7 @@ from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
 from workers import versioning
-from workers.cli_base import EXIT_OK, EXIT_RUN_NOT_COMPLETED, _with_client, app, err, out
+from workers.cli.base import EXIT_OK, EXIT_RUN_NOT_COMPLETED, _with_client, app, err, out
 
 NO_DEPLOYMENT = (
     "error: no versioned worker has polled yet: start workers with AGENT_WORKER_VERSIONING=true "

@@ -176,7 +176,8 @@ def load_or_create_key_file(path: str | os.PathLike[str]) -> tuple[Path, bool]:
     fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as f:
         f.write(
-            "# payload encryption keys (workers/encryption.py): the first encrypts, all decrypt\n"
+            "# payload encryption keys (workers/payloads/encryption.py): the first encrypts, "
+            "all decrypt\n"
         )
         f.write(new_key_line(f"demo-{os.urandom(3).hex()}") + "\n")
     return p, True

@@ -1,7 +1,7 @@
 """Build ``llama-server`` from source for this CPU, once per machine.
 
-Used by :mod:`workers.llama_binary` when the prebuilt server cannot run here (no AVX-512/AMX, arm64,
-...) or when ``AGENT_LLAMA_BUILD=source`` asks for it.
+Used by :mod:`workers.local.model.llama_binary` when the prebuilt server cannot run here (no
+AVX-512/AMX, arm64, ...) or when ``AGENT_LLAMA_BUILD=source`` asks for it.
 
 Source: the ``llama-cpp-python==0.3.36`` sdist on PyPI (MIT), which vendors the whole llama.cpp tree,
 ``tools/server`` included, under ``vendor/llama.cpp``. We only compile the ``llama-server`` target of
@@ -42,7 +42,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
-from workers.model_files import ModelServerError, pip_install, run_pip
+from workers.local.model.files import ModelServerError, pip_install, run_pip
 
 SOURCE_PACKAGE = "llama-cpp-python"
 SOURCE_VERSION = "0.3.36"

