@@ -24,6 +24,21 @@ from workers.cli.base import (
     web_ui_url,
 )
 
+_ORDER = [m.__name__ for m in (runs, servers, inspection, evals, versions, memory)]
+
+
+def _rank(module: str | None) -> int:
+    return _ORDER.index(module) if module in _ORDER else len(_ORDER)
+
+
+# --help lists commands in registration order, which is import order; a test (or a user) that
+# imported one command module first would change it, so put them in the order above.
+app.registered_commands.sort(key=lambda c: _rank(getattr(c.callback, "__module__", None)))
+_GROUPS = ["eval", "versions", "memory"]  # the groups of evals, versions and memory, in that order
+app.registered_groups.sort(
+    key=lambda g: _GROUPS.index(g.name) if g.name in _GROUPS else len(_GROUPS)
+)
+
 __all__ = [
     "EXIT_OK",
     "EXIT_RUN_NOT_COMPLETED",
