@@ -21,9 +21,9 @@ from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 from activities.contracts import SEARCH_ATTRIBUTES
-from tests.harness import Harness, until_state
 from tests.integration.test_cli import _env, agentctl
 from tests.integration.test_people import GATED, deployed
+from tests.support.harness import Harness, until_state
 from workers.local.dev_server import temporal_binary
 from workers.testing.scripted_model import ScriptedModel, text, tool_call
 from workflows.models import RunResult, RunState

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from temporalio.client import Client
 
-from tests.harness import Harness
 from tests.integration.test_people import GATED, deployed, until_state
+from tests.support.harness import Harness
 from workers import client as rc
 from workers.testing.scripted_model import ScriptedModel, text, tool_call
 from workflows.models import RunResult

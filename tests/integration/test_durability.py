@@ -9,8 +9,8 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
-from tests.harness import Harness, through_a_worker_crash
-from tests.support_tools import journal_events
+from tests.support.harness import Harness, through_a_worker_crash
+from tests.support.tools import journal_events
 from workers.testing.scripted_model import ScriptedModel, text, tool_call
 from workflows.agent_run import AgentRun
 

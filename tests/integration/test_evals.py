@@ -18,7 +18,7 @@ from activities.evals.contracts import (
     Variant,
 )
 from activities.evals.report import build_report
-from tests.harness import Harness, through_a_worker_crash
+from tests.support.harness import Harness, through_a_worker_crash
 from workers.eval_client import start_suite
 from workers.testing.scripted_model import ScriptedModel, text, tool_call
 

@@ -23,7 +23,7 @@ from temporalio.converter import ExternalStorage, StorageDriver, StorageDriverCl
 from temporalio.testing import WorkflowEnvironment
 from typer.testing import CliRunner
 
-from tests.harness import Harness, until_state
+from tests.support.harness import Harness, until_state
 from workers import client as rc
 from workers import history as ih
 from workers.cli import app

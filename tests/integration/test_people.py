@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client, WorkflowUpdateFailedError
 
-from tests.harness import Harness, until_state
-from tests.support_tools import journal_events
+from tests.support.harness import Harness, until_state
+from tests.support.tools import journal_events
 from workers import client as rc
 from workers.local.dev_server import temporal_binary
 from workers.testing.scripted_model import ScriptedModel, text, tool_call, tool_calls

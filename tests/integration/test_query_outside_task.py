@@ -28,8 +28,8 @@ from activities.model import ModelActivities
 from activities.runtime import RuntimeActivities
 from activities.spec import PinnedSpec
 from activities.tokens import count_tokens
-from tests.harness import Harness, spawn_worker_process
 from tests.integration.test_durability import _until
+from tests.support.harness import Harness, spawn_worker_process
 from workers import client as rc
 from workers.testing.scripted_model import ScriptedModel, text, tool_call, tool_calls
 from workers.worker import build_worker, local_activities, runtime_activities

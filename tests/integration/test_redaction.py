@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from temporalio.client import Client
 
-from tests.harness import TEST_TOOLS, Harness
+from tests.support.harness import TEST_TOOLS, Harness
 from workers import history as ih
 from workers.testing.scripted_model import ScriptedModel, text, tool_call
 

@@ -11,7 +11,7 @@ import pytest
 from temporalio.client import Client, WorkflowUpdateFailedError
 
 import workers.client as rc
-from tests.harness import Harness
+from tests.support.harness import Harness
 from workers.testing.scripted_model import (
     RecordedRequest,
     Reply,

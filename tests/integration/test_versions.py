@@ -10,7 +10,7 @@ import json
 from temporalio.worker import Worker
 
 from activities.runtime import RuntimeActivities
-from tests.harness import Harness, until_state
+from tests.support.harness import Harness, until_state
 from workers import versioning
 from workers.cli.versions import overview
 from workers.testing.scripted_model import ScriptedModel, text, tool_call

@@ -19,7 +19,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import Client, WorkflowHandle
 
-from tests.harness import Harness, until_state
+from tests.support.harness import Harness, until_state
 from workers import client as rc
 from workers.testing.scripted_model import ScriptedModel, text, tool_call
 from workflows import render

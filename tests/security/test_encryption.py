@@ -15,7 +15,7 @@ import pytest
 from temporalio.api.common.v1 import Payload
 from temporalio.client import Client, WorkflowHistory
 
-from tests.harness import Harness
+from tests.support.harness import Harness
 from workers.config import Settings
 from workers.console.auth import Authenticator
 from workers.history import audit_run, replay_histories
