@@ -17,14 +17,6 @@ from workflows.agent_run import AgentRun
 ROOT = Path(__file__).resolve().parents[2]
 
 
-async def _until(cond, timeout: float = 30.0) -> None:
-    for _ in range(int(timeout / 0.05)):
-        if cond():
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError("condition not met in time")
-
-
 async def test_worker_killed_mid_run_run_completes_without_rerunning_completed_activities(
     client: Client, dev_server_address: str, tmp_path: Path
 ):

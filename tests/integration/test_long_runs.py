@@ -8,8 +8,7 @@ from pathlib import Path
 from temporalio.client import Client
 
 from activities.contracts import TOKENS_COUNT, CountTokensInput
-from tests.integration.test_people import until_state
-from tests.support.harness import Harness
+from tests.support.harness import Harness, until_state
 from tests.support.tools import journal_events
 from workers import client as rc
 from workers.testing.scripted_model import ScriptedModel, text, tool_call

@@ -11,8 +11,7 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
-from tests.integration.test_people import until_state
-from tests.support.harness import Harness
+from tests.support.harness import Harness, until_state
 from tests.support.mcp import gone, http_server, journal, stdio_server
 from workers import client as rc
 from workers.history import replay_histories

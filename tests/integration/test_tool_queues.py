@@ -14,10 +14,9 @@ import pytest
 from temporalio.api.enums.v1 import PendingActivityState
 from temporalio.client import Client
 
-from tests.integration.test_people import until_state
-from tests.integration.test_webui_metadata import current_details
-from tests.support.harness import Harness
+from tests.support.harness import Harness, until_state
 from tests.support.mcp import REPO, journal, stdio_server, stop
+from tests.support.webui import current_details
 from workers.testing.scripted_model import ScriptedModel, text, tool_calls
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import aiohttp
 from temporalio.client import Client
 
-from tests.security.test_encryption import FIXTURE_KEYS
+from tests.support.encryption import FIXTURE_KEYS
 from tests.support.harness import CHROMIUM, CHROMIUM_ARGS, Harness
 from tests.support.mcp import free_port, stop
 from workers.config import Settings

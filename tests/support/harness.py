@@ -255,3 +255,12 @@ CHROMIUM_ARGS = [
     "--disable-sync",
     "--no-first-run",
 ]
+
+
+async def until_true(cond, timeout: float = 30.0) -> None:
+    """Check ``cond()`` every 50 ms until it is true; raises AssertionError after ``timeout``."""
+    for _ in range(int(timeout / 0.05)):
+        if cond():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("condition not met in time")
