@@ -12,6 +12,9 @@ from temporalio.testing import WorkflowEnvironment
 
 from workers.testing.env import start_local_env
 
+# Fixtures of support modules, for every test module that asks for them (tests/support/).
+pytest_plugins = ["tests.support.tool_calls"]
+
 # Worker processes the tests start read their settings from the environment: they run workflow
 # code in Temporal's sandbox, which fails a test on a non-deterministic call (workers/sandbox.py).
 os.environ.setdefault("AGENT_WORKFLOW_SANDBOX", "true")

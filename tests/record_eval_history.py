@@ -13,8 +13,8 @@ import tempfile
 from pathlib import Path
 
 from activities.evals.contracts import Approver, Case, ExpectedCall, SuiteRequest, Variant
-from tests.harness import Harness
 from tests.record_histories import _save
+from tests.support.harness import Harness
 from workers.eval_client import start_suite
 from workers.testing.env import start_local_env
 from workers.testing.scripted_model import ScriptedModel, text, tool_call

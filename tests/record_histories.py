@@ -29,7 +29,7 @@ from typing import Any
 import typer
 from temporalio.client import Client, WorkflowHandle
 
-from tests.harness import Harness
+from tests.support.harness import Harness
 from workers import client as rc
 from workers.testing.env import start_local_env
 from workers.testing.scripted_model import ScriptedModel, text, tool_call, tool_calls

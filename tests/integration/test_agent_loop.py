@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import time
 
-from tests.harness import Harness
-from tests.support_tools import journal_events
+from tests.support.harness import Harness
+from tests.support.tools import journal_events
 from workers import client as rc
 from workers.testing.scripted_model import ScriptedModel, error, text, tool_call, tool_calls
 from workflows.models import RunState

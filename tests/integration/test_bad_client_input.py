@@ -10,21 +10,19 @@ attributes like one started by ``agentctl``.
 from __future__ import annotations
 
 import asyncio
-import subprocess
 import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
-from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 from activities.contracts import SEARCH_ATTRIBUTES
-from tests.harness import Harness, until_state
-from tests.integration.test_cli import _env, agentctl
-from tests.integration.test_people import GATED, deployed
-from workers.local.dev_server import temporal_binary
+from tests.support.cli import agentctl, agentctl_env, temporal_cli
+from tests.support.harness import Harness, until_state
+from tests.support.history import no_task_failed
+from tests.support.people import GATED, deployed
 from workers.testing.scripted_model import ScriptedModel, text, tool_call
 from workflows.models import RunResult, RunState
 
@@ -37,24 +35,6 @@ async def bare(request, dev_server_address: str) -> Client:
     if request.param == "pydantic":
         return await Client.connect(dev_server_address, data_converter=pydantic_data_converter)
     return await Client.connect(dev_server_address)
-
-
-async def no_task_failed(handle: WorkflowHandle[Any, Any]) -> list[Any]:
-    events = [e async for e in handle.fetch_history_events()]
-    failed = [e for e in events if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED]
-    assert failed == [], failed[0].workflow_task_failed_event_attributes
-    return events
-
-
-async def temporal_cli(address: str, *args: str) -> subprocess.CompletedProcess[str]:
-    # in a thread: the worker shares this event loop and must keep running
-    return await asyncio.to_thread(
-        subprocess.run,
-        [str(temporal_binary()), "workflow", *args, "--address", address],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
 
 
 def _wid() -> str:
@@ -269,7 +249,7 @@ async def test_a_bare_client_run_gets_search_attributes_and_is_listed(
             await asyncio.sleep(0.05)
         assert found == [handle.id]
         r = await agentctl(
-            "list", "--status", "completed", "--limit", "200", env=_env(h, dev_server_address)
+            "list", "--status", "completed", "--limit", "200", env=agentctl_env(h, dev_server_address)
         )
     assert r.returncode == 0, r.stderr
     line = next(ln for ln in r.stdout.splitlines() if ln.startswith(handle.id))

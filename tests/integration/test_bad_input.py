@@ -25,8 +25,7 @@ from typing import Any
 import pytest
 from temporalio.client import Client, WorkflowUpdateFailedError
 
-from tests.harness import TEST_TOOLS, Harness
-from tests.integration.test_people import until_state
+from tests.support.harness import TEST_TOOLS, Harness, until_state
 from workers import client as rc
 from workers.testing.scripted_model import (
     ScriptedModel,

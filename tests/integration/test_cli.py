@@ -4,44 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 from temporalio.client import Client
 
-from tests.harness import Harness
-from tests.integration.test_people import GATED, deployed, until_state
+from tests.support.cli import agentctl, agentctl_env
+from tests.support.harness import Harness, until_state
+from tests.support.people import GATED, deployed
 from workers import client as rc
 from workers.testing.scripted_model import ScriptedModel, text, tool_call
 from workflows.models import RunResult
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-async def agentctl(
-    *args: str, env: dict[str, str] | None = None, stdin: str | None = None
-) -> subprocess.CompletedProcess[str]:
-    full_env = {**os.environ, **(env or {})}
-    return await asyncio.to_thread(
-        subprocess.run,
-        [sys.executable, "-m", "workers.cli", *args],
-        cwd=ROOT,
-        env=full_env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        input=stdin,
-    )
-
-
-def _env(h: Harness, address: str) -> dict[str, str]:
-    return {
-        "TEMPORAL_ADDRESS": address,
-        "AGENT_TASK_QUEUE": h.task_queue,
-        "AGENT_STATE_DIR": str(h.workspace.parent / "state"),
-    }
 
 
 async def test_unreachable_server_is_exit_3_with_one_line():
@@ -69,9 +43,9 @@ async def test_run_json_prints_only_the_result_and_exit_codes(
         }
     )
     async with Harness(client, tmp_path, model) as h:
-        ok = await agentctl("run", "[ok] do it", "--json", env=_env(h, dev_server_address))
+        ok = await agentctl("run", "[ok] do it", "--json", env=agentctl_env(h, dev_server_address))
         limited = await agentctl(
-            "run", "[limit] go", "--json", "--max-turns", "2", env=_env(h, dev_server_address)
+            "run", "[limit] go", "--json", "--max-turns", "2", env=agentctl_env(h, dev_server_address)
         )
     assert ok.returncode == 0, ok.stderr
     res = RunResult.model_validate_json(ok.stdout)
@@ -86,7 +60,7 @@ async def test_detach_status_approve_and_result(
 ):
     model = ScriptedModel([tool_call("deploy", {"target": "prod"}), text("deployed")])
     async with Harness(client, tmp_path, model, agents=GATED) as h:
-        env = _env(h, dev_server_address)
+        env = agentctl_env(h, dev_server_address)
         started = await agentctl("run", "deploy please", "--detach", env=env)
         assert started.returncode == 0, started.stderr
         run_id = started.stdout.strip()
@@ -119,7 +93,7 @@ async def test_unknown_run_is_a_clear_error(client: Client, dev_server_address: 
 async def test_run_follow_shows_progress(client: Client, tmp_path: Path, dev_server_address: str):
     model = ScriptedModel([tool_call("slow_echo", {"text": "hi", "seconds": 1}), text("all good")])
     async with Harness(client, tmp_path, model) as h:
-        r = await agentctl("run", "echo", "--follow", env=_env(h, dev_server_address))
+        r = await agentctl("run", "echo", "--follow", env=agentctl_env(h, dev_server_address))
     assert r.returncode == 0, r.stderr
     assert "tool slow_echo" in r.stdout
     assert "completed" in r.stdout and "all good" in r.stdout
@@ -137,7 +111,7 @@ async def test_follow_prints_text_tools_and_the_approval_command(
         chunk_chars=3,
     )
     async with Harness(client, tmp_path, model, agents=GATED) as h:
-        env = _env(h, dev_server_address)
+        env = agentctl_env(h, dev_server_address)
         handle = await h.start("deploy it")
         follower = asyncio.ensure_future(agentctl("follow", handle.id, "-p", "alice", env=env))
         st = await until_state(handle, lambda s: s.status == "awaiting_approval")

@@ -10,7 +10,7 @@ from pathlib import Path
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
-from tests.harness import Harness, until_state
+from tests.support.harness import Harness, until_state
 from workers import client as rc
 from workers.history import audit_run
 from workers.testing.scripted_model import ScriptedModel, text, tool_call

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 
-from tests.harness import write_spec
+from tests.support.harness import write_spec
 from workers.client import start_run
 from workers.config import Settings
 from workers.testing.scripted_model import ScriptedModel, text, tool_call
@@ -19,7 +19,7 @@ def _settings(tmp_path, model: ScriptedModel, spec_file, state_dir) -> Settings:
         openai_api_key="test-key",
         spec_file=str(spec_file),
         task_queue=f"tq-{uuid.uuid4().hex[:8]}",
-        tool_modules=["tests.support_tools"],
+        tool_modules=["tests.support.tools"],
         default_model="scripted",
         state_dir=str(state_dir),
     )

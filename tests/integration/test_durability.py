@@ -9,20 +9,12 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
-from tests.harness import Harness, through_a_worker_crash
-from tests.support_tools import journal_events
+from tests.support.harness import Harness, through_a_worker_crash
+from tests.support.tools import journal_events
 from workers.testing.scripted_model import ScriptedModel, text, tool_call
 from workflows.agent_run import AgentRun
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-async def _until(cond, timeout: float = 30.0) -> None:
-    for _ in range(int(timeout / 0.05)):
-        if cond():
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError("condition not met in time")
 
 
 async def test_worker_killed_mid_run_run_completes_without_rerunning_completed_activities(

@@ -12,8 +12,8 @@ import aiohttp
 from temporalio.client import Client
 
 from activities.evals.contracts import SuiteRequest, Variant
-from tests.harness import CHROMIUM, CHROMIUM_ARGS, Harness
-from tests.integration.test_evals import AGENTS, CASES, responder
+from tests.support.evals import AGENTS, CASES, responder
+from tests.support.harness import CHROMIUM, CHROMIUM_ARGS, Harness
 from workers.console.auth import Authenticator
 from workers.console.serve import start_server
 from workers.eval_client import start_suite

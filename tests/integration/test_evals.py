@@ -12,63 +12,15 @@ from activities.evals.contracts import (
     Approver,
     ApproverRule,
     Case,
-    ExpectedCall,
     SuiteProgress,
     SuiteRequest,
     Variant,
 )
 from activities.evals.report import build_report
-from tests.harness import Harness, through_a_worker_crash
+from tests.support.evals import AGENTS, CASES, responder, system_text, user_text
+from tests.support.harness import Harness, through_a_worker_crash
 from workers.eval_client import start_suite
-from workers.testing.scripted_model import ScriptedModel, text, tool_call
-
-
-def _user(body: dict[str, Any]) -> str:
-    return next(m["content"] for m in body["messages"] if m["role"] == "user")
-
-
-def _system(body: dict[str, Any]) -> str:
-    return body["messages"][0]["content"]
-
-
-def responder(body: dict[str, Any]):
-    """Variant "careful" answers right; "sloppy" gets the capital wrong. Tool cases call once."""
-    user, careful = _user(body), "careful" in _system(body)
-    after_tool = body["messages"][-1]["role"] == "tool"
-    if "[calc]" in user:
-        return (
-            text("The sum is 5.") if after_tool else tool_call("calculator", {"expression": "2+3"})
-        )
-    if "[deploy]" in user:
-        if not after_tool:
-            return tool_call("deploy", {"target": "staging"})
-        rejected = "reject" in str(body["messages"][-1]["content"]).lower()
-        return text("Not deployed: rejected." if rejected else "Deployed.")
-    if "[capital]" in user:
-        return text("Paris is the capital." if careful else "It is Lyon.")
-    return text("ok")
-
-
-CASES = [
-    Case(id="capital", input="[capital] Capital of France?", expected="paris"),
-    Case(
-        id="calc",
-        input="[calc] add 2 and 3",
-        expected_tool_calls=[ExpectedCall(name="calculator", arguments={"expression": "2+3"})],
-        metadata={"tools": ["calculator"]},
-    ),
-    Case(
-        id="deploy",
-        input="[deploy] ship it",
-        expected="^deployed",
-        metadata={"match": "regex"},
-        expected_tool_calls=[ExpectedCall(name="deploy", arguments={"target": "staging"})],
-    ),
-]
-AGENTS = {
-    "careful": {"system_prompt": "You are careful."},
-    "sloppy": {"system_prompt": "You are quick."},
-}
+from workers.testing.scripted_model import ScriptedModel, text
 
 
 async def test_suite_runs_children_on_the_eval_queue_and_reports(client, tmp_path) -> None:
@@ -101,7 +53,7 @@ async def test_suite_runs_children_on_the_eval_queue_and_reports(client, tmp_pat
         offered = [
             {t["function"]["name"] for t in r.body.get("tools", [])}
             for r in h.model.requests
-            if "[calc]" in _user(r.body)
+            if "[calc]" in user_text(r.body)
         ]
         assert offered and all(o == {"calculator"} for o in offered)
 
@@ -178,7 +130,7 @@ async def test_suite_survives_a_worker_crash_without_rerunning_finished_cases(
         assert all(r.passed for r in res.records)
         for case_id in done_before:  # finished before the crash: its model was asked once
             marker = f"[m{case_id[1:]}]"
-            asked = [r for r in h.model.requests if marker in _user(r.body)]
+            asked = [r for r in h.model.requests if marker in user_text(r.body)]
             assert len(asked) == 1, (case_id, len(asked))
         history = await client.get_workflow_handle(suite_id).fetch_history()
         started = [
@@ -192,14 +144,14 @@ async def test_suite_survives_a_worker_crash_without_rerunning_finished_cases(
 async def test_agentctl_eval_run_and_report_with_rescore(
     client, tmp_path, dev_server_address
 ) -> None:
-    from tests.integration.test_cli import _env, agentctl
+    from tests.support.cli import agentctl, agentctl_env
 
     async with Harness(client, tmp_path, ScriptedModel(responder=responder), agents=AGENTS) as h:
         data = tmp_path / "cases.jsonl"
         lines = [{"dataset": {"name": "cli", "approver": {"default": "approve"}}}]
         lines += [c.model_dump(exclude_none=True) for c in CASES[:2]]
         data.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
-        env = _env(h, dev_server_address)
+        env = agentctl_env(h, dev_server_address)
         r = await agentctl(
             "eval",
             "run",
@@ -251,8 +203,8 @@ async def test_llm_judge_scores_with_its_prompt_and_answer_recorded(client, tmp_
     from activities.evals.contracts import JudgeConfig, ScorerConfig
 
     def judge_or_agent(body: dict[str, Any]):
-        if _system(body) == JUDGE_SYSTEM:
-            verdict = "PASS" if "Paris" in _user(body) else "FAIL"
+        if system_text(body) == JUDGE_SYSTEM:
+            verdict = "PASS" if "Paris" in user_text(body) else "FAIL"
             return text(f"{verdict}\nbecause the answer says so")
         return responder(body)
 

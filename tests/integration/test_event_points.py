@@ -13,8 +13,8 @@ from temporalio import workflow
 from temporalio.client import Client
 from temporalio.common import RawValue
 
-from tests.harness import Harness
-from tests.integration.test_people import GATED, until_state
+from tests.support.harness import Harness, until_state
+from tests.support.people import GATED
 from workers.client import decide
 from workers.testing.scripted_model import ScriptedModel, text, tool_call
 from workers.worker import build_worker

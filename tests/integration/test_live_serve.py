@@ -12,7 +12,7 @@ import aiohttp
 import pytest
 from temporalio.client import Client
 
-from tests.harness import CHROMIUM, CHROMIUM_ARGS, Harness
+from tests.support.harness import CHROMIUM, CHROMIUM_ARGS, Harness
 from workers.console.auth import Authenticator
 from workers.console.serve import start_server
 from workers.testing.scripted_model import ScriptedModel, text, tool_call

@@ -11,7 +11,7 @@ from typing import Any
 
 from temporalio.client import Client
 
-from tests.harness import Harness
+from tests.support.harness import Harness
 from workers import client as rc
 from workers.testing.scripted_model import ScriptedModel, text, tool_call, tool_calls
 
@@ -167,7 +167,7 @@ LONG = (
 async def test_worker_killed_mid_stream_yields_model_retry_and_the_right_text(
     client: Client, dev_server_address: str, tmp_path: Path
 ):
-    from tests.harness import spawn_worker_process
+    from tests.support.harness import spawn_worker_process
 
     model = ScriptedModel(
         [text(LONG).with_chunk_delay(0.05), text(LONG).with_chunk_delay(0.01)], chunk_chars=3

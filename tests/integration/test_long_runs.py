@@ -8,9 +8,8 @@ from pathlib import Path
 from temporalio.client import Client
 
 from activities.contracts import TOKENS_COUNT, CountTokensInput
-from tests.harness import Harness
-from tests.integration.test_people import until_state
-from tests.support_tools import journal_events
+from tests.support.harness import Harness, until_state
+from tests.support.tools import journal_events
 from workers import client as rc
 from workers.testing.scripted_model import ScriptedModel, text, tool_call
 from workflows.models import RaiseBudgetSignal, RunState

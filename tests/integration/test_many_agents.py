@@ -9,9 +9,9 @@ from typing import Any
 
 from temporalio.client import Client
 
-from tests.harness import Harness, through_a_worker_crash
-from tests.integration.test_subagents import AGENTS, after_tools, by_agent, usage_of
-from tests.support_tools import journal_events
+from tests.support.harness import Harness, through_a_worker_crash
+from tests.support.subagents import AGENTS, after_tools, by_agent, usage_of
+from tests.support.tools import journal_events
 from workers.testing.scripted_model import (
     RecordedRequest,
     Reply,

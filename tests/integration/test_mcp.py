@@ -1,4 +1,4 @@
-"""MCP tool servers against real servers written with the same SDK (tests/support_mcp_server.py)."""
+"""MCP tool servers against real servers written with the same SDK (tests/support/mcp_server.py)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,8 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
-from tests.harness import Harness
-from tests.integration.test_people import until_state
-from tests.support_mcp import gone, http_server, journal, stdio_server
+from tests.support.harness import Harness, until_state
+from tests.support.mcp import gone, http_server, journal, stdio_server
 from workers import client as rc
 from workers.history import replay_histories
 from workers.testing.scripted_model import ScriptedModel, text, tool_call, tool_calls

@@ -9,7 +9,7 @@ from activities.contracts import InvokeToolInput
 from activities.mcp.pool import McpPool
 from activities.mcp.tools import invoke_mcp, pin_server_tools
 from activities.spec import resolve_agent
-from tests.support_mcp import REPO
+from tests.support.mcp import REPO
 
 
 async def test_mcp_demo_agent_server_pins_its_tools_and_deduplicates_by_key(tmp_path: Path):

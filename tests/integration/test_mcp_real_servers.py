@@ -14,7 +14,7 @@ from temporalio.client import Client
 
 from activities.contracts import McpServerConfig
 from activities.mcp.pool import McpPool, McpServerFailed
-from tests.harness import Harness
+from tests.support.harness import Harness
 from workers.testing.scripted_model import ScriptedModel, text, tool_call
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from temporalio.client import Client
 
-from tests.harness import Harness
+from tests.support.harness import Harness
 from workers import client as rc
 from workers.testing.scripted_model import ScriptedModel, error, garbage, text
 

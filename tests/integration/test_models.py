@@ -10,7 +10,7 @@ from temporalio.client import Client
 
 from activities.contracts import fairness_key, model_task_queue
 from bench.models import max_in_window, second_client
-from tests.harness import Harness
+from tests.support.harness import Harness
 from workers.testing.scripted_model import ScriptedModel, error, text, tool_call, tool_calls
 from workers.worker import build_model_workers
 

@@ -10,32 +10,12 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client, WorkflowUpdateFailedError
 
-from tests.harness import Harness, until_state
-from tests.support_tools import journal_events
+from tests.support.harness import Harness, until_state
+from tests.support.people import GATED, deployed
 from workers import client as rc
 from workers.local.dev_server import temporal_binary
 from workers.testing.scripted_model import ScriptedModel, text, tool_call, tool_calls
 from workflows.models import ApproveSignal, RejectSignal, RunState
-
-GATED = {
-    "default": {
-        "policy": {
-            "approvers": ["alice", "role:ops"],
-            "roles": {"ops": ["olga"]},
-            "tools": {
-                "calculator": {"action": "deny", "reason": "no maths today"},
-                "write_file": {
-                    "action": "approve",
-                    "rules": [{"when": {"path_prefix": "drafts/"}, "action": "allow"}],
-                },
-            },
-        }
-    }
-}
-
-
-def deployed(h: Harness) -> list[str]:
-    return [e["target"] for e in journal_events(h.journal) if e["tool"] == "deploy"]
 
 
 async def test_allow_deny_and_approve_paths(client: Client, tmp_path: Path):

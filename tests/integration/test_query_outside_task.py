@@ -28,8 +28,7 @@ from activities.model import ModelActivities
 from activities.runtime import RuntimeActivities
 from activities.spec import PinnedSpec
 from activities.tokens import count_tokens
-from tests.harness import Harness, spawn_worker_process
-from tests.integration.test_durability import _until
+from tests.support.harness import Harness, spawn_worker_process, until_true
 from workers import client as rc
 from workers.testing.scripted_model import ScriptedModel, text, tool_call, tool_calls
 from workers.worker import build_worker, local_activities, runtime_activities
@@ -135,7 +134,7 @@ async def test_decision_for_a_request_seen_outside_a_task(
         w2_task: asyncio.Future[None] | None = None
         try:
             handle = await h.start("deploy it")
-            await _until(lambda: len(model.requests) >= 2, timeout=60)  # model step 2 running
+            await until_true(lambda: len(model.requests) >= 2, timeout=60)  # model step 2 running
             os.killpg(w1.pid, signal.SIGKILL)
             w1.wait()
             w2_task = asyncio.ensure_future(w2.run())

@@ -4,7 +4,7 @@ Each test runs a real run (dev server, scripted model, worker with the redacting
 whose tool puts ``OPENAI_API_KEY``'s value somewhere, then reads the real history and every
 request the model server received. The worker's log file is covered by
 tests/integration/test_worker_process.py; a spec ``secrets:`` entry by
-tests/integration/test_inspect.py (``test_a_secret_given_to_a_tool_never_reaches_...``).
+tests/integration/test_inspect_audit.py (``test_a_secret_given_to_a_tool_never_reaches_...``).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from temporalio.client import Client
 
-from tests.harness import TEST_TOOLS, Harness
+from tests.support.harness import TEST_TOOLS, Harness
 from workers import history as ih
 from workers.testing.scripted_model import ScriptedModel, text, tool_call
 

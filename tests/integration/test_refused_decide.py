@@ -9,8 +9,8 @@ import pytest
 from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 
-from tests.harness import Harness, until_state
-from tests.integration.test_bad_client_input import temporal_cli
+from tests.support.cli import temporal_cli
+from tests.support.harness import Harness, until_state
 from workers.testing.scripted_model import ScriptedModel, text, tool_call
 
 

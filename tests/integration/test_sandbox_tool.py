@@ -7,7 +7,7 @@ from pathlib import Path
 
 from temporalio.client import Client
 
-from tests.harness import Harness, until_state
+from tests.support.harness import Harness, until_state
 from workers import client as rc
 from workers.testing.scripted_model import ScriptedModel, text, tool_call
 

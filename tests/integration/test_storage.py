@@ -27,7 +27,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from activities.contracts import MODEL_COMPLETE, TOOL_INVOKE
 from activities.tools import tool
-from tests.harness import TEST_TOOLS, Harness
+from tests.support.harness import TEST_TOOLS, Harness
 from workers.config import Settings
 from workers.console.auth import Authenticator
 from workers.local.dev_server import (

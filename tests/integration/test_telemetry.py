@@ -24,7 +24,7 @@ import pytest
 import structlog
 from temporalio.client import Client
 
-from tests.harness import Harness
+from tests.support.harness import Harness
 from workers import client as rc
 from workers import telemetry
 from workers.config import PROJECT_ROOT, Settings, load_settings

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest_asyncio
 
-from tests.harness import Harness
-from tests.support_tools import journal_events
+from tests.support.harness import Harness
+from tests.support.tools import journal_events
 from workers.testing.env import start_time_skipping_env
 from workers.testing.scripted_model import ScriptedModel, text, tool_call
 

@@ -14,10 +14,9 @@ import pytest
 from temporalio.api.enums.v1 import PendingActivityState
 from temporalio.client import Client
 
-from tests.harness import Harness
-from tests.integration.test_people import until_state
-from tests.integration.test_webui_metadata import current_details
-from tests.support_mcp import REPO, journal, stdio_server, stop
+from tests.support.harness import Harness, until_state
+from tests.support.mcp import REPO, journal, stdio_server, stop
+from tests.support.webui import current_details
 from workers.testing.scripted_model import ScriptedModel, text, tool_calls
 
 
@@ -32,7 +31,7 @@ def spawn_tools_worker(h: Harness, address: str, queue: str, log: Path) -> subpr
         TEMPORAL_ADDRESS=address,
         TEMPORAL_NAMESPACE="default",
         AGENT_SPEC_FILE=str(h.spec_file),
-        AGENT_TOOL_MODULES="tests.support_tools",
+        AGENT_TOOL_MODULES="tests.support.tools",
         PYTHONPATH=str(REPO),
     )
     return subprocess.Popen(

@@ -9,8 +9,8 @@ from temporalio.api.common.v1 import Payload
 from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.common import RawValue
 
-from tests.harness import Harness, until_state
-from tests.integration.test_bad_client_input import no_task_failed
+from tests.support.harness import Harness, until_state
+from tests.support.history import no_task_failed
 from workers.testing.scripted_model import ScriptedModel, text, tool_call
 
 SIGNALS = ["approve", "reject", "interrupt", "pause", "resume", "send_message", "raise_budget"]

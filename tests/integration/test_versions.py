@@ -10,7 +10,7 @@ import json
 from temporalio.worker import Worker
 
 from activities.runtime import RuntimeActivities
-from tests.harness import Harness, until_state
+from tests.support.harness import Harness, until_state
 from workers import versioning
 from workers.cli.versions import overview
 from workers.testing.scripted_model import ScriptedModel, text, tool_call
@@ -142,7 +142,7 @@ async def test_a_chat_run_moves_to_the_current_build_when_it_continues_as_new(
 async def test_agentctl_versions_lists_builds_and_runs(
     client, tmp_path, dev_server_address
 ) -> None:
-    from tests.integration.test_cli import agentctl
+    from tests.support.cli import agentctl
 
     model = ScriptedModel(
         scripts={"[A]": [tool_call("deploy", {"target": "prod"}), text("deployed")]}

@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 from temporalio.api.enums.v1 import EventType
-from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import Client, WorkflowHandle
 
-from tests.harness import Harness, until_state
+from tests.support.harness import Harness, until_state
+from tests.support.webui import current_details
 from workers import client as rc
 from workers.testing.scripted_model import ScriptedModel, text, tool_call
 from workflows import render
@@ -41,11 +41,6 @@ PRICING = {"prompt_per_mtok": 3.0, "completion_per_mtok": 15.0}
 def agent_name() -> str:
     """A name no other test's runs use, so visibility queries see only this test's runs."""
     return f"webui-{uuid.uuid4().hex[:8]}"
-
-
-async def current_details(handle: WorkflowHandle[Any, Any]) -> str:
-    meta = await handle.query("__temporal_workflow_metadata", result_type=WorkflowMetadata)
-    return meta.current_details
 
 
 async def activity_summaries(

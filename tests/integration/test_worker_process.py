@@ -18,7 +18,7 @@ from pathlib import Path
 
 from temporalio.client import Client
 
-from tests.harness import TEST_TOOLS, write_spec
+from tests.support.harness import TEST_TOOLS, write_spec
 from workers import client as rc
 from workers.config import PROJECT_ROOT
 from workers.testing.scripted_model import ScriptedModel, garbage, text, tool_call
@@ -39,7 +39,7 @@ def worker_env(address: str, tq: str, model_url: str, spec: Path, state: Path) -
         "AGENT_MODEL": "scripted",
         "AGENT_PAYLOAD_STORE": "none",
         "AGENT_STATE_DIR": str(state),
-        "AGENT_TOOL_MODULES": "tests.support_tools",
+        "AGENT_TOOL_MODULES": "tests.support.tools",
         "PYTHONPATH": str(PROJECT_ROOT),
     }
 

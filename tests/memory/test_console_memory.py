@@ -11,7 +11,7 @@ import pytest
 from temporalio.client import Client
 
 from activities.memory import MemoryItem, Namespace, open_store
-from tests.harness import CHROMIUM, CHROMIUM_ARGS
+from tests.support.harness import CHROMIUM, CHROMIUM_ARGS
 from workers.console.auth import Authenticator
 from workers.console.serve import start_server
 

@@ -12,7 +12,7 @@ import pytest
 from temporalio.client import Client, WorkflowHistory
 
 from activities.memory import Namespace, open_store
-from tests.harness import Harness, until_state
+from tests.support.harness import Harness, until_state
 from workers import client as rc
 from workers.history import replay_histories
 from workers.testing.scripted_model import ScriptedModel, text, tool_call

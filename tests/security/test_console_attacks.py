@@ -16,7 +16,7 @@ from aiohttp import web
 from cryptography.hazmat.primitives.asymmetric import rsa
 from temporalio.client import Client
 
-from tests.harness import CHROMIUM, CHROMIUM_ARGS, Harness, until_state
+from tests.support.harness import CHROMIUM, CHROMIUM_ARGS, Harness, until_state
 from workers.config import Settings
 from workers.console.auth import AuthConfigError, Authenticator, authenticator_from_settings
 from workers.console.serve import start_server

@@ -15,7 +15,8 @@ import pytest
 from temporalio.api.common.v1 import Payload
 from temporalio.client import Client, WorkflowHistory
 
-from tests.harness import Harness
+from tests.support.encryption import FIXTURE_KEYS
+from tests.support.harness import Harness
 from workers.config import Settings
 from workers.console.auth import Authenticator
 from workers.history import audit_run, replay_histories
@@ -33,8 +34,6 @@ from workers.testing.scripted_model import ScriptedModel, text, tool_call
 
 HERE = Path(__file__).resolve().parent
 STORED = HERE.parent / "histories" / "encrypted"
-# The key of the stored encrypted history: a test fixture, never used for anything else.
-FIXTURE_KEYS = "fixture-2026-11:q0mG0N7S2V7oQ8a6Xl0Y3u1n0L3pZ9r5k2d4f6h8j0A="
 UI = "http://127.0.0.1:8233"
 MARKER_PROMPT = "ZEBRA-PROMPT-7731"
 MARKER_TOOL = "OKAPI-TOOL-RESULT-4410"

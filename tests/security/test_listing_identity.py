@@ -10,7 +10,7 @@ from pathlib import Path
 from temporalio.client import Client
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
 
-from tests.harness import Harness
+from tests.support.harness import Harness
 from workers.testing.scripted_model import ScriptedModel, text
 from workflows.agent_run import SA_AGENT, SA_PRINCIPAL, SA_SPEC, SA_STATUS, SA_TENANT, AgentRun
 from workflows.models import RunRequest

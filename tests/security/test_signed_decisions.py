@@ -12,7 +12,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from temporalio.client import Client, WorkflowUpdateFailedError
 
 from activities.signing import decision_message, public_key_text, sign_decision
-from tests.harness import Harness, until_state
+from tests.support.harness import Harness, until_state
 from workers import client as rc
 from workers.testing.scripted_model import ScriptedModel, text, tool_call
 from workflows.models import ApproveSignal

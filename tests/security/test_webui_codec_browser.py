@@ -17,9 +17,9 @@ from pathlib import Path
 import aiohttp
 from temporalio.client import Client
 
-from tests.harness import CHROMIUM, CHROMIUM_ARGS, Harness
-from tests.security.test_encryption import FIXTURE_KEYS
-from tests.support_mcp import free_port, stop
+from tests.support.encryption import FIXTURE_KEYS
+from tests.support.harness import CHROMIUM, CHROMIUM_ARGS, Harness
+from tests.support.mcp import free_port, stop
 from workers.config import Settings
 from workers.console.auth import Authenticator
 from workers.console.serve import start_server

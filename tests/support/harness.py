@@ -58,7 +58,7 @@ def write_spec(
     }
     agents = agents or {"default": {}}
     body = {
-        "tool_modules": ["tests.support_tools"],
+        "tool_modules": ["tests.support.tools"],
         **(top or {}),
         "agents": {k: {**base, **v} for k, v in agents.items()},
     }
@@ -103,7 +103,7 @@ class Harness:
             openai_api_key="test-key",
             spec_file=str(self.spec_file),
             task_queue=self.task_queue,
-            tool_modules=["tests.support_tools"],
+            tool_modules=["tests.support.tools"],
             default_model="scripted",
             memory_url=self.memory_url or f"sqlite://{self.workspace.parent / 'memory.db'}",
             workflow_sandbox=True,  # tests catch non-deterministic workflow code
@@ -153,7 +153,7 @@ class Harness:
         return await asyncio.wait_for(h.result(), timeout=60)
 
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def spawn_worker_process(
@@ -171,7 +171,7 @@ def spawn_worker_process(
         OPENAI_BASE_URL=h.model.base_url,
         OPENAI_API_KEY="test-key",
         AGENT_SPEC_FILE=str(h.spec_file),
-        AGENT_TOOL_MODULES="tests.support_tools",
+        AGENT_TOOL_MODULES="tests.support.tools",
         AGENT_MODEL="scripted",
         PYTHONPATH=str(ROOT),
     )
@@ -255,3 +255,12 @@ CHROMIUM_ARGS = [
     "--disable-sync",
     "--no-first-run",
 ]
+
+
+async def until_true(cond, timeout: float = 30.0) -> None:
+    """Check ``cond()`` every 50 ms until it is true; raises AssertionError after ``timeout``."""
+    for _ in range(int(timeout / 0.05)):
+        if cond():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("condition not met in time")

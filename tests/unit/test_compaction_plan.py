@@ -1,4 +1,5 @@
-"""Unit tests of workflows/compaction.py: planning, pairing invariants, apply, helpers."""
+"""Compaction planning (workflows/compaction.py): thresholds, what is always kept, units, and a
+property loop over random transcripts."""
 
 from __future__ import annotations
 
@@ -8,51 +9,12 @@ from typing import Any
 
 import pytest
 
+from tests.support.transcripts import Msg, asst, calls, plan_for, result, sys_, user
 from workflows.compaction import (
     SUMMARY_PREFIX,
-    CompactionPlan,
     plan_compaction,
-    summary_request,
     transcript_units,
-    truncate_tool_results,
 )
-
-Msg = dict[str, Any]
-
-
-def sys_(text: str = "You are an agent.") -> Msg:
-    return {"role": "system", "content": text}
-
-
-def user(text: str) -> Msg:
-    return {"role": "user", "content": text}
-
-
-def asst(text: str) -> Msg:
-    return {"role": "assistant", "content": text}
-
-
-def calls(*ids: str) -> Msg:
-    return {
-        "role": "assistant",
-        "content": None,
-        "tool_calls": [
-            {"id": i, "type": "function", "function": {"name": "read_file", "arguments": "{}"}}
-            for i in ids
-        ],
-    }
-
-
-def result(call_id: str, text: str = "ok") -> Msg:
-    return {"role": "tool", "tool_call_id": call_id, "content": text}
-
-
-def _plan(msgs: list[Msg], toks: list[int], window: int, **kw: Any) -> CompactionPlan | None:
-    kw.setdefault("tools_tokens", 0)
-    kw.setdefault("output_reserve", 0)
-    kw.setdefault("threshold", 1.0)
-    return plan_compaction(msgs, toks, context_window=window, **kw)
-
 
 # --- thresholds -----------------------------------------------------------------------------
 
@@ -105,7 +67,7 @@ def test_invalid_arguments(kw: dict[str, Any]) -> None:
 
 def test_length_mismatch_raises() -> None:
     with pytest.raises(ValueError, match="2 token counts for 1 messages"):
-        _plan([user("x")], [1, 2], 100)
+        plan_for([user("x")], [1, 2], 100)
 
 
 # --- what is always kept --------------------------------------------------------------------
@@ -115,7 +77,7 @@ def test_system_prompt_and_task_always_kept() -> None:
     msgs = [sys_("a"), sys_("b"), user("THE TASK")]
     msgs += [asst(f"step {i}") for i in range(8)] + [user("latest")]
     toks = [400, 300, 500] + [100] * 8 + [10]
-    plan = _plan(msgs, toks, 1500)
+    plan = plan_for(msgs, toks, 1500)
     assert plan is not None
     assert plan.keep[:3] == [0, 1, 2]
     assert 11 in plan.keep
@@ -126,7 +88,7 @@ def test_system_prompt_and_task_always_kept() -> None:
 def test_most_recent_tool_unit_kept_even_if_huge() -> None:
     msgs = [sys_(), user("task"), asst("thinking"), calls("a", "b"), result("a"), result("b")]
     toks = [10, 10, 10, 10, 500, 500]
-    plan = _plan(msgs, toks, 900)
+    plan = plan_for(msgs, toks, 900)
     assert plan is not None
     assert plan.keep == [0, 1, 3, 4, 5]
     assert plan.dropped == [2]
@@ -137,7 +99,7 @@ def test_latest_user_request_kept() -> None:
     msgs = [sys_(), user("task"), asst("done"), user("NEW QUESTION")]
     msgs += [calls("x"), result("x", "big"), calls("y"), result("y")]
     toks = [10, 10, 100, 10, 100, 300, 10, 10]
-    plan = _plan(msgs, toks, 300)
+    plan = plan_for(msgs, toks, 300)
     assert plan is not None
     assert 3 in plan.keep  # the current request survives
     assert plan.dropped == [2, 4, 5]
@@ -147,7 +109,7 @@ def test_latest_user_request_kept() -> None:
 def test_unfit_plan_drops_everything_unpinned() -> None:
     msgs = [sys_(), user("task"), asst("1"), calls("c"), result("c"), asst("2"), user("now")]
     toks = [900, 900, 10, 10, 10, 10, 10]
-    plan = _plan(msgs, toks, 1000)
+    plan = plan_for(msgs, toks, 1000)
     assert plan is not None and not plan.fits
     assert plan.keep == [0, 1, 6]
     assert plan.dropped == [2, 3, 4, 5]
@@ -157,8 +119,8 @@ def test_unfit_plan_drops_everything_unpinned() -> None:
 def test_summary_reserve_counted() -> None:
     msgs = [sys_(), user("task")] + [asst(str(i)) for i in range(6)] + [user("now")]
     toks = [10] * 9
-    without = _plan(msgs, toks, 80, target_ratio=1.0)
-    with_reserve = _plan(msgs, toks, 80, target_ratio=1.0, summary_reserve=20)
+    without = plan_for(msgs, toks, 80, target_ratio=1.0)
+    with_reserve = plan_for(msgs, toks, 80, target_ratio=1.0, summary_reserve=20)
     assert without is not None and with_reserve is not None
     assert without.tokens_after == 80 and len(without.dropped) == 1
     assert with_reserve.tokens_after == 80 and len(with_reserve.dropped) == 3
@@ -168,15 +130,15 @@ def test_previous_summary_is_not_pinned_as_latest_request() -> None:
     msgs = [sys_(), user("task"), user(SUMMARY_PREFIX + "old stuff"), asst("a"), calls("c")]
     msgs.append(result("c"))
     toks = [10, 10, 100, 100, 10, 10]
-    plan = _plan(msgs, toks, 100)
+    plan = plan_for(msgs, toks, 100)
     assert plan is not None
     assert plan.dropped == [2, 3]
 
 
 def test_plan_is_deterministic() -> None:
     msgs, toks = random_transcript(random.Random(7))
-    a = _plan(msgs, toks, 1000, threshold=0.5)
-    b = _plan(copy.deepcopy(msgs), list(toks), 1000, threshold=0.5)
+    a = plan_for(msgs, toks, 1000, threshold=0.5)
+    b = plan_for(copy.deepcopy(msgs), list(toks), 1000, threshold=0.5)
     assert a is not None and a.model_dump() == b.model_dump()  # type: ignore[union-attr]
 
 
@@ -202,7 +164,7 @@ def test_units_group_calls_with_results() -> None:
 def test_non_adjacent_result_keeps_its_call() -> None:
     msgs = [sys_(), user("task"), asst("x"), calls("a"), user("wait"), result("a")]
     toks = [10, 10, 100, 10, 10, 10]
-    plan = _plan(msgs, toks, 70)
+    plan = plan_for(msgs, toks, 70)
     assert plan is not None
     assert plan.keep == [0, 1, 3, 4, 5]
 
@@ -324,78 +286,3 @@ def test_property_random_transcripts() -> None:
 
     # the loop exercised every branch
     assert min(outcomes.values()) >= 20, outcomes
-
-
-# --- apply and summaries --------------------------------------------------------------------
-
-
-def _sample() -> tuple[list[Msg], CompactionPlan]:
-    msgs = [sys_(), user("task"), asst("old"), calls("a"), result("a", "old result"), user("now")]
-    plan = _plan(msgs, [10, 10, 50, 10, 50, 10], 100)
-    assert plan is not None and plan.dropped == [2, 3, 4]
-    return msgs, plan
-
-
-def test_apply_without_summary() -> None:
-    msgs, plan = _sample()
-    out = plan.apply(msgs)
-    assert out == [msgs[0], msgs[1], msgs[5]]
-    out[0]["content"] = "changed"
-    assert msgs[0]["content"] == "You are an agent."
-
-
-def test_apply_inserts_summary_where_history_was() -> None:
-    msgs, plan = _sample()
-    out = plan.apply(msgs, summary="  Read a; it said old result.\n")
-    assert [m["role"] for m in out] == ["system", "user", "user", "user"]
-    assert out[2] == {"role": "user", "content": SUMMARY_PREFIX + "Read a; it said old result."}
-    assert out[3]["content"] == "now"
-
-
-def test_apply_ignores_summary_when_nothing_dropped() -> None:
-    msgs = [sys_(), user("task")]
-    plan = _plan(msgs, [60, 60], 100)
-    assert plan is not None and plan.dropped == [] and not plan.fits
-    assert plan.apply(msgs, summary="s") == msgs
-
-
-def test_apply_rejects_other_transcript() -> None:
-    msgs, plan = _sample()
-    with pytest.raises(ValueError, match="plan is for 6 messages"):
-        plan.apply(msgs[:-1])
-
-
-def test_summary_request_renders_dropped() -> None:
-    msgs, plan = _sample()
-    req = summary_request([msgs[i] for i in plan.dropped])
-    assert [m["role"] for m in req] == ["system", "user"]
-    assert "summar" in req[0]["content"].lower()
-    body = req[1]["content"]
-    assert "[assistant]\nold" in body
-    assert "[assistant calls tool read_file (a)]" in body
-    assert "[tool result (a)]\nold result" in body
-    assert "task" not in body  # only what was dropped
-
-
-def test_summary_request_is_capped() -> None:
-    huge = [result("a", "x" * 50_000), asst("y" * 50_000)] * 10
-    req = summary_request(huge, max_chars=5_000, per_message_chars=1_000)
-    body = req[1]["content"]
-    assert len(body) < 5_300
-    assert "characters omitted" in body
-    assert summary_request([])[1]["content"].endswith("(nothing)\n</conversation>")
-
-
-# --- truncation -----------------------------------------------------------------------------
-
-
-def test_truncate_tool_results() -> None:
-    msgs = [user("u" * 100), calls("a"), result("a", "r" * 100), result("b", "short")]
-    before = copy.deepcopy(msgs)
-    out = truncate_tool_results(msgs, 10)
-    assert msgs == before  # input untouched
-    assert out[0] == msgs[0] and out[1] == msgs[1] and out[3] == msgs[3]
-    assert out[2]["content"] == "r" * 10 + "\n[... truncated 90 characters]"
-    assert out[2]["tool_call_id"] == "a"
-    with pytest.raises(ValueError):
-        truncate_tool_results(msgs, -1)

@@ -1,7 +1,7 @@
 """A real MCP server for the tests, written with the official SDK (``MCPServer``, ex-FastMCP).
 
-Run as ``python -m tests.support_mcp_server stdio`` (the worker starts it) or
-``python -m tests.support_mcp_server http --port P`` (the test starts it on a free port).
+Run as ``python -m tests.support.mcp_server stdio`` (the worker starts it) or
+``python -m tests.support.mcp_server http --port P`` (the test starts it on a free port).
 Every call is appended to ``$MCP_TEST_JOURNAL`` (one JSON line: tool, pid, the request's ``_meta``),
 which is where tests read what really ran and in which process.
 

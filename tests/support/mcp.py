@@ -14,13 +14,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def stdio_server(**extra: Any) -> dict[str, Any]:
-    """An ``mcp_servers`` entry that starts tests/support_mcp_server.py over stdio."""
+    """An ``mcp_servers`` entry that starts tests/support/mcp_server.py over stdio."""
     return {
-        "command": ["python", "-m", "tests.support_mcp_server", "stdio"],
+        "command": ["python", "-m", "tests.support.mcp_server", "stdio"],
         "cwd": str(REPO),
         "env": {"MCP_TEST_JOURNAL": "${MCP_TEST_JOURNAL}"},
         **extra,
@@ -35,10 +35,10 @@ def free_port() -> int:
 
 @contextmanager
 def http_server(port: int | None = None) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
-    """Start tests/support_mcp_server.py over streamable HTTP; yields (url, process)."""
+    """Start tests/support/mcp_server.py over streamable HTTP; yields (url, process)."""
     port = port or free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.support_mcp_server", "http", "--port", str(port)],
+        [sys.executable, "-m", "tests.support.mcp_server", "http", "--port", str(port)],
         cwd=REPO,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
