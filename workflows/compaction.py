@@ -394,7 +394,7 @@ def token_upper_bound(message: Mapping[str, Any]) -> int:
     a string never has more tokens than bytes; ``tokens.count`` counts each value once (tool-call
     arguments re-serialised, at most twice their bytes) plus at most 4 tokens of overhead per
     message (OpenAI Cookbook, "How to count tokens"). Checked against the activity in
-    ``tests/unit/test_compaction.py``. The workflow uses it to skip counting while even the bound
+    ``tests/unit/test_tokens_counting.py``. The workflow uses it to skip counting while even the bound
     stays under the compaction budget.
     """
     content = message.get("content")
