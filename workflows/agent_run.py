@@ -301,7 +301,6 @@ class AgentRun(RunHandlers):
         ctx = self._ctx
         s = ctx.s
         ctx.enter("waiting_for_message")
-        started = workflow.now()
         try:
             await ctx.wait_for_person(
                 lambda: bool(s.inbox),
@@ -310,7 +309,6 @@ class AgentRun(RunHandlers):
             )
         except TimeoutError:
             raise Stop("completed", "conversation idle timeout") from None
-        s.waited_seconds += (workflow.now() - started).total_seconds()
         ctx.set_status("running")
         ctx.upsert_search_attributes()
 

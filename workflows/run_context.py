@@ -288,20 +288,27 @@ class RunContext:
     async def wait_for_person(
         self, done: Callable[[], bool], timeout: float | None, what: str = "a person"
     ) -> None:
-        """Wait (durably) until ``done()`` or an interrupt.
+        """Wait (durably) until ``done()`` or an interrupt; the time waited is not the run's.
 
-        ``what`` names the wait in the timer's summary (Web UI timeline).
+        ``what`` names the wait in the timer's summary (Web UI timeline). The workflow seconds
+        waited go into ``waited_seconds`` however the wait ends, so ``max_seconds`` counts only
+        the run's own time.
 
         Raises:
             TimeoutError: ``timeout`` seconds passed first.
             Stop: ``interrupted``.
         """
-        self.s.waits += 1
-        await workflow.wait_condition(
-            lambda: self.decisions.settle() or done() or self.s.interrupt is not None,
-            timeout=timeout,
-            timeout_summary=f"waiting for {what} (timeout)" if timeout is not None else None,
-        )
+        s = self.s
+        s.waits += 1
+        started = workflow.now()
+        try:
+            await workflow.wait_condition(
+                lambda: self.decisions.settle() or done() or s.interrupt is not None,
+                timeout=timeout,
+                timeout_summary=f"waiting for {what} (timeout)" if timeout is not None else None,
+            )
+        finally:
+            s.waited_seconds += (workflow.now() - started).total_seconds()
         if self.s.interrupt is not None:
             raise Stop("interrupted", self.s.interrupt.reason)
 
@@ -320,9 +327,7 @@ class RunContext:
             self.set_status("budget_paused" if s.budget_paused else "paused")
             self.upsert_search_attributes()
             self.publish()
-            started = workflow.now()
             await self.wait_for_person(lambda: not s.paused, None)
-            s.waited_seconds += (workflow.now() - started).total_seconds()
             self.set_status(before if before not in ("paused", "budget_paused") else "running")
             self.upsert_search_attributes()
         if self.deadline_passed():

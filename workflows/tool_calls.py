@@ -246,7 +246,6 @@ class ToolStep:
         ctx.enter("awaiting_approval")
         self._children.report_approvals()
         waiting = list(s.pending)
-        started = workflow.now()
         try:
             await ctx.wait_for_person(
                 lambda: all(cid in s.verdicts for cid in waiting),
@@ -254,15 +253,12 @@ class ToolStep:
                 f"approval of {', '.join(s.pending[c].name for c in waiting)}",
             )
         except TimeoutError:
-            s.waited_seconds += (workflow.now() - started).total_seconds()
             if policy.on_approval_timeout == "fail":
                 s.pending.clear()
                 raise Stop("failed", "approval timed out") from None
             for cid in waiting:
                 if cid not in s.verdicts:
                     ctx.decisions.record(cid, "timeout", "system", None, None, "timer")
-        else:
-            s.waited_seconds += (workflow.now() - started).total_seconds()
         for cid in waiting:
             s.pending.pop(cid, None)
         self._children.report_approvals()
