@@ -34,7 +34,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.interfaces import spec_resolve
     from activities.memory.consolidation import HANDOFF, HandoffInput, scopes_for
     from workflows.children import ChildStep
-    from workflows.compacting import CompactionStep
+    from workflows.compaction_step import CompactionStep
     from workflows.events import RunEvents
     from workflows.handlers import RunHandlers
     from workflows.handoff import HandoffStep

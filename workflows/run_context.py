@@ -2,7 +2,7 @@
 
 :class:`RunContext` holds the run state (:class:`workflows.models.RunData`), its event stream and
 its clock, and offers the steps (:mod:`workflows.model_step`, :mod:`workflows.tool_calls`,
-:mod:`workflows.compacting`, :mod:`workflows.children`, :mod:`workflows.handoff`,
+:mod:`workflows.compaction_step`, :mod:`workflows.children`, :mod:`workflows.handoff`,
 :mod:`workflows.planning`) the few things they share: the pinned spec and request, ``emit`` and
 ``publish`` (no command), ``enter(status)`` (status, search attributes, Web UI details), ``race``
 (an interrupt or the deadline first) and ``wait_for_person``. :class:`workflows.agent_run.AgentRun`
