@@ -41,7 +41,7 @@ import tempfile
 import threading
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -74,7 +74,7 @@ _JSON_TYPES = {
 def _py_type(schema: dict[str, Any]) -> str:
     t = schema.get("type")
     if isinstance(t, list):
-        names = [_JSON_TYPES.get(x, "object") for x in t if x != "null"]
+        names = [_JSON_TYPES.get(x, "object") for x in cast("list[Any]", t) if x != "null"]
         return " | ".join(names or ["object"]) + (" | None" if "null" in t else "")
     return _JSON_TYPES.get(str(t), "object")
 
@@ -86,7 +86,7 @@ def tool_stub(info: ToolInfo) -> str:
     """
     props: dict[str, Any] = info.parameters.get("properties") or {}
     required = set(info.parameters.get("required") or [])
-    params = []
+    params: list[str] = []
     for name in sorted(props, key=lambda n: (n not in required, list(props).index(n))):
         if not name.isidentifier() or keyword.iskeyword(name):
             continue

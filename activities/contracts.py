@@ -154,7 +154,7 @@ class CallModelInput(BaseModel):
     turn: int
     model: str
     messages: list[dict[str, Any]]
-    tools: list[dict[str, Any]] = Field(default_factory=list)
+    tools: list[dict[str, Any]] = Field(default_factory=list[dict[str, Any]])
     settings: ModelSettings = Field(default_factory=ModelSettings)
     prompt_price_per_mtok: float = 0.0
     completion_price_per_mtok: float = 0.0
@@ -176,12 +176,12 @@ class ModelReply(BaseModel):
     """
 
     content: str | None = None
-    tool_calls: list[ToolCallRequest] = Field(default_factory=list)
+    tool_calls: list[ToolCallRequest] = Field(default_factory=list[ToolCallRequest])
     usage: Usage = Field(default_factory=Usage)
     finish_reason: str | None = None
     model: str = ""
     latency_ms: float = 0.0
-    memory: list[MemoryRef] = Field(default_factory=list)
+    memory: list[MemoryRef] = Field(default_factory=list[MemoryRef])
     """The memory items the model was given in this step (recorded in the history)."""
     temperature: float | None = None
     """The temperature the answering attempt was sent with (the spec's, or raised by
@@ -345,7 +345,7 @@ class CountTokensInput(BaseModel):
     model: str
     encoding: str | None = None
     messages: list[dict[str, Any]]
-    tools: list[dict[str, Any]] = Field(default_factory=list)
+    tools: list[dict[str, Any]] = Field(default_factory=list[dict[str, Any]])
 
 
 class TokenCounts(BaseModel):
@@ -390,7 +390,7 @@ class CodeStepInput(BaseModel):
 
     script: str = ""
     snapshot: str | None = None
-    results: list[HostResult] = Field(default_factory=list)
+    results: list[HostResult] = Field(default_factory=list[HostResult])
     tools: list[str] = Field(default_factory=list)
     now: str
     seed: int = 0
@@ -407,7 +407,7 @@ class CodeStepOutput(BaseModel):
     """
 
     status: Literal["calls", "done", "error"]
-    calls: list[HostCall] = Field(default_factory=list)
+    calls: list[HostCall] = Field(default_factory=list[HostCall])
     snapshot: str | None = None
     value: Any = None
     stdout: str = ""

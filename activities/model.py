@@ -24,7 +24,7 @@ import json
 import time
 from collections.abc import Mapping
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 import openai
 import structlog
@@ -84,10 +84,12 @@ def _retry_after_seconds(headers: Mapping[str, str] | None) -> float | None:
 def _server_message(err: openai.APIStatusError) -> str:
     body = err.body
     if isinstance(body, dict):
-        inner = body.get("error", body)
-        if isinstance(inner, dict) and inner.get("message"):
-            return str(inner["message"])
-        return json.dumps(body)[:500]
+        fields = cast("dict[str, Any]", body)
+        inner = fields.get("error", fields)
+        message = cast("dict[str, Any]", inner).get("message") if isinstance(inner, dict) else None
+        if message:
+            return str(message)
+        return json.dumps(fields)[:500]
     if body:
         return str(body)[:500]
     return err.message
@@ -97,7 +99,11 @@ def _classify_status_error(exc: openai.APIStatusError, last_attempt: bool) -> Ap
     """The :func:`classify_error` case of an HTTP error status from the model server."""
     status = exc.status_code
     message = _server_message(exc)
-    delay = _retry_after_seconds(exc.response.headers if exc.response is not None else None)
+    delay = _retry_after_seconds(
+        exc.response.headers
+        if exc.response is not None  # pyright: ignore[reportUnnecessaryComparison] - defensive check
+        else None
+    )
     next_delay = timedelta(seconds=delay) if delay is not None else None
     if status >= 500 and any(m in message.lower() for m in OUTPUT_INVALID_MARKERS):
         return ApplicationError(
@@ -173,7 +179,7 @@ def _normalise(completion: Any, requested_model: str) -> ModelReply:
     if not choices[0].finish_reason:
         raise ReplyCutOff("the reply has no finish_reason: it was cut off")
     msg = choices[0].message
-    calls = []
+    calls: list[ToolCallRequest] = []
     for i, tc in enumerate(msg.tool_calls or []):
         fn = tc.function
         calls.append(
@@ -237,8 +243,9 @@ def _previous_error_type(info: activity.Info) -> str | None:
     if info.attempt <= 1:
         return None
     for detail in info.heartbeat_details or ():
-        if isinstance(detail, dict) and detail.get("error_type"):
-            return str(detail["error_type"])
+        fields = cast("dict[str, Any]", detail) if isinstance(detail, dict) else None
+        if fields is not None and fields.get("error_type"):
+            return str(fields["error_type"])
     return None
 
 

@@ -26,7 +26,7 @@ import json
 import logging
 import os
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, cast
 
 from pydantic import BaseModel
 from temporalio.exceptions import ApplicationError, FailureError
@@ -54,7 +54,7 @@ def add_secret_values(*values: str | None) -> None:
 
 def add_secret_names(names: Iterable[str]) -> None:
     """Treat the values of these environment variables as secrets in this process from now on."""
-    _names.update(n for n in names if isinstance(n, str) and n)
+    _names.update(n for n in names if isinstance(n, str) and n)  # pyright: ignore[reportUnnecessaryIsInstance] - untyped input
 
 
 class Redactor:
@@ -119,9 +119,10 @@ class Redactor:
             raw = obj.model_dump_json()
             return type(obj).model_validate_json(self.redact(raw)) if self.contains(raw) else obj
         if isinstance(obj, dict):
-            return {self.value(k): self.value(v) for k, v in obj.items()}
+            return {self.value(k): self.value(v) for k, v in cast("dict[Any, Any]", obj).items()}
         if isinstance(obj, (list, tuple)):
-            return type(obj)(self.value(x) for x in obj)
+            seq = cast("list[Any] | tuple[Any, ...]", obj)
+            return type(seq)(self.value(x) for x in seq)
         return obj
 
 
@@ -164,7 +165,11 @@ class PieceRedactor:
 
 def redactor_for(names: Iterable[str] = ()) -> Redactor:
     """The redactor of the process's secrets plus the values of the variables ``names``."""
-    all_names = _names | {n for n in names if isinstance(n, str)}
+    all_names = _names | {
+        n
+        for n in names
+        if isinstance(n, str)  # pyright: ignore[reportUnnecessaryIsInstance] - untyped input
+    }
     return Redactor([*(os.environ.get(n, "") for n in all_names), *_values])
 
 
@@ -222,7 +227,8 @@ def _secret_names_of(arg: Any) -> list[str]:
     The spec's ``secrets`` and, for an MCP tool call, the variables its server's settings refer
     to (``${VAR}``).
     """
-    names = [n for n in (getattr(arg, "secrets", None) or []) if isinstance(n, str)]
+    secrets: Iterable[Any] = getattr(arg, "secrets", None) or []
+    names = [n for n in secrets if isinstance(n, str)]
     mcp = getattr(arg, "mcp", None)
     if mcp is not None:
         from activities.mcp.config import referenced_vars

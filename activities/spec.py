@@ -33,7 +33,7 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from pydantic import (
     BaseModel,
@@ -68,7 +68,7 @@ class Limits(BaseModel):
         default=6, ge=2, description="recent turns examined for repeated tool calls"
     )
     loop_repeats: int = Field(
-        3, ge=2, description="identical turns within the window that make a loop"
+        default=3, ge=2, description="identical turns within the window that make a loop"
     )
     max_total_tokens: int | None = Field(default=None, ge=1, description="token budget of the run")
     max_cost_usd: float | None = Field(
@@ -81,15 +81,17 @@ class Limits(BaseModel):
     )
     on_budget: Literal["stop", "pause"] = "stop"
     continue_as_new_every_turns: int | None = Field(
-        None, ge=1, description="continue as new every N turns (None: by history size)"
+        default=None, ge=1, description="continue as new every N turns (None: by history size)"
     )
     continue_as_new_at_bytes: int = Field(
-        2 * 1024 * 1024,
+        default=2 * 1024 * 1024,
         ge=1024,
         description="continue as new at a turn boundary once the history reaches this many bytes "
         "(or when Temporal suggests it, at 4 MiB / 4,096 events; docs/temporal-facts.md)",
     )
-    continue_as_new_at_events: int = Field(2_000, ge=100, description="the same, in history events")
+    continue_as_new_at_events: int = Field(
+        default=2_000, ge=100, description="the same, in history events"
+    )
 
 
 class ArgCondition(BaseModel):
@@ -98,14 +100,15 @@ class ArgCondition(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     path_prefix: str | None = Field(
-        None, description="argument `path` starts with this (workspace-relative)"
+        default=None, description="argument `path` starts with this (workspace-relative)"
     )
     arg_matches: dict[str, str] | None = Field(
-        None,
+        default=None,
         description="argument name -> regular expression the argument's text must match (re.search)",
     )
     arg_not_matches: dict[str, str] | None = Field(
-        None, description="argument name -> regular expression the argument's text must not match"
+        default=None,
+        description="argument name -> regular expression the argument's text must not match",
     )
     tenant_in: list[str] | None = None
     principal_in: list[str] | None = None
@@ -127,7 +130,7 @@ class ToolPolicy(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     action: PolicyAction | None = None
-    rules: list[PolicyRule] = Field(default_factory=list)
+    rules: list[PolicyRule] = Field(default_factory=list[PolicyRule])
     approvers: list[str] | None = None
     reason: str | None = None
 
@@ -151,7 +154,7 @@ class Policy(BaseModel):
     roles: dict[str, list[str]] = Field(
         default_factory=dict, description="role name -> principals holding it"
     )
-    approval_timeout_seconds: float = Field(86_400, gt=0)
+    approval_timeout_seconds: float = Field(default=86_400, gt=0)
     on_approval_timeout: Literal["reject", "fail"] = "reject"
     require_signed_decisions: bool = Field(
         default=False,
@@ -195,8 +198,12 @@ class MemorySpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    read: list[Literal["user", "agent", "thread"]] = Field(default_factory=list)
-    write: list[Literal["user", "agent", "thread"]] = Field(default_factory=list)
+    read: list[Literal["user", "agent", "thread"]] = Field(
+        default_factory=list[Literal["user", "agent", "thread"]]
+    )
+    write: list[Literal["user", "agent", "thread"]] = Field(
+        default_factory=list[Literal["user", "agent", "thread"]]
+    )
     max_tokens: int = Field(
         default=800, ge=50, le=8000, description="memory block size per model step"
     )
@@ -234,7 +241,7 @@ class Compaction(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    context_window: int = Field(32_768, ge=256)
+    context_window: int = Field(default=32_768, ge=256)
     output_reserve: int = Field(default=1024, ge=0)
     threshold: float = Field(default=0.8, gt=0, le=1)
     summarize: bool = False
@@ -251,7 +258,7 @@ class PlanSettings(BaseModel):
         default=1, ge=0, le=10, description="new plans after a failed step at most"
     )
     max_invalid_plans: int = Field(
-        2, ge=0, description="invalid plans told back to the model before the run fails"
+        default=2, ge=0, description="invalid plans told back to the model before the run fails"
     )
 
 
@@ -278,7 +285,7 @@ def load_rate_limits(raw: dict[str, Any]) -> dict[str, RateLimit]:
     if not isinstance(section, dict):
         raise SpecError("rate_limits: must be a mapping of model name -> {requests_per_second: R}")
     out: dict[str, RateLimit] = {}
-    for model, body in section.items():
+    for model, body in cast("dict[Any, Any]", section).items():
         if not isinstance(model, str) or not model.strip():
             raise SpecError(f"rate_limits: model names must be non-empty strings, got {model!r}")
         try:
@@ -331,7 +338,7 @@ class AgentSpec(BaseModel):
         default_factory=dict, description="the spec file's rate_limits (model -> limit)"
     )
     system_prompt: str = "You are a helpful assistant."
-    tools: list[str | ToolEntry] = Field(default_factory=list)
+    tools: list[str | ToolEntry] = Field(default_factory=list[str | ToolEntry])
     tool_queues: dict[str, str] = Field(default_factory=dict)
     local_tools: dict[str, bool] = Field(
         default_factory=dict,
@@ -347,7 +354,7 @@ class AgentSpec(BaseModel):
     code_mode: CodeModeSpec | None = Field(
         default=None, description="a tool that runs a Python script over the agent's tools"
     )
-    temperature: float = Field(0.2, ge=0, le=2)
+    temperature: float = Field(default=0.2, ge=0, le=2)
     retry_temperature_step: float = Field(
         default=0.0,
         ge=0,
@@ -355,27 +362,28 @@ class AgentSpec(BaseModel):
         description="added to the temperature only on the attempt after unreadable model output "
         "(0, the default: every retry of a model step sends the same request)",
     )
-    max_output_tokens: int = Field(1024, ge=1)
+    max_output_tokens: int = Field(default=1024, ge=1)
     model_timeout_seconds: float = Field(
-        120, gt=0, description="start-to-close of one model attempt"
+        default=120, gt=0, description="start-to-close of one model attempt"
     )
     model_max_attempts: int = Field(
-        8, ge=1, description="attempts of one model step (Temporal retries)"
+        default=8, ge=1, description="attempts of one model step (Temporal retries)"
     )
     max_parse_failures: int = Field(
-        2,
+        default=2,
         ge=0,
         description="unparsable model outputs reported back to the model before the run fails",
     )
-    max_tool_output_chars: int = Field(16_000, ge=100)
+    max_tool_output_chars: int = Field(default=16_000, ge=100)
     idle_timeout_seconds: float = Field(
-        3600, gt=0, description="chat mode: wait this long for a message"
+        default=3600, gt=0, description="chat mode: wait this long for a message"
     )
     secrets: list[str] = Field(
         default_factory=list, description="environment variables whose values are secret"
     )
     description: str | None = Field(
-        None, description="what the agent does, shown to agents that may ask it or hand off to it"
+        default=None,
+        description="what the agent does, shown to agents that may ask it or hand off to it",
     )
     subagents: list[str] = Field(
         default_factory=list, description="agents this one may ask (tools ask_<NAME>)"
@@ -384,7 +392,7 @@ class AgentSpec(BaseModel):
         default_factory=list, description="agents this one may hand the run to (handoff_to_<NAME>)"
     )
     mode: Literal["task", "plan"] = Field(
-        "task", description="plan: plan -> act -> observe -> replan (workflows/plan.py)"
+        default="task", description="plan: plan -> act -> observe -> replan (workflows/plan.py)"
     )
     plan: PlanSettings = Field(default_factory=PlanSettings)
 
@@ -403,16 +411,19 @@ class AgentSpec(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _split_model_list(cls, data: Any) -> Any:
-        if not isinstance(data, dict) or not isinstance(data.get("model"), list):
+        if not isinstance(data, dict):
             return data
-        models = data["model"]
+        fields = cast("dict[str, Any]", data)
+        if not isinstance(fields.get("model"), list):
+            return fields
+        models: list[Any] = fields["model"]
         if not models or not all(isinstance(m, str) and m.strip() for m in models):
             raise ValueError("model: a list of models must hold one or more non-empty names")
         if len(set(models)) != len(models):
             raise ValueError("model: the list names a model twice")
-        if data.get("fallback_models"):
+        if fields.get("fallback_models"):
             raise ValueError("model: give fallbacks either in the model list or fallback_models")
-        return {**data, "model": models[0], "fallback_models": list(models[1:])}
+        return {**fields, "model": models[0], "fallback_models": list(models[1:])}
 
     @field_validator("fallback_models")
     @classmethod
@@ -473,7 +484,7 @@ class PinnedSpec(BaseModel):
     spec_hash: str
     source: str
     search_attributes: bool | None = Field(
-        None,
+        default=None,
         description="the namespace has every search attribute the run sets "
         "(activities.contracts.SEARCH_ATTRIBUTES); None: not known (results recorded before "
         "this field, or the server could not say), the run then sets them only when its "
@@ -491,11 +502,21 @@ def _expand(value: str, base: Path) -> str:
 
 
 def _format_error_at(prefix: str, err: ValidationError) -> str:
-    parts = []
+    parts: list[str] = []
     for e in err.errors():
         loc = ".".join(str(x) for x in e["loc"])
         parts.append(f"{prefix}.{loc}: {e['msg']}" if loc else f"{prefix}: {e['msg']}")
     return "; ".join(parts)
+
+
+def _with_cwd(entry: Any, base: Path) -> Any:
+    """A command server's ``entry`` with its ``cwd`` made absolute; any other entry unchanged."""
+    if not isinstance(entry, dict):
+        return entry
+    fields = cast("dict[str, Any]", entry)
+    if fields.get("command") is None:
+        return fields
+    return {**fields, "cwd": _expand(str(fields.get("cwd") or "."), base)}
 
 
 def _format_error(agent: str, err: ValidationError) -> str:
@@ -535,10 +556,8 @@ def resolve_agent(path: str | Path, agent: str, default_model: str) -> AgentSpec
     servers = body.get("mcp_servers")
     if isinstance(servers, dict):
         body["mcp_servers"] = {
-            name: {**entry, "cwd": _expand(str(entry.get("cwd") or "."), p.parent.resolve())}
-            if isinstance(entry, dict) and entry.get("command") is not None
-            else entry
-            for name, entry in servers.items()
+            name: _with_cwd(entry, p.parent.resolve())
+            for name, entry in cast("dict[Any, Any]", servers).items()
         }
     try:
         spec = AgentSpec.model_validate(body)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 import functools
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import yaml
 
@@ -46,6 +46,7 @@ def _parse_spec_file(path: str, mtime_ns: int, size: int) -> dict[str, Any]:
         raise SpecError(f"agent spec file not found: {path}") from e
     except yaml.YAMLError as e:
         raise SpecError(f"agent spec file {path} is not valid YAML: {e}") from e
-    if not isinstance(raw, dict) or not isinstance(raw.get("agents"), dict):
+    doc = cast("dict[str, Any]", raw) if isinstance(raw, dict) else None
+    if doc is None or not isinstance(doc.get("agents"), dict):
         raise SpecError(f"agent spec file {path}: top-level `agents` mapping is missing")
-    return raw
+    return doc

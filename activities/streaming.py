@@ -87,7 +87,8 @@ class ReplyAssembler:
                 completion_tokens=u.completion_tokens or 0,
                 total_tokens=u.total_tokens or 0,
             )
-        for choice in chunk.choices or []:
+        choices: list[Any] = chunk.choices or []
+        for choice in choices:
             if choice.index not in (0, None):
                 continue
             self._choices_seen = True
@@ -95,7 +96,8 @@ class ReplyAssembler:
             if delta is not None and delta.content:
                 self._text.append(delta.content)
                 self._on_text(delta.content)
-            for tc in (delta.tool_calls if delta is not None else None) or []:
+            calls: list[Any] = (delta.tool_calls if delta is not None else None) or []
+            for tc in calls:
                 self._add_call(tc)
             if choice.finish_reason:
                 self._finish = choice.finish_reason

@@ -10,7 +10,7 @@ Handoffs may go back and forth (A hands to B, B back to A) but not to the agent 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from activities.contracts import ToolInfo
 
@@ -25,8 +25,9 @@ class AgentGraphError(ValueError):
 
 
 def _names(body: Any, key: str) -> list[str]:
-    value = body.get(key) if isinstance(body, dict) else None
-    return [n for n in value if isinstance(n, str)] if isinstance(value, list) else []
+    value = cast("dict[str, Any]", body).get(key) if isinstance(body, dict) else None
+    items = cast("list[Any]", value) if isinstance(value, list) else []
+    return [n for n in items if isinstance(n, str)]
 
 
 def check_agent_graph(agents: dict[str, Any], agent: str) -> None:
@@ -64,7 +65,8 @@ def _walk(agents: dict[str, Any], path: list[str]) -> None:
 
 
 def _about(agents: dict[str, Any], name: str) -> str:
-    body = agents.get(name) if isinstance(agents.get(name), dict) else {}
+    found = agents.get(name)
+    body: dict[str, Any] = cast("dict[str, Any]", found) if isinstance(found, dict) else {}
     text = body.get("description") or body.get("system_prompt") or ""
     return " ".join(str(text).split())[:300]
 

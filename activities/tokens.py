@@ -42,7 +42,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import structlog
 import tiktoken
@@ -316,10 +316,11 @@ def _count_content(content: Any, enc: TokenEncoder) -> int:
         return enc.count(content)
     if isinstance(content, list):
         n = 0
-        for part in content:
-            if isinstance(part, Mapping) and part.get("type") == "text":
-                n += enc.count(str(part.get("text", "")))
-            elif isinstance(part, Mapping) and part.get("type") == "image_url":
+        for part in cast("list[Any]", content):
+            obj = cast("Mapping[str, Any]", part) if isinstance(part, Mapping) else None
+            if obj is not None and obj.get("type") == "text":
+                n += enc.count(str(obj.get("text", "")))
+            elif obj is not None and obj.get("type") == "image_url":
                 n += IMAGE_PART_TOKENS
             else:
                 n += enc.count(part if isinstance(part, str) else _dumps(part))
@@ -331,10 +332,13 @@ def _count_tool_calls(calls: Any, enc: TokenEncoder) -> int:
     if not isinstance(calls, list):
         return enc.count(_dumps(calls))
     n = 0
-    for call in calls:
-        fn = call.get("function") if isinstance(call, Mapping) else None
-        if not isinstance(fn, Mapping):
-            fn = {}
+    for call in cast("list[Any]", calls):
+        found = (
+            cast("Mapping[str, Any]", call).get("function") if isinstance(call, Mapping) else None
+        )
+        fn: Mapping[str, Any] = (
+            cast("Mapping[str, Any]", found) if isinstance(found, Mapping) else {}
+        )
         args: Any = fn.get("arguments", "")
         if isinstance(args, str):
             try:
@@ -357,7 +361,7 @@ def count_message(message: Mapping[str, Any], enc: TokenEncoder) -> int:
     Raises:
         TypeError: ``message`` is not a mapping.
     """
-    if not isinstance(message, Mapping):
+    if not isinstance(message, Mapping):  # pyright: ignore[reportUnnecessaryIsInstance] - callers pass untyped JSON
         raise TypeError(f"a chat message must be a mapping, not {type(message).__name__}")
     n = TOKENS_PER_MESSAGE
     for key, value in message.items():

@@ -31,8 +31,8 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, cast
 
 from pydantic import BaseModel, Field
 
@@ -65,11 +65,18 @@ def _is_tool_call_message(msg: Mapping[str, Any]) -> bool:
     return msg.get("role") == "assistant" and bool(msg.get("tool_calls"))
 
 
+def _mapping(value: Any) -> Mapping[str, Any] | None:
+    """``value`` as a JSON object, or None when it is not a mapping."""
+    return cast("Mapping[str, Any]", value) if isinstance(value, Mapping) else None
+
+
 def _call_ids(msg: Mapping[str, Any]) -> list[str]:
-    ids = []
-    for call in msg.get("tool_calls") or []:
-        if isinstance(call, Mapping) and isinstance(call.get("id"), str):
-            ids.append(call["id"])
+    ids: list[str] = []
+    calls: Iterable[Any] = msg.get("tool_calls") or []
+    for call in calls:
+        call_map = _mapping(call)
+        if call_map is not None and isinstance(call_map.get("id"), str):
+            ids.append(call_map["id"])
     return ids
 
 
@@ -312,12 +319,13 @@ def _content_text(content: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        parts = []
-        for part in content:
-            if isinstance(part, Mapping) and part.get("type") == "text":
-                parts.append(str(part.get("text", "")))
-            elif isinstance(part, Mapping):
-                parts.append(f"[{part.get('type', 'part')}]")
+        parts: list[str] = []
+        for part in cast("list[Any]", content):
+            obj = _mapping(part)
+            if obj is not None and obj.get("type") == "text":
+                parts.append(str(obj.get("text", "")))
+            elif obj is not None:
+                parts.append(f"[{obj.get('type', 'part')}]")
             else:
                 parts.append(str(part))
         return "\n".join(parts)
@@ -333,7 +341,7 @@ def _clip(text: str, limit: int) -> str:
 
 def _render(msg: Mapping[str, Any], per_message_chars: int) -> str:
     role = str(msg.get("role", "?"))
-    lines = []
+    lines: list[str] = []
     text = _content_text(msg.get("content"))
     if role == "tool":
         name = f" {msg['name']}" if msg.get("name") else ""
@@ -341,12 +349,14 @@ def _render(msg: Mapping[str, Any], per_message_chars: int) -> str:
         lines.append(f"[{label}]\n{_clip(text, per_message_chars)}")
     elif text:
         lines.append(f"[{role}]\n{_clip(text, per_message_chars)}")
-    for call in msg.get("tool_calls") or []:
-        fn = call.get("function") if isinstance(call, Mapping) else None
-        fn = fn if isinstance(fn, Mapping) else {}
+    calls: Iterable[Any] = msg.get("tool_calls") or []
+    for call in calls:
+        call_map = _mapping(call)
+        found = _mapping(call_map.get("function") if call_map is not None else None)
+        fn: Mapping[str, Any] = found if found is not None else {}
         args = fn.get("arguments", "")
         args = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
-        call_id = call.get("id", "") if isinstance(call, Mapping) else ""
+        call_id = call_map.get("id", "") if call_map is not None else ""
         lines.append(
             f"[{role} calls tool {fn.get('name', '?')} ({call_id})]\n"
             f"{_clip(args, per_message_chars)}"
@@ -399,7 +409,11 @@ def token_upper_bound(message: Mapping[str, Any]) -> int:
     """
     content = message.get("content")
     images = (
-        sum(1 for part in content if isinstance(part, Mapping) and part.get("type") == "image_url")
+        sum(
+            1
+            for part in cast("list[Any]", content)
+            if (_mapping(part) or {}).get("type") == "image_url"
+        )
         if isinstance(content, list)
         else 0
     )

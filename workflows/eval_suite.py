@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 from temporalio import workflow
 from temporalio.common import Priority, RawValue, RetryPolicy
-from temporalio.exceptions import ApplicationError, ChildWorkflowError
+from temporalio.exceptions import ApplicationError, ChildWorkflowError, FailureError
 
 with workflow.unsafe.imports_passed_through():
     from activities.contracts import fairness_key
@@ -73,7 +73,7 @@ def child_request(req: SuiteRequest, case: Case, variant: Variant) -> RunRequest
         model=variant.model,
         spec_file=req.spec_file,
         limits=LimitsOverride(max_turns=req.max_turns),
-        tools=[str(t) for t in tools] if isinstance(tools, list) else None,
+        tools=[str(t) for t in cast("list[Any]", tools)] if isinstance(tools, list) else None,
     )
 
 
@@ -122,14 +122,14 @@ class EvalSuite:
     """An evaluation suite. Query ``progress`` returns :class:`SuiteProgress` at any time."""
 
     @workflow.init
-    def __init__(self, raw: RawValue = None) -> None:  # type: ignore[assignment]
+    def __init__(self, raw: RawValue = None) -> None:  # type: ignore[assignment] - the SDK's default
         self._req = decode(raw, SuiteRequest, "start input")
         self._records: list[RunRecord] = []
         self._decided: dict[tuple[str, str], str] = {}
         self._done = False
 
     @workflow.run
-    async def run(self, raw: RawValue = None) -> SuiteProgress:  # type: ignore[assignment]
+    async def run(self, raw: RawValue = None) -> SuiteProgress:  # type: ignore[assignment] - the SDK's default
         """Run every (case, variant, repeat) and score it; returns the records.
 
         Raises:
@@ -194,7 +194,8 @@ class EvalSuite:
                 static_summary=f"eval {case.id} · {variant.name}",
             )
         except ChildWorkflowError as e:
-            cause = e.cause.message if e.cause is not None else str(e)
+            # a child workflow's cause is a FailureError (converted from the failure proto)
+            cause = cast(FailureError, e.cause).message if e.cause is not None else str(e)
             return RunFacts(status="failed", error=f"the run failed: {cause}")
         return facts_of(result)
 

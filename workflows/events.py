@@ -23,7 +23,7 @@ its history). A subscriber asking for a truncated offset restarts at the oldest 
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 from temporalio import workflow
 
@@ -65,9 +65,9 @@ def clip(value: Any, limit: int = MAX_FIELD_CHARS) -> Any:
             return value
         return value[:limit] + f"...[{len(value) - limit} more chars]"
     if isinstance(value, dict):
-        return {k: clip(v, limit) for k, v in value.items()}
+        return {k: clip(v, limit) for k, v in cast("dict[Any, Any]", value).items()}
     if isinstance(value, list):
-        return [clip(v, limit) for v in value]
+        return [clip(v, limit) for v in cast("list[Any]", value)]
     return value
 
 
@@ -110,7 +110,9 @@ class RunEvents:
         self._stream = _WatchedStream(prior)
         self._topic = self._stream.topic(TOPIC)
         self._status: str | None = None
-        workflow.set_query_handler(WATCHED_QUERY, self.watched)
+        workflow.set_query_handler(  # pyright: ignore[reportUnknownMemberType] - SDK: bare Callable
+            WATCHED_QUERY, self.watched
+        )
 
     def emit(self, type: str, turn: int, **fields: Any) -> None:
         """Append ``{"type", "turn", "at", **fields}`` (strings clipped) to the stream.
@@ -187,7 +189,7 @@ class RunEvents:
 
     def _bound(self, max_items: int, max_bytes: int, keep: float = 0.75) -> None:
         """When over ``max_items`` or ``max_bytes``, truncate to ``keep`` of them (newest kept)."""
-        base, end, sizes = self._stream.retained()
+        base, _end, sizes = self._stream.retained()
         total = sum(sizes)
         if len(sizes) <= max_items and total <= max_bytes:
             return

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from pydantic import BaseModel, ValidationError
 from temporalio import workflow
@@ -149,7 +149,8 @@ def _invalid(what: str, model: type[BaseModel], why: str, loose: Any) -> Invalid
     text = f"{what}: invalid payload ({why}); expected {_shape(model)}"
     out = Invalid(problem=text[:PROBLEM_MAX])
     if isinstance(loose, dict):
-        who, call = loose.get("principal_id"), loose.get("tool_call_id")
+        fields = cast("dict[str, Any]", loose)
+        who, call = fields.get("principal_id"), fields.get("tool_call_id")
         if isinstance(who, str) and who:
             out.principal_id = who[:200]
         if isinstance(call, str) and call:
@@ -160,13 +161,13 @@ def _invalid(what: str, model: type[BaseModel], why: str, loose: Any) -> Invalid
 def _loose(raw: RawValue) -> Any:
     """The payload as plain JSON data, or None when it is not JSON."""
     try:
-        return workflow.payload_converter().from_payload(raw.payload, None)
+        return workflow.payload_converter().from_payload(raw.payload)
     except Exception:
         return None
 
 
 def _errors(e: ValidationError) -> str:
-    parts = []
+    parts: list[str] = []
     for err in e.errors(include_url=False):
         loc = ".".join(str(x) for x in err["loc"]) or "payload"
         parts.append(f"{loc}: {err['msg']}")

@@ -36,7 +36,7 @@ class MemoryConsolidation:
     @workflow.signal(name="run_finished")
     def run_finished(self, run_id: str) -> None:
         """A run of this (tenant, principal) finished and has a transcript to consolidate."""
-        if isinstance(run_id, str) and run_id not in self._pending:
+        if isinstance(run_id, str) and run_id not in self._pending:  # pyright: ignore[reportUnnecessaryIsInstance] - unchecked arg
             self._pending.append(run_id)
             self._arrived += 1
 

@@ -115,7 +115,7 @@ class PlanStepView(BaseModel):
 class PlanView(BaseModel):
     """``state.plan``: the current plan, how many replans it took, and each step's status."""
 
-    steps: list[PlanStepView] = Field(default_factory=list)
+    steps: list[PlanStepView] = Field(default_factory=list[PlanStepView])
     replans: int = 0
     phase: str = "planning"
 
@@ -132,22 +132,22 @@ class RunResult(BaseModel):
     sandbox_seconds: float = Field(
         default=0.0, description="seconds sandboxed tools ran (their cost is in usage.cost_usd)"
     )
-    tool_calls: list[ToolCallRecord] = Field(default_factory=list)
+    tool_calls: list[ToolCallRecord] = Field(default_factory=list[ToolCallRecord])
     duration_ms: float = 0.0
     stopped_reason: str = ""
     agent: str = ""
     spec_hash: str = ""
     error: str | None = None
-    decisions: list[Decision] = Field(default_factory=list)
-    ignored_signals: list[IgnoredSignal] = Field(default_factory=list)
+    decisions: list[Decision] = Field(default_factory=list["Decision"])
+    ignored_signals: list[IgnoredSignal] = Field(default_factory=list["IgnoredSignal"])
     parent_run_id: str | None = None
     fork_turn: int | None = None
-    children: list[ChildRecord] = Field(default_factory=list)
+    children: list[ChildRecord] = Field(default_factory=list[ChildRecord])
     lineage: list[str] = Field(
         default_factory=list, description="agents the run was handed to, in order (handoffs)"
     )
     plan: PlanView | None = None
-    model_steps: list[dict[str, Any]] = Field(default_factory=list)
+    model_steps: list[dict[str, Any]] = Field(default_factory=list[dict[str, Any]])
     """One ``{"turn", "model", "duration_ms", "usage"}`` per model step, naming the model that
     answered (a fallback's name when the primary failed); ``duration_ms`` is the answering call's
     own time, measured in the activity."""
@@ -279,15 +279,15 @@ class RunState(BaseModel):
     status: LiveStatus | RunStatus
     turn: int
     agent: str = ""
-    pending_approvals: list[PendingApproval] = Field(default_factory=list)
+    pending_approvals: list[PendingApproval] = Field(default_factory=list[PendingApproval])
     usage: Usage = Field(default_factory=Usage)
     sandbox_seconds: float = 0.0
-    tool_calls: list[ToolCallRecord] = Field(default_factory=list)
-    ignored_signals: list[IgnoredSignal] = Field(default_factory=list)
+    tool_calls: list[ToolCallRecord] = Field(default_factory=list[ToolCallRecord])
+    ignored_signals: list[IgnoredSignal] = Field(default_factory=list[IgnoredSignal])
     memory: list[str] = Field(
         default_factory=list, description="ids of the memory items given to the current step"
     )
-    decisions: list[Decision] = Field(default_factory=list)
+    decisions: list[Decision] = Field(default_factory=list[Decision])
     paused: bool = False
     spec_hash: str = ""
     tenant_id: str = "default"
@@ -297,7 +297,7 @@ class RunState(BaseModel):
     parent_run_id: str | None = None
     fork_turn: int | None = None
     output: str | None = None
-    children: list[ChildRecord] = Field(default_factory=list)
+    children: list[ChildRecord] = Field(default_factory=list[ChildRecord])
     lineage: list[str] = Field(default_factory=list)
     plan: PlanView | None = None
 
@@ -313,17 +313,18 @@ class RunData(BaseModel):
     """
 
     pinned: PinnedSpec | None = None
-    messages: list[dict[str, Any]] = Field(default_factory=list)
+    messages: list[dict[str, Any]] = Field(default_factory=list[dict[str, Any]])
     turn: int = 0
     usage: Usage = Field(default_factory=Usage)
-    tool_calls: list[ToolCallRecord] = Field(default_factory=list)
+    tool_calls: list[ToolCallRecord] = Field(default_factory=list[ToolCallRecord])
     memory: list[str] = Field(default_factory=list)
-    decisions: list[Decision] = Field(default_factory=list)
-    ignored_signals: list[IgnoredSignal] = Field(default_factory=list)
-    inbox: list[MessageSignal] = Field(default_factory=list)
+    decisions: list[Decision] = Field(default_factory=list[Decision])
+    ignored_signals: list[IgnoredSignal] = Field(default_factory=list[IgnoredSignal])
+    inbox: list[MessageSignal] = Field(default_factory=list[MessageSignal])
     paused: bool = False
     signatures: list[tuple[tuple[str, str], ...]] = Field(
-        default_factory=list, description="loop-detection signature of each turn with tool calls"
+        default_factory=list[tuple[tuple[str, str], ...]],
+        description="loop-detection signature of each turn with tool calls",
     )
     waited_seconds: float = Field(
         default=0.0, description="workflow seconds spent waiting for people"
@@ -343,7 +344,8 @@ class RunData(BaseModel):
     continued_runs: int = 0
     output: str | None = None
     children: list[ChildRecord] = Field(
-        default_factory=list, description="child runs (sub-agents), in the order started"
+        default_factory=list[ChildRecord],
+        description="child runs (sub-agents), in the order started",
     )
     lineage: list[str] = Field(default_factory=list, description="agents of the run (handoffs)")
     plan: PlanView | None = Field(
@@ -354,7 +356,8 @@ class RunData(BaseModel):
         description="the event stream's retained items (workflows.events.RunEvents.carry)",
     )
     model_steps: list[dict[str, Any]] = Field(
-        default_factory=list, description="RunResult.model_steps: the model of every step"
+        default_factory=list[dict[str, Any]],
+        description="RunResult.model_steps: the model of every step",
     )
     sa_shown: dict[str, Any] = Field(
         default_factory=dict,
@@ -374,7 +377,7 @@ class RunData(BaseModel):
     budget_paused: bool = Field(default=False, exclude=True)
     parse_failures: int = Field(default=0, exclude=True)
     token_counts: list[int] = Field(
-        default_factory=list, exclude=True, description="exact tokens of messages[:len(...)]"
+        default_factory=list[int], exclude=True, description="exact tokens of messages[:len(...)]"
     )
     tools_tokens: int | None = Field(default=None, exclude=True)
     search_attributes: bool = Field(default=False, exclude=True)
@@ -386,7 +389,9 @@ class RunData(BaseModel):
         default_factory=set, exclude=True, description="approval requests made outside a task"
     )
     parked: list[tuple[str, ApproveSignal | RejectSignal, datetime]] = Field(
-        default_factory=list, exclude=True, description="decisions held (workflows/decisions.py)"
+        default_factory=list[tuple[str, ApproveSignal | RejectSignal, datetime]],
+        exclude=True,
+        description="decisions held (workflows/decisions.py)",
     )
 
 

@@ -165,7 +165,7 @@ class PlanStep:
                 view,
                 sid,
                 step_outcome(status.get(call.id, "error")),
-                results.get(call.id, ""),  # type: ignore[arg-type]
+                results.get(call.id, ""),
             )
             if run_id is not None:
                 view = view.model_copy(

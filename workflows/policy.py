@@ -12,7 +12,7 @@ import json
 import posixpath
 import re
 from collections.abc import Collection
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from pydantic import BaseModel, Field
 
@@ -38,7 +38,7 @@ def parse_arguments(arguments: str | dict[str, Any]) -> dict[str, Any] | None:
         value = json.loads(arguments or "{}")
     except ValueError:
         return None
-    return value if isinstance(value, dict) else None
+    return cast("dict[str, Any]", value) if isinstance(value, dict) else None
 
 
 def _normal_path(value: Any) -> str:

@@ -186,7 +186,9 @@ class RunContext:
         if not s.search_attributes or s.req is None:
             return
         if not self.rev4():
-            workflow.upsert_search_attributes(state.search_attribute_pairs(s, initial))  # pyright: ignore[reportUnknownMemberType] - the SDK leaves the update type unparameterized
+            workflow.upsert_search_attributes(  # pyright: ignore[reportUnknownMemberType] - SDK: update type unparameterized
+                state.search_attribute_pairs(s, initial)
+            )
             s.sa_upserted_at = workflow.now()
             return
         # all of them, who and what included: what listings already show drops out

@@ -42,16 +42,13 @@ def run_state(data: RunData, held: list[IgnoredSignal] | None = None) -> RunStat
 
     ``held`` are decisions held for calls not known yet (workflows/decisions.py), shown as ignored.
     """
-    return RunState(
-        **{
-            **_shared(data, RunState),
-            "status": shown_status(data),
-            "pending_approvals": with_child_approvals(
-                list(data.pending.values()), data.child_pending
-            ),
-            "ignored_signals": data.ignored_signals + (held or []),
-        }
-    )
+    fields: dict[str, Any] = {
+        **_shared(data, RunState),
+        "status": shown_status(data),
+        "pending_approvals": with_child_approvals(list(data.pending.values()), data.child_pending),
+        "ignored_signals": data.ignored_signals + (held or []),
+    }
+    return RunState(**fields)
 
 
 def run_result(
@@ -59,16 +56,15 @@ def run_result(
 ) -> RunResult:
     """The run's ``RunResult``; ``duration_ms`` is workflow time since the run started."""
     duration = (now - data.started_at).total_seconds() * 1000
-    return RunResult(
-        **{
-            **_shared(data, RunResult),
-            "status": status,
-            "turns": data.turn,
-            "duration_ms": round(duration, 1),
-            "stopped_reason": reason,
-            "error": error,
-        }
-    )
+    fields: dict[str, Any] = {
+        **_shared(data, RunResult),
+        "status": status,
+        "turns": data.turn,
+        "duration_ms": round(duration, 1),
+        "stopped_reason": reason,
+        "error": error,
+    }
+    return RunResult(**fields)
 
 
 def details(data: RunData) -> str | None:

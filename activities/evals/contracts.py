@@ -68,7 +68,7 @@ class Approver(BaseModel):
     """
 
     principal_id: str = "eval-approver"
-    rules: list[ApproverRule] = Field(default_factory=list)
+    rules: list[ApproverRule] = Field(default_factory=list[ApproverRule])
     default: Literal["approve", "reject"] = "approve"
 
     def decide(self, tool: str) -> ApproverRule:
@@ -155,7 +155,7 @@ class RunFacts(BaseModel):
 
     status: str
     output: str | None = None
-    tool_calls: list[dict[str, Any]] = Field(default_factory=list)
+    tool_calls: list[dict[str, Any]] = Field(default_factory=list[dict[str, Any]])
     """``{"name", "arguments", "status"}`` of each call, in order."""
     total_tokens: int = 0
     cost_usd: float = 0.0
@@ -196,11 +196,11 @@ class RunRecord(BaseModel):
     run_id: str
     status: str
     passed: bool = False
-    scores: list[Score] = Field(default_factory=list)
+    scores: list[Score] = Field(default_factory=list[Score])
     tokens: int = 0
     cost_usd: float = 0.0
     latency_ms: float = 0.0
-    tool_calls: list[dict[str, Any]] = Field(default_factory=list)
+    tool_calls: list[dict[str, Any]] = Field(default_factory=list[dict[str, Any]])
     output: str | None = None
     error: str | None = None
 
@@ -213,7 +213,7 @@ class SuiteProgress(BaseModel):
     variants: list[Variant]
     repeat: int
     total: int
-    records: list[RunRecord] = Field(default_factory=list)
+    records: list[RunRecord] = Field(default_factory=list[RunRecord])
     done: bool = False
     decisions: int = 0
     """Approvals the scripted approver answered."""

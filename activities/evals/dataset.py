@@ -18,8 +18,9 @@ Evaluators are read by name: ``EqualsExpected`` -> exact match, ``Contains`` -> 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import yaml
 from pydantic import BaseModel, Field, ValidationError
@@ -72,10 +73,11 @@ def _from_jsonl(p: Path, text: str) -> Dataset:
             obj = json.loads(line)
             if not isinstance(obj, dict):
                 raise DatasetError(f"{p}:{n}: a line must be a JSON object")
-            if "dataset" in obj and "input" not in obj:
-                header = obj["dataset"] or {}
+            row = cast("dict[str, Any]", obj)
+            if "dataset" in row and "input" not in row:
+                header = row["dataset"] or {}
                 continue
-            cases.append(Case.model_validate(obj))
+            cases.append(Case.model_validate(row))
         except json.JSONDecodeError as e:
             raise DatasetError(f"{p}:{n}: not JSON: {e.msg}") from None
         except ValidationError as e:
@@ -102,8 +104,9 @@ def _as_text(value: Any) -> str:
     if isinstance(value, str):
         return value
     if isinstance(value, dict):
-        texts = [v for v in value.values() if isinstance(v, str)]
-        if len(value) == 1 and texts:
+        mapping = cast("dict[Any, Any]", value)
+        texts: list[str] = [v for v in mapping.values() if isinstance(v, str)]
+        if len(mapping) == 1 and texts:
             return texts[0]
     return json.dumps(value, default=str)
 
@@ -112,24 +115,26 @@ def _evaluator(entry: Any) -> tuple[str, Any]:
     """``(name, argument)`` of a serialised evaluator: ``"Name"`` or ``{"Name": arg}``."""
     if isinstance(entry, str):
         return entry, None
-    if isinstance(entry, dict) and len(entry) == 1:
-        ((name, arg),) = entry.items()
+    mapping = cast("dict[Any, Any]", entry) if isinstance(entry, dict) else None
+    if mapping is not None and len(mapping) == 1:
+        ((name, arg),) = mapping.items()
         return str(name), arg
-    return repr(entry), None
+    return repr(cast(object, entry)), None
 
 
 def _pe_case(raw: dict[str, Any], n: int, shared: list[Any]) -> Case:
     meta = dict(raw.get("metadata") or {}) if isinstance(raw.get("metadata"), dict) else {}
     expected = raw.get("expected_output")
     expected_text = None if expected is None else _as_text(expected)
-    names = []
-    for ev in [*shared, *(raw.get("evaluators") or [])]:
+    names: list[str] = []
+    own: Iterable[Any] = raw.get("evaluators") or []
+    for ev in [*shared, *own]:
         name, arg = _evaluator(ev)
         names.append(name)
         if name == "EqualsExpected":
             meta["match"] = "exact"
         elif name == "Contains":
-            value = arg.get("value") if isinstance(arg, dict) else arg
+            value = cast("dict[str, Any]", arg).get("value") if isinstance(arg, dict) else arg
             meta.setdefault("match", "contains")
             if expected_text is None and value is not None:
                 expected_text = _as_text(value)
@@ -148,15 +153,16 @@ def _from_pydantic_evals(p: Path, text: str) -> Dataset:
         doc = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
     except (json.JSONDecodeError, yaml.YAMLError) as e:
         raise DatasetError(f"{p}: not {p.suffix.lstrip('.').upper()}: {e}") from None
-    if not isinstance(doc, dict) or not isinstance(doc.get("cases"), list):
+    data = cast("dict[str, Any]", doc) if isinstance(doc, dict) else None
+    if data is None or not isinstance(data.get("cases"), list):
         raise DatasetError(f"{p}: a pydantic-evals dataset is a mapping with a list 'cases'")
-    shared = list(doc.get("evaluators") or [])
-    cases = []
-    for n, raw in enumerate(doc["cases"], 1):
+    shared: list[Any] = list(data.get("evaluators") or [])
+    cases: list[Case] = []
+    for n, raw in enumerate(cast("list[Any]", data["cases"]), 1):
         if not isinstance(raw, dict):
             raise DatasetError(f"{p}: case {n} is not a mapping")
         try:
-            cases.append(_pe_case(raw, n, shared))
+            cases.append(_pe_case(cast("dict[str, Any]", raw), n, shared))
         except ValidationError as e:
             raise DatasetError(f"{p}: case {n}: {_problems(e)}") from None
-    return Dataset(name=str(doc.get("name") or p.stem), cases=cases)
+    return Dataset(name=str(data.get("name") or p.stem), cases=cases)

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
-from scipy import stats
+from scipy import stats  # pyright: ignore[reportMissingTypeStubs] - scipy ships no type stubs
 
 from activities.evals.contracts import RunRecord, SuiteProgress
 
@@ -48,7 +48,7 @@ def variant_summary(records: list[RunRecord], k: int) -> dict[str, Any]:
     by_case: dict[str, list[RunRecord]] = defaultdict(list)
     for r in records:
         by_case[r.case_id].append(r)
-    cases = {}
+    cases: dict[str, dict[str, Any]] = {}
     for cid, rs in sorted(by_case.items()):
         c = sum(r.passed for r in rs)
         cases[cid] = {
@@ -79,15 +79,23 @@ def _interval(diffs: list[float]) -> tuple[float, float]:
     if len(diffs) < 2 or len(set(diffs)) == 1:
         d = diffs[0] if diffs else 0.0
         return d, d
-    res = stats.bootstrap(
-        (np.array(diffs),),
-        np.mean,
-        confidence_level=CONFIDENCE,
-        n_resamples=BOOTSTRAP_RESAMPLES,
-        method="percentile",
-        random_state=0,
+    res = cast(
+        Any,
+        stats.bootstrap(  # pyright: ignore[reportUnknownMemberType] - scipy is untyped
+            (np.array(diffs),),
+            np.mean,
+            confidence_level=CONFIDENCE,
+            n_resamples=BOOTSTRAP_RESAMPLES,
+            method="percentile",
+            random_state=0,  # pyright: ignore[reportCallIssue] - scipy's old name of rng: same resamples
+        ),
     )
     return float(res.confidence_interval.low), float(res.confidence_interval.high)
+
+
+def _binom_p(k: int, n: int) -> float:
+    """Two-sided exact binomial test of ``k`` successes in ``n`` at p = 0.5."""
+    return float(stats.binomtest(k, n, 0.5).pvalue)  # pyright: ignore[reportUnknownMemberType] - scipy is untyped
 
 
 def compare(
@@ -109,9 +117,7 @@ def compare(
     pairs = [key for key in pa if key in pb]
     only_a = sum(pa[p] and not pb[p] for p in pairs)
     only_b = sum(pb[p] and not pa[p] for p in pairs)
-    p_value = (
-        1.0 if only_a + only_b == 0 else float(stats.binomtest(only_b, only_a + only_b, 0.5).pvalue)
-    )
+    p_value = 1.0 if only_a + only_b == 0 else float(_binom_p(only_b, only_a + only_b))
     return {
         "baseline": names[0],
         "candidate": names[1],

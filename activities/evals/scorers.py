@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
-from typing import Any
+from typing import Any, cast
 
 from activities.evals.contracts import Case, ExpectedCall, RunFacts, Score, ScorerConfig
 
@@ -45,13 +45,13 @@ def output_match(case: Case, run: RunFacts, cfg: ScorerConfig) -> Score:
 
 def _parsed(arguments: Any) -> dict[str, Any] | None:
     if isinstance(arguments, dict):
-        return arguments
+        return cast("dict[str, Any]", arguments)
     if isinstance(arguments, str):
         try:
             value = json.loads(arguments or "{}")
         except json.JSONDecodeError:
             return None
-        return value if isinstance(value, dict) else None
+        return cast("dict[str, Any]", value) if isinstance(value, dict) else None
     return None
 
 
@@ -63,10 +63,12 @@ def _same(expected: Any, actual: Any) -> bool:
     if isinstance(expected, str) and isinstance(actual, str):
         return expected.strip() == actual.strip()
     if isinstance(expected, list) and isinstance(actual, list):
-        return len(expected) == len(actual) and all(map(_same, expected, actual))
+        exp_items, act_items = cast("list[Any]", expected), cast("list[Any]", actual)
+        return len(exp_items) == len(act_items) and all(map(_same, exp_items, act_items))
     if isinstance(expected, dict) and isinstance(actual, dict):
-        return expected.keys() == actual.keys() and all(
-            _same(v, actual[k]) for k, v in expected.items()
+        exp_map, act_map = cast("dict[Any, Any]", expected), cast("dict[Any, Any]", actual)
+        return exp_map.keys() == act_map.keys() and all(
+            _same(v, act_map[k]) for k, v in exp_map.items()
         )
     return bool(expected == actual)
 
@@ -82,12 +84,12 @@ def arguments_match(expected: dict[str, Any], actual: Any) -> tuple[bool, str]:
         return False, "arguments are not a JSON object"
     args = {k: v for k, v in args.items() if v is not None}
     for key, want in expected.items():
-        spec = want if isinstance(want, dict) and "one_of" in want else None
+        spec = cast("dict[str, Any]", want) if isinstance(want, dict) and "one_of" in want else None
         if key not in args:
             if spec is not None and spec.get("optional"):
                 continue
             return False, f"argument {key} missing"
-        options = spec["one_of"] if spec is not None else [want]
+        options: list[Any] = spec["one_of"] if spec is not None else [want]
         if not any(_same(o, args[key]) for o in options):
             return False, f"argument {key}={json.dumps(args[key])} not in {json.dumps(options)}"
     extra = sorted(set(args) - set(expected))
@@ -143,9 +145,12 @@ def tool_calls_match(case: Case, run: RunFacts, cfg: ScorerConfig) -> Score:
 
 def trajectory_match(case: Case, run: RunFacts, cfg: ScorerConfig) -> Score:
     """The run's tool names against ``metadata.trajectory`` (or the expected calls' names)."""
-    want = case.metadata.get("trajectory")
-    if not isinstance(want, list):
-        want = [c.name for c in case.expected_tool_calls or []]
+    listed = case.metadata.get("trajectory")
+    want: list[Any] = (
+        cast("list[Any]", listed)
+        if isinstance(listed, list)
+        else [c.name for c in case.expected_tool_calls or []]
+    )
     got = [str(c.get("name")) for c in run.tool_calls]
     mode = cfg.trajectory or "exact"
     if mode == "exact":

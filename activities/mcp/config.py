@@ -21,7 +21,7 @@ import os
 import re
 import shlex
 import sys
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -81,7 +81,8 @@ class McpServerSpec(BaseModel):
     def _text_values(cls, v: Any) -> Any:
         if isinstance(v, dict):
             return {
-                str(k): str(x) if isinstance(x, int | float | bool) else x for k, x in v.items()
+                str(k): str(x) if isinstance(x, int | float | bool) else x
+                for k, x in cast("dict[Any, Any]", v).items()
             }
         return v
 

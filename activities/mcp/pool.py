@@ -15,15 +15,15 @@ import contextlib
 import hashlib
 import json
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import Any, TextIO, TypeVar
+from typing import Any, TextIO, TypeVar, cast
 
 import httpx2
 import structlog
 from mcp import Client, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
-from mcp.types import CallToolResult, Tool
+from mcp.types import CallToolResult, RequestParamsMeta, Tool
 
 from activities.contracts import McpServerConfig
 from activities.mcp.config import expand, stdio_argv
@@ -107,7 +107,7 @@ class _StdioServer:
         self._task = asyncio.ensure_future(self._own())
 
     @asynccontextmanager
-    async def _transport(self) -> AsyncIterator[tuple[Any, Any]]:
+    async def _transport(self) -> AsyncGenerator[tuple[Any, Any], None]:
         """The SDK's stdio transport, keeping its read stream to tell when the process is gone."""
         argv = stdio_argv(self.server)
         params = StdioServerParameters(
@@ -280,7 +280,12 @@ class McpPool:
         """
         return await self._with_client(
             server,
-            lambda c: c.call_tool(tool, arguments, read_timeout_seconds=timeout_seconds, meta=meta),
+            lambda c: c.call_tool(
+                tool,
+                arguments,
+                read_timeout_seconds=timeout_seconds,
+                meta=cast(RequestParamsMeta, meta),
+            ),
         )
 
     async def discard_dead(self, server: McpServerConfig) -> None:

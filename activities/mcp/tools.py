@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
+from typing import Any, cast
 
 from mcp.shared.exceptions import MCPError
 from mcp.types import (
@@ -66,9 +66,17 @@ def unavailable(server: McpServerConfig, exc: BaseException) -> ApplicationError
 
 
 def _describe(exc: BaseException) -> str:
-    if isinstance(exc, BaseExceptionGroup) and exc.exceptions:
-        return "; ".join(_describe(e) for e in exc.exceptions)
+    parts = _group_parts(exc)
+    if parts:
+        return "; ".join(_describe(e) for e in parts)
     return f"{type(exc).__name__}: {exc}"[:500]
+
+
+def _group_parts(exc: BaseException) -> tuple[BaseException, ...]:
+    """The exceptions of an exception group; ``()`` for any other exception."""
+    if isinstance(exc, BaseExceptionGroup):
+        return cast("BaseExceptionGroup[BaseException]", exc).exceptions
+    return ()
 
 
 def _risk(spec: McpServerSpec, tool: Tool) -> Any:
@@ -102,8 +110,9 @@ async def pin_server_tools(pool: McpPool, name: str, spec: McpServerSpec) -> lis
     for tool in tools:
         offered = tool_name(name, tool.name)
         if offered in infos:
+            prev = infos[offered].mcp
             raise McpToolsError(
-                f"mcp_servers.{name}: tools {infos[offered].mcp.tool if infos[offered].mcp else ''!r}"
+                f"mcp_servers.{name}: tools {prev.tool if prev else ''!r}"
                 f" and {tool.name!r} would both be offered as {offered}"
             )
         infos[offered] = ToolInfo(
@@ -150,7 +159,7 @@ def _arguments(raw: str | dict[str, Any]) -> dict[str, Any]:
         ) from None
     if not isinstance(value, dict):
         raise ValueError(f"the arguments must be a JSON object, not {type(value).__name__}")
-    return value
+    return cast("dict[str, Any]", value)
 
 
 def _truncate(text: str, limit: int) -> tuple[str, bool]:

@@ -50,7 +50,7 @@ class SandboxResult:
     duration_ms: float
     timed_out: bool
     oom: bool
-    files: list[dict[str, object]] = field(default_factory=list)
+    files: list[dict[str, object]] = field(default_factory=list[dict[str, object]])
 
 
 class SandboxBackend(Protocol):

@@ -80,7 +80,7 @@ def _cgroup(controller: str, name: str) -> Path | None:
 def _cgroups(limits: Limits) -> list[Path]:
     """Per-call cgroups with their limits set (empty where cgroups are not writable)."""
     name = uuid.uuid4().hex[:12]
-    out = []
+    out: list[Path] = []
     pids = _cgroup("pids", name)
     if pids is not None:
         (pids / "pids.max").write_text(str(limits.processes))

@@ -42,7 +42,7 @@ def filter_bpf() -> bytes:
     Raises:
         RuntimeError: libseccomp cannot be loaded (Debian's ``libseccomp2``).
     """
-    import pyseccomp as sc
+    import pyseccomp as sc  # pyright: ignore[reportMissingTypeStubs] - pyseccomp ships no type stubs
 
     f = sc.SyscallFilter(defaction=sc.ALLOW)
     for name in DENIED:

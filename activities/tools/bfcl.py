@@ -53,7 +53,7 @@ def tool_def(fn: dict[str, Any]) -> ToolDef:
         names[pname] = fname
         default = ... if pname in required else None
         fields[fname] = (Any, Field(default, alias=pname))
-    model = create_model(  # type: ignore[call-overload]
+    model = create_model(
         f"Args_{fn['name']}", __config__=ConfigDict(populate_by_name=True), **fields
     )
     return ToolDef(

@@ -40,8 +40,8 @@ _BINOPS: dict[type[ast.operator], Any] = {
     ast.Add: operator.add,
     ast.Sub: operator.sub,
     ast.Mult: operator.mul,
-    ast.Div: operator.truediv,
-    ast.FloorDiv: operator.floordiv,
+    ast.Div: operator.truediv,  # pyright: ignore[reportUnknownMemberType] - typeshed leaves its operands untyped
+    ast.FloorDiv: operator.floordiv,  # pyright: ignore[reportUnknownMemberType] - typeshed leaves its operands untyped
     ast.Mod: operator.mod,
 }
 _UNARY: dict[type[ast.unaryop], Any] = {ast.UAdd: operator.pos, ast.USub: operator.neg}

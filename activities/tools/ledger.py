@@ -27,7 +27,7 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import structlog
 
@@ -97,8 +97,9 @@ def _read(entry: Path, key: str) -> str | None:
         data = json.loads(entry.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    if isinstance(data, dict) and data.get("key") == key and isinstance(data.get("result"), str):
-        return data["result"]
+    fields = cast("dict[str, Any]", data) if isinstance(data, dict) else None
+    if fields is not None and fields.get("key") == key and isinstance(fields.get("result"), str):
+        return fields["result"]
     return None
 
 

@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from pydantic import BaseModel, Field, ValidationError
 
@@ -100,9 +100,9 @@ class ToolContext:
     principal_id: str = "anonymous"
     heartbeat: Callable[..., None] = _no_heartbeat
     idempotency_key: str = ""
-    run_files: dict[str, str] = field(default_factory=dict)
+    run_files: dict[str, str] = field(default_factory=dict[str, str])
     """Files earlier calls of the run wrote (name -> payload store key), for sandboxed tools."""
-    new_files: dict[str, str] = field(default_factory=dict)
+    new_files: dict[str, str] = field(default_factory=dict[str, str])
     """Files this call wrote (name -> payload store key): the outcome's ``files``."""
 
     def __post_init__(self) -> None:
@@ -171,7 +171,7 @@ class ToolDef:
     round trip of its own; docs/throughput.md). A spec's ``tools`` entry may override it."""
     is_async: bool = False
     # parameter name -> pydantic field name (differs when the name would shadow BaseModel's API)
-    field_names: dict[str, str] = field(default_factory=dict)
+    field_names: dict[str, str] = field(default_factory=dict[str, str])
 
     @classmethod
     def from_function(
@@ -235,7 +235,7 @@ class ToolDef:
     def parameter_summary(self) -> str:
         """``path (string, required), start_line (integer)``: the parameters for error messages."""
         required = set(self.parameters.get("required", []))
-        parts = []
+        parts: list[str] = []
         for pname, prop in self.parameters.get("properties", {}).items():
             kind = prop.get("type") or "any"
             parts.append(f"{pname} ({kind}{', required' if pname in required else ''})")
@@ -268,14 +268,14 @@ def _parse_arguments(tool: ToolDef, arguments: str | dict[str, Any]) -> dict[str
             f"the arguments of {tool.name} must be a JSON object, not {type(value).__name__}. "
             f"Parameters: {tool.parameter_summary()}."
         )
-    return value
+    return cast("dict[str, Any]", value)
 
 
 def _validate(tool: ToolDef, raw: dict[str, Any]) -> BaseModel:
     try:
         return tool.args_model.model_validate(raw)
     except ValidationError as e:
-        problems = []
+        problems: list[str] = []
         for err in e.errors(include_url=False):
             loc = ".".join(str(x) for x in err["loc"]) or "(arguments)"
             problems.append(f"- {loc}: {err['msg']}")
@@ -320,7 +320,7 @@ class ToolRegistry:
             fn_or_tool if isinstance(fn_or_tool, ToolDef) else getattr(fn_or_tool, "__tool__", None)
         )
         if not isinstance(tool_def, ToolDef):
-            tool_def = ToolDef.from_function(fn_or_tool)
+            tool_def = ToolDef.from_function(cast("Callable[..., Any]", fn_or_tool))
         old = self._tools.get(tool_def.name)
         if old is not None and _qualname(old.fn) != _qualname(tool_def.fn):
             raise ValueError(
@@ -482,7 +482,7 @@ def tool(
             local=local,
         )
         (registry or REGISTRY).register(tool_def)
-        f.__tool__ = tool_def  # type: ignore[attr-defined]  # functions take attributes at run time
+        f.__tool__ = tool_def  # type: ignore[attr-defined] - functions take attributes at run time
         return f
 
     return decorate(fn) if fn is not None else decorate
@@ -504,7 +504,7 @@ def load_tool_modules(modules: Iterable[str] | str) -> list[ModuleType]:
     """
     if isinstance(modules, str):
         modules = modules.split(",")
-    loaded = []
+    loaded: list[ModuleType] = []
     for mod_name in (m.strip() for m in modules):
         if not mod_name:
             continue

@@ -179,6 +179,9 @@ def run_command(
         stdin: text given on standard input.
         timeout_s: wall-clock seconds before it is killed (at most 120).
     """
-    if not argv or not all(isinstance(a, str) and a for a in argv):
+    if not argv or not all(
+        isinstance(a, str) and a  # pyright: ignore[reportUnnecessaryIsInstance] - model-sent JSON
+        for a in argv
+    ):
         raise ToolError("argv must be a non-empty list of strings")
     return _run(ctx, argv, stdin or "", [], timeout_s)

@@ -6,7 +6,7 @@ The schema is the OpenAI function-parameters shape: ``{"type": "object", "proper
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from pydantic import BaseModel, ConfigDict, create_model
 
@@ -16,15 +16,17 @@ _KEEP_AS_IS = {"default", "examples", "enum", "const"}
 def _clean_schema(node: Any) -> Any:
     """Drop pydantic's ``title`` keys everywhere except where they are property names."""
     if isinstance(node, list):
-        return [_clean_schema(x) for x in node]
+        return [_clean_schema(x) for x in cast("list[Any]", node)]
     if not isinstance(node, dict):
         return node
     out: dict[str, Any] = {}
-    for key, value in node.items():
+    for key, value in cast("dict[str, Any]", node).items():
         if key == "title":
             continue
         if key in ("properties", "$defs", "definitions") and isinstance(value, dict):
-            out[key] = {name: _clean_schema(sub) for name, sub in value.items()}
+            out[key] = {
+                name: _clean_schema(sub) for name, sub in cast("dict[Any, Any]", value).items()
+            }
         elif key in _KEEP_AS_IS:
             out[key] = value
         else:
@@ -37,13 +39,16 @@ def _simplify_optionals(schema: dict[str, Any]) -> None:
     required = set(schema.get("required", []))
     for name, prop in schema.get("properties", {}).items():
         any_of = prop.get("anyOf")
-        if name in required or not isinstance(any_of, list) or len(any_of) != 2:
+        if name in required or not isinstance(any_of, list):
             continue
-        others = [s for s in any_of if s != {"type": "null"}]
+        options = cast("list[Any]", any_of)
+        if len(options) != 2:
+            continue
+        others = [s for s in options if s != {"type": "null"}]
         if len(others) != 1:
             continue
         del prop["anyOf"]
-        merged = {**others[0], **prop}
+        merged: dict[str, Any] = {**others[0], **prop}
         if "default" in merged and merged["default"] is None:
             del merged["default"]
         prop.clear()
