@@ -111,7 +111,7 @@ def spawn(
     popen_kw: dict[str, object] = {}
     if detach and os.name == "nt":  # pragma: no cover - not exercised here
         popen_kw["creationflags"] = (
-            subprocess.CREATE_NEW_PROCESS_GROUP | subprocess.DETACHED_PROCESS  # type: ignore[attr-defined]
+            subprocess.CREATE_NEW_PROCESS_GROUP | subprocess.DETACHED_PROCESS  # type: ignore[attr-defined] - Windows-only flags
         )
     elif detach:
         popen_kw["start_new_session"] = True
