@@ -116,7 +116,7 @@ class PostgresMemoryStore:
             )
             same = self._one(
                 "SELECT body FROM memory_items WHERE tenant = %s AND scope = %s AND norm = %s "
-                f"AND {self._LIVE} ORDER BY created LIMIT 1",
+                f"AND {self._LIVE} LIMIT 1",
                 (ns.tenant_id, ns.scope, key, time.time()),
             )
             if same is not None:

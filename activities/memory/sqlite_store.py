@@ -45,8 +45,10 @@ COMMON_MIN_DOCS = 1000
 """A term in fewer items of a namespace than this is never common (see the module doc)."""
 COMMON_FRACTION = 0.05
 """A term in at least this fraction of a namespace's live items (and COMMON_MIN_DOCS) is common."""
-KNN_OVERSAMPLE = 8
+KNN_OVERSAMPLE = 3
 """Bit-KNN candidates per wanted vector candidate, re-ranked by cosine."""
+EXACT_KNN_MAX = 512
+"""A namespace of at most this many live items: every one is re-ranked by cosine."""
 _LIVE = "valid_to IS NULL AND (expires_at IS NULL OR expires_at > ?)"
 
 
@@ -97,7 +99,7 @@ class SqliteMemoryStore:
                     return prior
             same = self._one(
                 f"SELECT body FROM items WHERE tenant = ? AND scope = ? AND norm = ? AND {_LIVE} "
-                "ORDER BY created LIMIT 1",
+                "LIMIT 1",
                 (ns.tenant_id, ns.scope, text_key(item.text), time.time()),
             )
             if same is not None:
@@ -229,7 +231,8 @@ class SqliteMemoryStore:
                     continue
                 asked[row[0]] = (ns.tenant_id, ns.scope)
                 fuse(
-                    [self._bm25(row[0], row[1], terms, want), self._knn(row[0], vec, want)], scores
+                    [self._bm25(row[0], row[1], terms, want), self._knn(row[0], row[1], vec, want)],
+                    scores,
                 )
             return self._hits(scores, asked, limit)
 
@@ -259,19 +262,22 @@ class SqliteMemoryStore:
         return hits
 
     def _bm25(self, nid: int, live: int, terms: list[str], want: int) -> list[int]:
-        """Rids of namespace ``nid`` by BM25, best first (common terms handled as documented)."""
+        """Rids of namespace ``nid`` by words, best first (common terms as in the module doc)."""
         if not terms:
             return []
         lo, hi = sch.rid_range(nid)
         cut = max(COMMON_MIN_DOCS, int(live * COMMON_FRACTION))
         rare = terms if live < cut else [t for t in terms if self._df(t, lo, hi, cut) < cut]
-        match = " OR ".join(f'"{t}"' for t in rare) or " AND ".join(f'"{t}"' for t in terms)
+        if rare:
+            match, order = " OR ".join(f'"{t}"' for t in rare), "rank"
+        else:
+            match, order = " AND ".join(f'"{t}"' for t in terms), "rowid DESC"
         rows = self._db.execute(
             "SELECT rowid FROM items_fts WHERE items_fts MATCH ? AND rowid BETWEEN ? AND ? "
-            "ORDER BY rank LIMIT ?",
+            f"ORDER BY {order} LIMIT ?",
             (match, lo, hi, want),
         ).fetchall()
-        return [r[0] for r in rows]
+        return [int(str(r[0])) for r in rows]
 
     def _df(self, term: str, lo: int, hi: int, cap: int) -> int:
         """Items of rids ``lo..hi`` holding ``term``, counted up to ``cap``."""
@@ -281,14 +287,18 @@ class SqliteMemoryStore:
             (f'"{term}"', lo, hi, cap),
         ).fetchall()[0][0]
 
-    def _knn(self, nid: int, vec: np.ndarray, want: int) -> list[int]:
-        """Rids of namespace ``nid`` nearest ``vec``: bit-KNN candidates re-ranked by cosine."""
+    def _knn(self, nid: int, live: int, vec: np.ndarray, want: int) -> list[int]:
+        """Rids of namespace ``nid`` nearest ``vec``: bit-KNN candidates re-ranked by cosine.
+
+        A namespace of up to ``EXACT_KNN_MAX`` live items is re-ranked whole (exact).
+        """
+        k = live if live <= EXACT_KNN_MAX else want * KNN_OVERSAMPLE
         cand = [
             r[0]
             for r in self._db.execute(
                 "SELECT rowid FROM items_bits WHERE embedding MATCH vec_bit(?) AND k = ? "
                 "AND nid = ?",
-                (sch.bits(vec), min(4096, want * KNN_OVERSAMPLE), nid),
+                (sch.bits(vec), max(1, min(4096, k)), nid),
             )
         ]
         if not cand:
