@@ -272,7 +272,11 @@ class SqliteMemoryStore:
             return []
         lo, hi = sch.rid_range(nid)
         cut = max(COMMON_MIN_DOCS, int(live * COMMON_FRACTION))
-        rare = terms if live < cut else [t for t in terms if self._df(t, lo, hi, cut) < cut]
+        rare = terms
+        if live >= cut:
+            rare = [
+                t for t, c in zip(terms, self._common(terms, lo, hi, cut), strict=True) if not c
+            ]
         if rare:
             match, order = " OR ".join(f'"{t}"' for t in rare), "rank"
         else:
@@ -284,13 +288,15 @@ class SqliteMemoryStore:
         ).fetchall()
         return [int(str(r[0])) for r in rows]
 
-    def _df(self, term: str, lo: int, hi: int, cap: int) -> int:
-        """Items of rids ``lo..hi`` holding ``term``, counted up to ``cap``."""
-        return self._db.execute(
-            "SELECT count(*) FROM (SELECT 1 FROM items_fts WHERE items_fts MATCH ? "
-            "AND rowid BETWEEN ? AND ? LIMIT ?)",
-            (f'"{term}"', lo, hi, cap),
-        ).fetchall()[0][0]
+    def _common(self, terms: list[str], lo: int, hi: int, cut: int) -> list[bool]:
+        """For each term: is it in at least ``cut`` items of rids ``lo..hi`` (one statement)."""
+        one = (
+            "(SELECT count(*) FROM (SELECT 1 FROM items_fts WHERE items_fts MATCH ? "
+            "AND rowid BETWEEN ? AND ? LIMIT ?))"
+        )
+        args = [a for t in terms for a in (f'"{t}"', lo, hi, cut)]
+        row = self._db.execute("SELECT " + ", ".join([one] * len(terms)), args).fetchall()[0]
+        return [int(str(n)) >= cut for n in row]
 
     def _knn(self, nid: int, live: int, vec: np.ndarray, want: int) -> list[int]:
         """Rids of namespace ``nid`` nearest ``vec``: bit-KNN candidates re-ranked by cosine.
