@@ -128,3 +128,20 @@ def test_the_same_fact_is_stored_once_while_it_is_live(store: SqliteMemoryStore 
     assert sorted(i.text for i in store.list(a)) == sorted(
         ["Dave drinks oat milk lattes!", "Dave drinks black coffee.", one.text]
     )
+
+
+def test_a_postgres_table_without_the_text_key_column_is_upgraded(postgres_url: str):
+    import psycopg
+
+    a = ns("t1", "gina")
+    first = PostgresMemoryStore(postgres_url, EMB)
+    one = first.put(MemoryItem(namespace=a, text="Gina's team is payments."))
+    first.close()
+    with psycopg.connect(postgres_url, autocommit=True) as db:  # as the first version made it
+        db.execute("DROP INDEX memory_items_norm; ALTER TABLE memory_items DROP COLUMN norm")
+    store = PostgresMemoryStore(postgres_url, EMB)
+    try:
+        assert store.put(MemoryItem(namespace=a, text="Gina's team is  payments.")).id == one.id
+        assert [i.id for i in store.list(a)] == [one.id]
+    finally:
+        store.close()
