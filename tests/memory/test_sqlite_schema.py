@@ -113,3 +113,36 @@ def test_common_words_do_not_crowd_out_rare_ones(tmp_path: Path, monkeypatch: py
     assert len(bm25(nid, live, ["note", "zebra"], 20)) == 14
     assert np.isfinite(store.search([a], "zebra", 1)[0].score)
     store.close()
+
+
+def test_codes_and_counts_follow_every_write(tmp_path: Path):
+    from activities.memory import sqlite_schema as sch
+
+    store = SqliteMemoryStore(tmp_path / "m.db", EMB)
+    a, b = Namespace(tenant_id="t", scope="user:a"), Namespace(tenant_id="t", scope="user:b")
+    items = [
+        store.put(MemoryItem(namespace=a, text=f"fact number {i} about {i * 7}")) for i in range(40)
+    ]
+    store.put(MemoryItem(namespace=b, text="fact number 3 about 21, in b"))
+    store.delete("t", items[0].id)
+    new = store.supersede(items[1].id, MemoryItem(namespace=a, text="the harbour is in Leith"))
+    store.edit("t", items[2].id, "the violin is a Stradivarius")
+    store.put(MemoryItem(namespace=a, text="closed already", valid_to=1.0))
+    db = store._db  # noqa: SLF001 - the index tables themselves
+    nid = sch.namespace_id(db, "t", "user:a", create=False)
+    assert nid is not None
+    rids, codes = sch.codes(db, nid)
+    live = {
+        int(str(r[0]))
+        for r in db.execute(
+            "SELECT rid FROM items WHERE tenant = 't' AND scope = 'user:a' AND valid_to IS NULL"
+        )
+    }
+    assert sorted(rids.tolist()) == sorted(live) and len(live) == 39 and codes.shape == (39, 32)
+    blocks = db.execute("SELECT blk, cap FROM codes WHERE nid = ? ORDER BY blk", (nid,)).fetchall()
+    assert [(int(str(x)), int(str(c))) for x, c in blocks] == [(0, 16), (1, 32)]
+    assert db.execute("SELECT live FROM namespaces WHERE nid = ?", (nid,)).fetchall()[0][0] == 39
+    assert store.search([a], "harbour Leith", 1)[0].item.id == new.id
+    assert store.search([a], "violin", 1)[0].item.id == items[2].id
+    assert all(h.item.namespace == a for h in store.search([a], "fact number 3 about 21", 50))
+    store.close()
