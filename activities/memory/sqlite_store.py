@@ -11,9 +11,9 @@ fuses them by reciprocal rank fusion (score ``sum 1 / (60 + rank)``; Cormack et 
 * Words: FTS5 restricted to the namespace's rowid range. A term found in at least
   ``max(COMMON_MIN_DOCS, COMMON_FRACTION * live items)`` items of the namespace is *common*
   (counted with a ``LIMIT``, so at most that many postings are read). As in Lucene's
-  common-terms query, common terms are left out when the query has others, and the rest are
-  ranked by ``bm25()``; a query of only common terms takes the items that hold all of them
-  (AND), newest first. Ranking by ``bm25()`` costs FTS5 about 0.7 microseconds an item that
+  common-terms query, the other terms are ranked by ``bm25()`` (OR) without the common ones;
+  when they give fewer than the candidates wanted (or the query has only common terms), the
+  items that hold every common term (AND) follow, newest first. Ranking by ``bm25()`` costs FTS5 about 0.7 microseconds an item that
   matches (18 ms for 23,000 items) plus, for each term's IDF, a pass over that term's postings
   in the whole file (5 ms for four words each in 46,000 of 100,000 items), measured here
   (2026-11); a namespace under ``COMMON_MIN_DOCS`` items ranks every term by ``bm25()``.
@@ -271,15 +271,20 @@ class SqliteMemoryStore:
             return []
         lo, hi = sch.rid_range(nid)
         cut = max(COMMON_MIN_DOCS, int(live * COMMON_FRACTION))
-        rare = terms
+        common = set()
         if live >= cut:
-            rare = [
-                t for t, c in zip(terms, self._common(terms, lo, hi, cut), strict=True) if not c
-            ]
-        if rare:
-            match, order = " OR ".join(f'"{t}"' for t in rare), "rank"
-        else:
-            match, order = " AND ".join(f'"{t}"' for t in terms), "rowid DESC"
+            flags = self._common(terms, lo, hi, cut)
+            common = {t for t, c in zip(terms, flags, strict=True) if c}
+        rare = [t for t in terms if t not in common]
+        out = self._match(" OR ".join(f'"{t}"' for t in rare), "rank", lo, hi, want) if rare else []
+        if common and len(out) < want:  # then the items holding every common term, newest first
+            seen = set(out)
+            every = " AND ".join(f'"{t}"' for t in terms if t in common)
+            out += [r for r in self._match(every, "rowid DESC", lo, hi, want) if r not in seen]
+        return out[:want]
+
+    def _match(self, match: str, order: str, lo: int, hi: int, want: int) -> list[int]:
+        """Rids ``lo..hi`` matching the FTS5 query ``match``, by ``order``, at most ``want``."""
         rows = self._db.execute(
             "SELECT rowid FROM items_fts WHERE items_fts MATCH ? AND rowid BETWEEN ? AND ? "
             f"ORDER BY {order} LIMIT ?",

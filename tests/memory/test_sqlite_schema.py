@@ -104,8 +104,12 @@ def test_common_words_do_not_crowd_out_rare_ones(tmp_path: Path, monkeypatch: py
     assert live == 14
     bm25 = store._bm25  # noqa: SLF001 - the word ranking alone, without the vectors
     ids = {r[0]: json.loads(r[1])["id"] for r in store._db.execute("SELECT rid, body FROM items")}  # noqa: SLF001
-    # "note" is in 13 of 14 items: common; "zebra" is rare, so it alone decides
-    assert [ids[r] for r in bm25(nid, live, ["note", "zebra"], 10)] == [rare.id]
+    notes = [ids[r] for r in sorted(ids, reverse=True) if ids[r] != rare.id]  # newest first
+    # "note" is in 13 of 14 items: common; "zebra" is rare, so it ranks first, alone by bm25, and
+    # the items holding the common word follow (newest first) to fill the candidates
+    assert [ids[r] for r in bm25(nid, live, ["note", "zebra"], 10)] == [rare.id, *notes[:9]]
+    assert [ids[r] for r in bm25(nid, live, ["note", "zebra"], 1)] == [rare.id]
+    assert [ids[r] for r in bm25(nid, live, ["note", "nosuchword"], 3)] == notes[:3]
     # only common words: all of them are required
     assert [ids[r] for r in bm25(nid, live, ["note", "alpha", "beta"], 10)] == [both.id]
     # under the threshold every word counts (plain OR)
