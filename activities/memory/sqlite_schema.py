@@ -1,7 +1,8 @@
 """The SQLite memory store's schema (version 2) and the migration from version 1.
 
 Version 2 clusters every index by namespace. Each namespace ``(tenant, scope)`` gets an integer
-``nid`` (table ``namespaces``, which also counts its live items), and an item's ``rid`` is
+``nid`` (table ``namespaces``, which also counts its live items and the changes to its
+indexes, ``ver``), and an item's ``rid`` is
 ``nid << 32 | n`` (``n`` from 1 within the namespace). So:
 
 * ``items_fts`` (FTS5, rowid ``rid``): one namespace's postings are one contiguous rowid range of
@@ -38,6 +39,7 @@ NS_BITS = 32
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS namespaces (
   nid INTEGER PRIMARY KEY, tenant TEXT NOT NULL, scope TEXT NOT NULL, live INTEGER NOT NULL DEFAULT 0,
+  ver INTEGER NOT NULL DEFAULT 0,
   UNIQUE (tenant, scope)
 );
 CREATE TABLE IF NOT EXISTS items (
@@ -57,7 +59,7 @@ CREATE VIRTUAL TABLE IF NOT EXISTS items_fts USING fts5(text, tokenize='porter u
 
 
 def bit_dim(dim: int) -> int:
-    """``dim`` rounded up to a multiple of 8 (the width of the ``bit[]`` column)."""
+    """``dim`` rounded up to a multiple of 8: the bits of one code (its bytes: that over 8)."""
     return (dim + 7) // 8 * 8
 
 
@@ -200,7 +202,7 @@ def index(db: apsw.Connection, rid: int, text: str, vec: np.ndarray) -> None:
     _write(db, rowid, "bits", n * len(code), code)
     db.execute("UPDATE codes SET n = n + 1 WHERE rowid = ?", (rowid,))
     db.execute("UPDATE items SET slot = ? WHERE rid = ?", (blk << 16 | n, rid))
-    db.execute("UPDATE namespaces SET live = live + 1 WHERE nid = ?", (nid,))
+    db.execute("UPDATE namespaces SET live = live + 1, ver = ver + 1 WHERE nid = ?", (nid,))
 
 
 def unindex(db: apsw.Connection, rid: int) -> None:
@@ -214,7 +216,7 @@ def unindex(db: apsw.Connection, rid: int) -> None:
     ).fetchall():
         _write(db, _int(rowid), "rids", (_int(slot) & 0xFFFF) * 8, bytes(8))
     db.execute("UPDATE items SET slot = NULL WHERE rid = ?", (rid,))
-    db.execute("UPDATE namespaces SET live = live - 1 WHERE nid = ?", (nid,))
+    db.execute("UPDATE namespaces SET live = live - 1, ver = ver + 1 WHERE nid = ?", (nid,))
 
 
 def codes(db: apsw.Connection, nid: int) -> tuple[np.ndarray, np.ndarray]:

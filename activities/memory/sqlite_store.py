@@ -34,6 +34,7 @@ import json
 import re
 import threading
 import time
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +54,8 @@ COMMON_FRACTION = 0.05
 """A term in at least this fraction of a namespace's live items (and COMMON_MIN_DOCS) is common."""
 KNN_OVERSAMPLE = 8
 """Hamming candidates per wanted vector candidate, re-ranked by cosine."""
+CODES_CACHED = 64
+"""Namespaces whose codes a store keeps in memory (40 bytes an item for 256 dimensions)."""
 _LIVE = "valid_to IS NULL AND (expires_at IS NULL OR expires_at > ?)"
 
 
@@ -83,6 +86,7 @@ class SqliteMemoryStore:
         self._db.enable_load_extension(False)
         self._db.setbusytimeout(5000)
         self._lock = threading.RLock()
+        self._codes: OrderedDict[int, tuple[int, np.ndarray, np.ndarray]] = OrderedDict()
         with self._lock:
             self._db.execute("PRAGMA journal_mode=WAL")
             sch.open_schema(self._db)
@@ -228,14 +232,14 @@ class SqliteMemoryStore:
         with self._lock:
             for ns in dict.fromkeys(namespaces):
                 row = self._row(
-                    "SELECT nid, live FROM namespaces WHERE tenant = ? AND scope = ?",
+                    "SELECT nid, live, ver FROM namespaces WHERE tenant = ? AND scope = ?",
                     (ns.tenant_id, ns.scope),
                 )
                 if row is None:
                     continue
                 asked[row[0]] = (ns.tenant_id, ns.scope)
                 fuse(
-                    [self._bm25(row[0], row[1], terms, want), self._knn(row[0], vec, want)],
+                    [self._bm25(row[0], row[1], terms, want), self._knn(row[0], row[2], vec, want)],
                     scores,
                 )
             return self._hits(scores, asked, limit)
@@ -302,9 +306,26 @@ class SqliteMemoryStore:
         row = self._db.execute("SELECT " + ", ".join([one] * len(terms)), args).fetchall()[0]
         return [int(str(n)) >= cut for n in row]
 
-    def _knn(self, nid: int, vec: np.ndarray, want: int) -> list[int]:
-        """Rids of namespace ``nid`` nearest ``vec``: Hamming candidates re-ranked by cosine."""
+    def _namespace_codes(self, nid: int, ver: int) -> tuple[np.ndarray, np.ndarray]:
+        """:func:`sqlite_schema.codes` of ``nid``, kept while the namespace's ``ver`` is ``ver``.
+
+        ``ver`` changes with every index change, by any process (it is in the file), so a kept
+        copy is never older than the ``ver`` it was read at; at most ``CODES_CACHED`` are kept.
+        """
+        got = self._codes.get(nid)
+        if got is not None and got[0] == ver:
+            self._codes.move_to_end(nid)
+            return got[1], got[2]
         rids, codes = sch.codes(self._db, nid)
+        self._codes[nid] = (ver, rids, codes)
+        self._codes.move_to_end(nid)
+        while len(self._codes) > CODES_CACHED:
+            self._codes.popitem(last=False)
+        return rids, codes
+
+    def _knn(self, nid: int, ver: int, vec: np.ndarray, want: int) -> list[int]:
+        """Rids of namespace ``nid`` nearest ``vec``: Hamming candidates re-ranked by cosine."""
+        rids, codes = self._namespace_codes(nid, ver)
         if not len(rids):
             return []
         query = np.frombuffer(sch.bits(vec), dtype=np.uint8)

@@ -150,3 +150,18 @@ def test_codes_and_counts_follow_every_write(tmp_path: Path):
     assert store.search([a], "violin", 1)[0].item.id == items[2].id
     assert all(h.item.namespace == a for h in store.search([a], "fact number 3 about 21", 50))
     store.close()
+
+
+def test_a_second_connection_sees_another_ones_writes_by_meaning(tmp_path: Path):
+    a = Namespace(tenant_id="t", scope="user:a")
+    one, two = SqliteMemoryStore(tmp_path / "m.db", EMB), SqliteMemoryStore(tmp_path / "m.db", EMB)
+    one.put(MemoryItem(namespace=a, text="The invoice is due on Monday."))
+    old = one.put(MemoryItem(namespace=a, text="Backups run nightly at two."))
+    assert len(one.search([a], "kitten", 5)) == 2  # the namespace's codes are now kept
+    cat = two.put(MemoryItem(namespace=a, text="Their cat is a small grey tabby."))
+    assert cat.id in [h.item.id for h in one.search([a], "kitten", 5)]  # by the vector alone
+    two.edit("t", old.id, "The dog sleeps in the hall.")  # the same count of items
+    ids = [h.item.id for h in one.search([a], "puppy", 5)]
+    assert old.id in ids and len(ids) == 3
+    one.close()
+    two.close()
