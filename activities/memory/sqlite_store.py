@@ -87,6 +87,7 @@ class SqliteMemoryStore:
         self._db.setbusytimeout(5000)
         self._lock = threading.RLock()
         self._codes: OrderedDict[int, tuple[int, np.ndarray, np.ndarray]] = OrderedDict()
+        self._flags: OrderedDict[tuple[int, int], dict[str, bool]] = OrderedDict()
         with self._lock:
             self._db.execute("PRAGMA journal_mode=WAL")
             sch.open_schema(self._db)
@@ -239,7 +240,10 @@ class SqliteMemoryStore:
                     continue
                 asked[row[0]] = (ns.tenant_id, ns.scope)
                 fuse(
-                    [self._bm25(row[0], row[1], terms, want), self._knn(row[0], row[2], vec, want)],
+                    [
+                        self._bm25((row[0], row[2]), row[1], terms, want),
+                        self._knn(row[0], row[2], vec, want),
+                    ],
                     scores,
                 )
             return self._hits(scores, asked, limit)
@@ -269,16 +273,24 @@ class SqliteMemoryStore:
                         return hits
         return hits
 
-    def _bm25(self, nid: int, live: int, terms: list[str], want: int) -> list[int]:
-        """Rids of namespace ``nid`` by words, best first (common terms as in the module doc)."""
+    def _bm25(self, nv: tuple[int, int], live: int, terms: list[str], want: int) -> list[int]:
+        """Rids of namespace ``nv = (nid, ver)`` by words, best first (common terms: module doc)."""
         if not terms:
             return []
-        lo, hi = sch.rid_range(nid)
+        lo, hi = sch.rid_range(nv[0])
         cut = max(COMMON_MIN_DOCS, int(live * COMMON_FRACTION))
         common = set()
         if live >= cut:
-            flags = self._common(terms, lo, hi, cut)
-            common = {t for t, c in zip(terms, flags, strict=True) if c}
+            flags = self._flags.setdefault(nv, {})  # valid while the namespace's ver is nv[1]
+            self._flags.move_to_end(nv)
+            while len(self._flags) > CODES_CACHED:
+                self._flags.popitem(last=False)
+            if len(flags) > 10_000:  # a bound on the terms kept per namespace
+                flags.clear()
+            new = [t for t in terms if t not in flags]
+            if new:
+                flags.update(zip(new, self._common(new, lo, hi, cut), strict=True))
+            common = {t for t in terms if flags[t]}
         rare = [t for t in terms if t not in common]
         out = self._match(" OR ".join(f'"{t}"' for t in rare), "rank", lo, hi, want) if rare else []
         if common and len(out) < want:  # then the items holding every common term, newest first

@@ -99,8 +99,8 @@ def test_common_words_do_not_crowd_out_rare_ones(tmp_path: Path, monkeypatch: py
         store.put(MemoryItem(namespace=a, text=f"note alpha {i}" if i % 2 else f"note beta {i}"))
     both = store.put(MemoryItem(namespace=a, text="note alpha beta together"))
     rare = store.put(MemoryItem(namespace=a, text="a zebra in the garden"))
-    row = store._db.execute("SELECT nid, live FROM namespaces").fetchall()[0]  # noqa: SLF001
-    nid, live = int(str(row[0])), int(str(row[1]))
+    row = store._db.execute("SELECT nid, live, ver FROM namespaces").fetchall()[0]  # noqa: SLF001
+    nid, live = (int(str(row[0])), int(str(row[2]))), int(str(row[1]))
     assert live == 14
     bm25 = store._bm25  # noqa: SLF001 - the word ranking alone, without the vectors
     ids = {r[0]: json.loads(r[1])["id"] for r in store._db.execute("SELECT rid, body FROM items")}  # noqa: SLF001
