@@ -22,6 +22,9 @@ fuses them by reciprocal rank fusion (score ``sum 1 / (60 + rank)``; Cormack et 
   embeddings (``items.emb``); a namespace of up to ``limit * 4 * KNN_OVERSAMPLE`` live items is
   re-ranked whole, so its ranking is exact. On the synthetic 100k set this keeps 99% of the exact
   cosine top 32 (measured here, 2026-11).
+* A store keeps, for its ``CODES_CACHED`` most recent namespaces, their codes and which terms
+  are common, while the namespace's ``ver`` (bumped in the file by every index change, from any
+  process) is the one they were read at.
 
 Namespaces match by equality of both segments (the ``namespaces`` table), never by pattern, and
 every hit is checked against the asked namespaces before it is returned; query text reaches FTS5
