@@ -14,6 +14,7 @@ Items are add-only from the model's side: a new fact that contradicts an old one
 
 from __future__ import annotations
 
+import hashlib
 import time
 import uuid
 from typing import Any, Literal, Protocol
@@ -47,6 +48,14 @@ def scope(kind: ScopeKind, ident: str) -> str:
     if not ident or len(ident) > MAX_ID_CHARS:
         raise ValueError(f"a {kind} id must be 1 to {MAX_ID_CHARS} characters")
     return f"{kind}:{ident}"
+
+
+def text_key(text: str) -> str:
+    """sha256 (hex) of ``text`` with its whitespace normalised (runs of it one space, ends cut).
+
+    Two texts with the same key are the same fact to :meth:`MemoryStore.put`.
+    """
+    return hashlib.sha256(" ".join(text.split()).encode()).hexdigest()
 
 
 class Provenance(BaseModel):
@@ -92,7 +101,12 @@ class MemoryStore(Protocol):
     """
 
     def put(self, item: MemoryItem) -> MemoryItem:
-        """Store ``item``; a second put with the same ``idempotency_key`` returns the first."""
+        """Store ``item`` and return it, or return the item already stored instead.
+
+        A second put with the same ``idempotency_key`` (same tenant) returns the first item; a put
+        whose text equals (whitespace normalised, :func:`text_key`) that of a live item of the
+        same namespace (not superseded, not expired) returns that item and stores nothing.
+        """
         ...
 
     def get(self, tenant_id: str, item_id: str) -> MemoryItem | None:

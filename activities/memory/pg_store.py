@@ -26,7 +26,7 @@ import numpy as np
 
 from activities.memory.embed import Embedder
 from activities.memory.fusion import fuse
-from activities.memory.items import Hit, MemoryItem, Namespace
+from activities.memory.items import Hit, MemoryItem, Namespace, text_key
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 
@@ -47,6 +47,9 @@ CREATE INDEX IF NOT EXISTS memory_items_ns ON memory_items(tenant, scope, create
 CREATE INDEX IF NOT EXISTS memory_items_tsv ON memory_items USING gin(tsv);
 CREATE INDEX IF NOT EXISTS memory_items_vec ON memory_items
   USING hnsw (embedding vector_cosine_ops);
+ALTER TABLE memory_items ADD COLUMN IF NOT EXISTS norm TEXT;
+CREATE INDEX IF NOT EXISTS memory_items_norm ON memory_items(tenant, scope, norm)
+  WHERE valid_to IS NULL;
 """
 
 
@@ -79,20 +82,45 @@ class PostgresMemoryStore:
         self._db = psycopg.connect(url, autocommit=True)
         with self._lock, self._db.transaction():
             self._db.execute(cast(LiteralString, _schema(embedder.dim)))  # dim: an int
+            self._backfill_norm()
+
+    def _backfill_norm(self) -> None:
+        """Fill ``norm`` (:func:`text_key`) of rows written before the column existed."""
+        rows = self._db.execute("SELECT rid, text FROM memory_items WHERE norm IS NULL").fetchall()
+        for rid, text in rows:
+            self._db.execute(
+                "UPDATE memory_items SET norm = %s WHERE rid = %s", (text_key(text), rid)
+            )
 
     # ---------------------------------------------------------------- writing
 
     def put(self, item: MemoryItem) -> MemoryItem:
-        """Store ``item`` (see the protocol); returns the stored item."""
+        """Store ``item`` (see the protocol); returns the stored item or the one already there.
+
+        Two puts of the same text into one namespace at once are serialised by a transaction
+        advisory lock on (tenant, scope, text key), so they store one item.
+        """
         vec = self._emb.embed([item.text])[0]
+        ns, key = item.namespace, text_key(item.text)
         with self._lock, self._db.transaction():
             if item.idempotency_key:
                 prior = self._one(
                     "SELECT body FROM memory_items WHERE tenant = %s AND idem = %s",
-                    (item.namespace.tenant_id, item.idempotency_key),
+                    (ns.tenant_id, item.idempotency_key),
                 )
                 if prior is not None:
                     return prior
+            self._db.execute(
+                "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
+                (repr((ns.tenant_id, ns.scope, key)),),
+            )
+            same = self._one(
+                "SELECT body FROM memory_items WHERE tenant = %s AND scope = %s AND norm = %s "
+                f"AND {self._LIVE} LIMIT 1",
+                (ns.tenant_id, ns.scope, key, time.time()),
+            )
+            if same is not None:
+                return same
             self._insert(item, vec)
             return item
 
@@ -100,10 +128,12 @@ class PostgresMemoryStore:
         ns = item.namespace
         self._db.execute(
             "INSERT INTO memory_items(id, tenant, scope, body, idem, valid_to, expires_at, "
-            "created, text, embedding) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s::vector)",
+            "created, text, embedding, norm) "
+            "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s::vector, %s)",
             (
                 item.id, ns.tenant_id, ns.scope, item.model_dump_json(), item.idempotency_key,
                 item.valid_to, item.expires_at, item.created, item.text, _vec(vec),
+                text_key(item.text),
             ),
         )  # fmt: skip
 
@@ -150,9 +180,9 @@ class PostgresMemoryStore:
             item = _item(row[1])
             item.text, item.updated = text, time.time()
             self._db.execute(
-                "UPDATE memory_items SET body = %s, text = %s, embedding = %s::vector "
+                "UPDATE memory_items SET body = %s, text = %s, embedding = %s::vector, norm = %s "
                 "WHERE rid = %s",
-                (item.model_dump_json(), text, _vec(vec), row[0]),
+                (item.model_dump_json(), text, _vec(vec), text_key(text), row[0]),
             )
             return item
 

@@ -1,17 +1,34 @@
-"""The embedded memory store: one SQLite file, FTS5 (BM25) plus sqlite-vec, fused by rank.
+r"""The embedded memory store: one SQLite file, FTS5 (BM25) plus embeddings, fused by rank.
 
 Opened through ``apsw`` (it bundles SQLite and can load extensions; this machine's Python
-``sqlite3`` has no ``enable_load_extension``). Tables:
+``sqlite3`` has no ``enable_load_extension``); sqlite-vec is loaded only so that a file of the
+first schema (a ``vec0`` table) can be read and migrated. The tables, clustered by namespace, are described
+in :mod:`activities.memory.sqlite_schema` (which also migrates files of the first schema).
 
-* ``items``: every item, live or superseded, keyed by ``rid`` (integer) and ``id`` (text);
-* ``items_fts``: FTS5 over live items' text (its rowid is ``rid``), scored with ``bm25()``;
-* ``items_vec``: sqlite-vec ``vec0`` over live items' embeddings, with ``tenant`` as a partition
-  key and ``scope`` as a metadata column, so a KNN query only ever visits one tenant's rows.
+Search runs, per namespace, a BM25 query and a KNN query, each for ``limit * 4`` candidates, and
+fuses them by reciprocal rank fusion (score ``sum 1 / (60 + rank)``; Cormack et al., SIGIR 2009):
 
-Search runs BM25 and KNN per namespace, each for ``limit * 4`` candidates, and fuses them by
-reciprocal rank fusion (score ``sum 1 / (60 + rank)``; Cormack et al., SIGIR 2009). Namespaces
-match by equality of both segments, never by pattern; query text reaches FTS5 only as quoted
-terms, so ``%``, ``_``, ``"``, ``*`` or ``NEAR`` in it are just characters.
+* Words: FTS5 restricted to the namespace's rowid range. A term found in at least
+  ``max(COMMON_MIN_DOCS, COMMON_FRACTION * live items)`` items of the namespace is *common*
+  (counted with a ``LIMIT``, so at most that many postings are read). As in Lucene's
+  common-terms query, the other terms are ranked by ``bm25()`` (OR) without the common ones;
+  when they give fewer than the candidates wanted (or the query has only common terms), the
+  items that hold every common term (AND) follow, newest first. Ranking by ``bm25()`` costs FTS5 about 0.7 microseconds an item that
+  matches (18 ms for 23,000 items) plus, for each term's IDF, a pass over that term's postings
+  in the whole file (5 ms for four words each in 46,000 of 100,000 items), measured here
+  (2026-11); a namespace under ``COMMON_MIN_DOCS`` items ranks every term by ``bm25()``.
+* Vectors: Hamming distance over the embeddings' sign bits (the namespace's ``codes`` blocks,
+  numpy) for ``KNN_OVERSAMPLE`` times the candidates, re-ranked by the cosine of the float
+  embeddings (``items.emb``); a namespace of up to ``limit * 4 * KNN_OVERSAMPLE`` live items is
+  re-ranked whole, so its ranking is exact. On the synthetic 100k set this keeps 99% of the exact
+  cosine top 32 (measured here, 2026-11).
+* A store keeps, for its ``CODES_CACHED`` most recent namespaces, their codes and which terms
+  are common, while the namespace's ``ver`` (bumped in the file by every index change, from any
+  process) is the one they were read at.
+
+Namespaces match by equality of both segments (the ``namespaces`` table), never by pattern, and
+every hit is checked against the asked namespaces before it is returned; query text reaches FTS5
+only as quoted ``\w+`` terms, so ``%``, ``_``, ``"``, ``*`` or ``NEAR`` in it are just characters.
 """
 
 from __future__ import annotations
@@ -20,6 +37,7 @@ import json
 import re
 import threading
 import time
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -27,32 +45,38 @@ import apsw
 import numpy as np
 import sqlite_vec
 
+from activities.memory import sqlite_schema as sch
 from activities.memory.embed import Embedder
 from activities.memory.fusion import fuse
-from activities.memory.items import Hit, MemoryItem, Namespace
+from activities.memory.items import Hit, MemoryItem, Namespace, text_key
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS items (
-  rid INTEGER PRIMARY KEY, id TEXT UNIQUE NOT NULL, tenant TEXT NOT NULL, scope TEXT NOT NULL,
-  body TEXT NOT NULL, idem TEXT, valid_to REAL, expires_at REAL, created REAL NOT NULL
-);
-CREATE UNIQUE INDEX IF NOT EXISTS items_idem ON items(tenant, idem) WHERE idem IS NOT NULL;
-CREATE INDEX IF NOT EXISTS items_ns ON items(tenant, scope, created);
-CREATE VIRTUAL TABLE IF NOT EXISTS items_fts USING fts5(text, tokenize='porter unicode61');
-"""
 _WORD = re.compile(r"\w+", re.UNICODE)
+COMMON_MIN_DOCS = 1000
+"""A term in fewer items of a namespace than this is never common (see the module doc)."""
+COMMON_FRACTION = 0.05
+"""A term in at least this fraction of a namespace's live items (and COMMON_MIN_DOCS) is common."""
+KNN_OVERSAMPLE = 8
+"""Hamming candidates per wanted vector candidate, re-ranked by cosine."""
+CODES_CACHED = 64
+"""Namespaces whose codes a store keeps in memory (40 bytes an item for 256 dimensions)."""
+_LIVE = "valid_to IS NULL AND (expires_at IS NULL OR expires_at > ?)"
+
+
+def fts_terms(text: str, max_terms: int = 32) -> list[str]:
+    r"""The distinct lower-cased ``\w+`` words of ``text``, at most ``max_terms``, in order."""
+    return list(dict.fromkeys(w.lower() for w in _WORD.findall(text)))[:max_terms]
 
 
 def fts_query(text: str, max_terms: int = 32) -> str | None:
     """``text`` as an FTS5 OR-query of quoted terms (None when it has no word)."""
-    words = list(dict.fromkeys(w.lower() for w in _WORD.findall(text)))[:max_terms]
-    return " OR ".join(f'"{w}"' for w in words) or None
+    return " OR ".join(f'"{w}"' for w in fts_terms(text, max_terms)) or None
 
 
 class SqliteMemoryStore:
     """:class:`~activities.memory.items.MemoryStore` on one SQLite file (``":memory:"`` works).
 
-    Thread-safe (one connection behind a lock); ``embedder`` turns text into vectors.
+    Thread-safe (one connection behind a lock); ``embedder`` turns text into vectors. A file of
+    the first schema is migrated when opened (:func:`activities.memory.sqlite_schema.open_schema`).
     """
 
     def __init__(self, path: str | Path, embedder: Embedder) -> None:
@@ -65,52 +89,52 @@ class SqliteMemoryStore:
         self._db.enable_load_extension(False)
         self._db.setbusytimeout(5000)
         self._lock = threading.RLock()
+        self._codes: OrderedDict[int, tuple[int, np.ndarray, np.ndarray]] = OrderedDict()
+        self._flags: OrderedDict[tuple[int, int], dict[str, bool]] = OrderedDict()
         with self._lock:
             self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute(SCHEMA)
-            self._db.execute(
-                "CREATE VIRTUAL TABLE IF NOT EXISTS items_vec USING vec0("
-                f"tenant TEXT partition key, scope TEXT, embedding float[{embedder.dim}] "
-                "distance_metric=cosine)"
-            )
+            sch.open_schema(self._db)
 
     # ---------------------------------------------------------------- writing
 
     def put(self, item: MemoryItem) -> MemoryItem:
-        """Store ``item`` (see the protocol); returns the stored item."""
+        """Store ``item`` (see the protocol); returns the stored item or the one already there."""
         vec = self._emb.embed([item.text])[0]
+        ns = item.namespace
         with self._lock, self._db:
             if item.idempotency_key:
                 prior = self._one(
                     "SELECT body FROM items WHERE tenant = ? AND idem = ?",
-                    (item.namespace.tenant_id, item.idempotency_key),
+                    (ns.tenant_id, item.idempotency_key),
                 )
                 if prior is not None:
                     return prior
+            same = self._one(
+                f"SELECT body FROM items WHERE tenant = ? AND scope = ? AND norm = ? AND {_LIVE} "
+                "LIMIT 1",
+                (ns.tenant_id, ns.scope, text_key(item.text), time.time()),
+            )
+            if same is not None:
+                return same
             return self._insert(item, vec)
 
     def _insert(self, item: MemoryItem, vec: np.ndarray) -> MemoryItem:
         ns = item.namespace
+        nid = sch.namespace_id(self._db, ns.tenant_id, ns.scope)
+        assert nid is not None  # made when missing
+        rid = sch.next_rid(self._db, nid)
+        emb = vec.astype(np.float32)
         self._db.execute(
-            "INSERT INTO items(id, tenant, scope, body, idem, valid_to, expires_at, created) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO items(rid, id, tenant, scope, body, idem, valid_to, expires_at, created, "
+            "norm, emb) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
-                item.id, ns.tenant_id, ns.scope, item.model_dump_json(), item.idempotency_key,
-                item.valid_to, item.expires_at, item.created,
+                rid, item.id, ns.tenant_id, ns.scope, item.model_dump_json(), item.idempotency_key,
+                item.valid_to, item.expires_at, item.created, text_key(item.text), emb.tobytes(),
             ),
         )  # fmt: skip
-        rid = self._db.last_insert_rowid()
         if item.valid_to is None:
-            self._db.execute("INSERT INTO items_fts(rowid, text) VALUES (?, ?)", (rid, item.text))
-            self._db.execute(
-                "INSERT INTO items_vec(rowid, tenant, scope, embedding) VALUES (?, ?, ?, ?)",
-                (rid, ns.tenant_id, ns.scope, vec.astype(np.float32).tobytes()),
-            )
+            sch.index(self._db, rid, item.text, emb)
         return item
-
-    def _unindex(self, rid: int) -> None:
-        self._db.execute("DELETE FROM items_fts WHERE rowid = ?", (rid,))
-        self._db.execute("DELETE FROM items_vec WHERE rowid = ?", (rid,))
 
     def supersede(self, old_id: str, new: MemoryItem) -> MemoryItem:
         """Store ``new``; close ``old_id`` (same namespace, still live) pointing at it."""
@@ -130,24 +154,25 @@ class SqliteMemoryStore:
                 "UPDATE items SET body = ?, valid_to = ? WHERE rid = ?",
                 (old.model_dump_json(), old.valid_to, row[0]),
             )
-            self._unindex(row[0])
+            sch.unindex(self._db, row[0])
             return self._insert(new, vec)
 
     def delete(self, tenant_id: str, item_id: str) -> bool:
         """Delete the item for real; True when it existed."""
         with self._lock, self._db:
             row = self._row(
-                "SELECT rid FROM items WHERE id = ? AND tenant = ?", (item_id, tenant_id)
+                "SELECT rid, valid_to FROM items WHERE id = ? AND tenant = ?", (item_id, tenant_id)
             )
             if row is None:
                 return False
-            self._unindex(row[0])
+            if row[1] is None:
+                sch.unindex(self._db, row[0])
             self._db.execute("DELETE FROM items WHERE rid = ?", (row[0],))
             return True
 
     def edit(self, tenant_id: str, item_id: str, text: str) -> MemoryItem:
         """Change the text of a live item (re-indexed)."""
-        vec = self._emb.embed([text])[0]
+        vec = self._emb.embed([text])[0].astype(np.float32)
         with self._lock, self._db:
             row = self._row(
                 "SELECT rid, body FROM items WHERE id = ? AND tenant = ? AND valid_to IS NULL",
@@ -158,15 +183,11 @@ class SqliteMemoryStore:
             item = MemoryItem.model_validate_json(row[1])
             item.text, item.updated = text, time.time()
             self._db.execute(
-                "UPDATE items SET body = ? WHERE rid = ?", (item.model_dump_json(), row[0])
+                "UPDATE items SET body = ?, norm = ?, emb = ? WHERE rid = ?",
+                (item.model_dump_json(), text_key(text), vec.tobytes(), row[0]),
             )
-            self._unindex(row[0])
-            ns = item.namespace
-            self._db.execute("INSERT INTO items_fts(rowid, text) VALUES (?, ?)", (row[0], text))
-            self._db.execute(
-                "INSERT INTO items_vec(rowid, tenant, scope, embedding) VALUES (?, ?, ?, ?)",
-                (row[0], ns.tenant_id, ns.scope, vec.astype(np.float32).tobytes()),
-            )
+            sch.unindex(self._db, row[0])
+            sch.index(self._db, row[0], text, vec)
             return item
 
     # ---------------------------------------------------------------- reading
@@ -201,49 +222,148 @@ class SqliteMemoryStore:
         return [MemoryItem.model_validate_json(r[0]) for r in rows]
 
     def search(self, namespaces: list[Namespace], query: str, limit: int = 5) -> list[Hit]:
-        """Hybrid search (BM25 + cosine KNN, fused by RRF) over live, unexpired items."""
+        """Hybrid search (BM25 + cosine KNN, fused by RRF) over live, unexpired items.
+
+        ``limit`` items at most, best (highest fused score) first; ``[]`` for an empty query.
+        """
         if not namespaces or not query.strip():
             return []
-        vec = self._emb.embed([query])[0].astype(np.float32).tobytes()
+        vec = self._emb.embed([query])[0].astype(np.float32)
         want = max(1, limit) * 4
+        terms = fts_terms(query)
         scores: dict[int, float] = {}
-        match = fts_query(query)
+        asked: dict[int, tuple[str, str]] = {}
         with self._lock:
             for ns in dict.fromkeys(namespaces):
-                fuse([self._bm25(ns, match, want), self._knn(ns, vec, want)], scores)
-            best = sorted(scores.items(), key=lambda kv: -kv[1])
-            now = time.time()
-            hits: list[Hit] = []
-            for rid, score in best:
                 row = self._row(
-                    "SELECT body FROM items WHERE rid = ? AND valid_to IS NULL "
-                    "AND (expires_at IS NULL OR expires_at > ?)",
-                    (rid, now),
+                    "SELECT nid, live, ver FROM namespaces WHERE tenant = ? AND scope = ?",
+                    (ns.tenant_id, ns.scope),
                 )
-                if row is not None:
-                    hits.append(Hit(item=MemoryItem.model_validate_json(row[0]), score=score))
-                if len(hits) >= limit:
-                    break
+                if row is None:
+                    continue
+                asked[row[0]] = (ns.tenant_id, ns.scope)
+                fuse(
+                    [
+                        self._bm25((row[0], row[2]), row[1], terms, want),
+                        self._knn(row[0], row[2], vec, want),
+                    ],
+                    scores,
+                )
+            return self._hits(scores, asked, limit)
+
+    def _hits(
+        self, scores: dict[int, float], asked: dict[int, tuple[str, str]], limit: int
+    ) -> list[Hit]:
+        """The best live, unexpired items of ``scores`` whose namespace is one of ``asked``."""
+        best = [rid for rid, _ in sorted(scores.items(), key=lambda kv: -kv[1])]
+        hits: list[Hit] = []
+        now = time.time()
+        for at in range(0, len(best), 2 * limit):
+            part = best[at : at + 2 * limit]
+            rows = {
+                r[0]: r[1:]
+                for r in self._db.execute(
+                    f"SELECT rid, tenant, scope, body FROM items WHERE rid IN "
+                    f"({','.join('?' * len(part))}) AND {_LIVE}",
+                    (*part, now),
+                )
+            }
+            for rid in part:
+                got = rows.get(rid)
+                if got is not None and (got[0], got[1]) == asked.get(rid >> sch.NS_BITS):
+                    hits.append(Hit(item=MemoryItem.model_validate_json(got[2]), score=scores[rid]))
+                    if len(hits) >= limit:
+                        return hits
         return hits
 
-    def _bm25(self, ns: Namespace, match: str | None, want: int) -> list[int]:
-        if match is None:
+    def _bm25(self, nv: tuple[int, int], live: int, terms: list[str], want: int) -> list[int]:
+        """Rids of namespace ``nv = (nid, ver)`` by words, best first (common terms: module doc)."""
+        if not terms:
             return []
-        rows = self._db.execute(
-            "SELECT f.rowid FROM items_fts f JOIN items i ON i.rid = f.rowid "
-            "WHERE items_fts MATCH ? AND i.tenant = ? AND i.scope = ? "
-            "ORDER BY bm25(items_fts) LIMIT ?",
-            (match, ns.tenant_id, ns.scope, want),
-        ).fetchall()
-        return [r[0] for r in rows]
+        lo, hi = sch.rid_range(nv[0])
+        cut = max(COMMON_MIN_DOCS, int(live * COMMON_FRACTION))
+        common = set()
+        if live >= cut:
+            flags = self._flags.setdefault(nv, {})  # valid while the namespace's ver is nv[1]
+            self._flags.move_to_end(nv)
+            while len(self._flags) > CODES_CACHED:
+                self._flags.popitem(last=False)
+            if len(flags) > 10_000:  # a bound on the terms kept per namespace
+                flags.clear()
+            new = [t for t in terms if t not in flags]
+            if new:
+                flags.update(zip(new, self._common(new, lo, hi, cut), strict=True))
+            common = {t for t in terms if flags[t]}
+        rare = [t for t in terms if t not in common]
+        out = self._match(" OR ".join(f'"{t}"' for t in rare), "rank", lo, hi, want) if rare else []
+        if common and len(out) < want:  # then the items holding every common term, newest first
+            seen = set(out)
+            every = " AND ".join(f'"{t}"' for t in terms if t in common)
+            out += [r for r in self._match(every, "rowid DESC", lo, hi, want) if r not in seen]
+        return out[:want]
 
-    def _knn(self, ns: Namespace, vec: bytes, want: int) -> list[int]:
+    def _match(self, match: str, order: str, lo: int, hi: int, want: int) -> list[int]:
+        """Rids ``lo..hi`` matching the FTS5 query ``match``, by ``order``, at most ``want``."""
         rows = self._db.execute(
-            "SELECT rowid FROM items_vec WHERE embedding MATCH ? AND k = ? AND tenant = ? "
-            "AND scope = ? ORDER BY distance",
-            (vec, want, ns.tenant_id, ns.scope),
+            "SELECT rowid FROM items_fts WHERE items_fts MATCH ? AND rowid BETWEEN ? AND ? "
+            f"ORDER BY {order} LIMIT ?",
+            (match, lo, hi, want),
         ).fetchall()
-        return [r[0] for r in rows]
+        return [int(str(r[0])) for r in rows]
+
+    def _common(self, terms: list[str], lo: int, hi: int, cut: int) -> list[bool]:
+        """For each term: is it in at least ``cut`` items of rids ``lo..hi`` (one statement)."""
+        one = (
+            "(SELECT count(*) FROM (SELECT 1 FROM items_fts WHERE items_fts MATCH ? "
+            "AND rowid BETWEEN ? AND ? LIMIT ?))"
+        )
+        args = [a for t in terms for a in (f'"{t}"', lo, hi, cut)]
+        row = self._db.execute("SELECT " + ", ".join([one] * len(terms)), args).fetchall()[0]
+        return [int(str(n)) >= cut for n in row]
+
+    def _namespace_codes(self, nid: int, ver: int) -> tuple[np.ndarray, np.ndarray]:
+        """:func:`sqlite_schema.codes` of ``nid``, kept while the namespace's ``ver`` is ``ver``.
+
+        ``ver`` changes with every index change, by any process (it is in the file), so a kept
+        copy is never older than the ``ver`` it was read at; at most ``CODES_CACHED`` are kept.
+        """
+        got = self._codes.get(nid)
+        if got is not None and got[0] == ver:
+            self._codes.move_to_end(nid)
+            return got[1], got[2]
+        rids, codes = sch.codes(self._db, nid)
+        self._codes[nid] = (ver, rids, codes)
+        self._codes.move_to_end(nid)
+        while len(self._codes) > CODES_CACHED:
+            self._codes.popitem(last=False)
+        return rids, codes
+
+    def _knn(self, nid: int, ver: int, vec: np.ndarray, want: int) -> list[int]:
+        """Rids of namespace ``nid`` nearest ``vec``: Hamming candidates re-ranked by cosine."""
+        rids, codes = self._namespace_codes(nid, ver)
+        if not len(rids):
+            return []
+        query = np.frombuffer(sch.bits(vec), dtype=np.uint8)
+        if codes.shape[1] != len(query):
+            return []  # written by an embedder of another dimension
+        if len(query) % 8 == 0:  # eight bytes at a time
+            codes, query = codes.view(np.uint64), query.view(np.uint64)
+        dist = np.bitwise_count(codes ^ query).sum(axis=1, dtype=np.int32)
+        k = want * KNN_OVERSAMPLE
+        near = rids if len(rids) <= k else rids[np.argpartition(dist, k)[:k]]
+        cand = [int(r) for r in near]
+        rows = [
+            (rid, emb)
+            for rid, emb in self._db.execute(
+                f"SELECT rid, emb FROM items WHERE rid IN ({','.join('?' * len(cand))})", cand
+            )
+            if isinstance(emb, bytes) and len(emb) == vec.nbytes
+        ]
+        if not rows:
+            return []
+        mat = np.frombuffer(b"".join(e for _, e in rows), dtype=np.float32).reshape(len(rows), -1)
+        order = np.argsort(-(mat @ vec), kind="stable")[:want]
+        return [int(str(rows[i][0])) for i in order]
 
     def namespaces(self, tenant_id: str) -> list[Namespace]:
         """The namespaces of one tenant that hold items."""

@@ -3,10 +3,11 @@
 The namespace never comes from the model: the tenant is the run's, the scope the run's principal
 (``user:<principal_id>``) and thread (``thread:<workflow id>``). ``remember`` writes one fact to
 the user's scope, once per tool call (the call's idempotency key), with the run, turn and call as
-provenance; secrets are redacted before anything is stored by the tool result interceptor's
-redactor as well as here (the run's secret values never reach the store). Both run under the
-run's policy like any tool (``remember`` is a write: it asks for approval under ``by_risk``
-unless the spec allows it).
+provenance, and not at all when a live item of that scope has the same text (whitespace
+normalised): the model is then told "already remembered as <id>". Secrets are redacted before
+anything is stored, by the tool result interceptor's redactor as well as here (the run's secret
+values never reach the store). Both run under the run's policy like any tool (``remember`` is a
+write: it asks for approval under ``by_risk`` unless the spec allows it).
 """
 
 from __future__ import annotations
@@ -51,14 +52,16 @@ def remember(ctx: ToolContext, text: str) -> str:
     text = text.strip()
     if not text or len(text) > 2000:
         raise ToolError("text must be 1 to 2000 characters")
-    item = default_store().put(
-        MemoryItem(
-            namespace=Namespace(tenant_id=ctx.tenant_id, scope=scope("user", ctx.principal_id)),
-            text=text,
-            provenance=Provenance(
-                run_id=ctx.run_id or None, turn=ctx.turn, tool_call_id=ctx.call_id or None
-            ),
-            idempotency_key=ctx.idempotency_key or None,
-        )
+    new = MemoryItem(
+        namespace=Namespace(tenant_id=ctx.tenant_id, scope=scope("user", ctx.principal_id)),
+        text=text,
+        provenance=Provenance(
+            run_id=ctx.run_id or None, turn=ctx.turn, tool_call_id=ctx.call_id or None
+        ),
+        idempotency_key=ctx.idempotency_key or None,
     )
+    item = default_store().put(new)
+    retry = new.idempotency_key is not None and item.idempotency_key == new.idempotency_key
+    if item.id != new.id and not retry:
+        return f"already remembered as {item.id}"
     return f"remembered as {item.id}"

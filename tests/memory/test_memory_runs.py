@@ -104,6 +104,7 @@ async def test_the_model_remembers_and_searches_through_tools(client: Client, tm
     model = ScriptedModel(
         [
             tool_call("remember", {"text": "Frank's staging host is stg-7."}),
+            tool_call("remember", {"text": " Frank's  staging host\nis stg-7."}),
             tool_call("search_memory", {"query": "staging host"}),
             text("stg-7"),
         ]
@@ -116,11 +117,14 @@ async def test_the_model_remembers_and_searches_through_tools(client: Client, tm
     }
     async with Harness(client, tmp_path, model, agents=agents) as h:
         res = await h.run("remember my staging host", principal_id="frank", tenant_id="t9")
-        other = open_store(h.settings.memory_store_url).list(
-            Namespace(tenant_id="default", scope="user:frank")
-        )
+        store = open_store(h.settings.memory_store_url)
+        other = store.list(Namespace(tenant_id="default", scope="user:frank"))
+        kept = store.list(Namespace(tenant_id="t9", scope="user:frank"))
     assert res.status == "completed"
-    found = [m["content"] for m in model.requests[2].messages if m["role"] == "tool"]
+    found = [m["content"] for m in model.requests[3].messages if m["role"] == "tool"]
+    assert [i.text for i in kept] == ["Frank's staging host is stg-7."]  # the second was the same
+    assert found[0] == f"remembered as {kept[0].id}"
+    assert found[1] == f"already remembered as {kept[0].id}"
     assert "stg-7" in found[-1]
     assert other == []  # written in tenant t9 only
 

@@ -110,3 +110,38 @@ def test_a_tenant_never_reaches_another_tenants_items(store: SqliteMemoryStore |
     assert store.search([ns(victim_tenant, "ceo")], "Globex", 1)[0].item.text == secret
     item = store.list(ns(victim_tenant, "ceo"))[0]
     assert store.get("other", item.id) is None and not store.delete("other", item.id)
+
+
+def test_the_same_fact_is_stored_once_while_it_is_live(store: SqliteMemoryStore | PostgresMemoryStore):
+    a, b = ns("t1", "dave"), ns("t1", "erin")
+    one = store.put(MemoryItem(namespace=a, text="Dave drinks oat milk lattes."))
+    again = store.put(MemoryItem(namespace=a, text="  Dave drinks oat\n milk   lattes. "))
+    assert again.id == one.id and [i.id for i in store.list(a)] == [one.id]
+    assert store.put(MemoryItem(namespace=a, text="Dave drinks oat milk lattes!")).id != one.id
+    assert store.put(MemoryItem(namespace=b, text="Dave drinks oat milk lattes.")).id != one.id
+    assert store.put(MemoryItem(namespace=ns("t2", "dave"), text=one.text)).id != one.id
+    new = store.supersede(one.id, MemoryItem(namespace=a, text="Dave drinks black coffee."))
+    back = store.put(MemoryItem(namespace=a, text=one.text))  # the old fact is true again
+    assert back.id not in (one.id, new.id)
+    gone = store.put(MemoryItem(namespace=b, text="A note that expired.", expires_at=time.time() - 1))
+    assert store.put(MemoryItem(namespace=b, text=gone.text)).id != gone.id
+    assert sorted(i.text for i in store.list(a)) == sorted(
+        ["Dave drinks oat milk lattes!", "Dave drinks black coffee.", one.text]
+    )
+
+
+def test_a_postgres_table_without_the_text_key_column_is_upgraded(postgres_url: str):
+    import psycopg
+
+    a = ns("t1", "gina")
+    first = PostgresMemoryStore(postgres_url, EMB)
+    one = first.put(MemoryItem(namespace=a, text="Gina's team is payments."))
+    first.close()
+    with psycopg.connect(postgres_url, autocommit=True) as db:  # as the first version made it
+        db.execute("DROP INDEX memory_items_norm; ALTER TABLE memory_items DROP COLUMN norm")
+    store = PostgresMemoryStore(postgres_url, EMB)
+    try:
+        assert store.put(MemoryItem(namespace=a, text="Gina's team is  payments.")).id == one.id
+        assert [i.id for i in store.list(a)] == [one.id]
+    finally:
+        store.close()
