@@ -24,7 +24,7 @@ import sqlite3
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import openai
 from pydantic import BaseModel, Field
@@ -60,7 +60,7 @@ class HandoffInput(BaseModel):
     scopes: list[str]
     """Scopes the spec writes (``user:<p>``, ``agent:<a>``, ``thread:<id>``)."""
     system_prompt: str = ""
-    messages: list[dict[str, Any]] = Field(default_factory=list)
+    messages: list[dict[str, Any]] = Field(default_factory=list[dict[str, Any]])
     debounce_seconds: float = 5.0
 
 
@@ -111,6 +111,11 @@ class Pending:
             self._db.execute("DELETE FROM pending WHERE run_id = ?", (run_id,))
 
 
+def _get(obj: object, key: str) -> Any:
+    """``obj.get(key)`` when ``obj`` is a dict (parsed JSON), else None."""
+    return cast("dict[str, Any]", obj).get(key) if isinstance(obj, dict) else None
+
+
 def _facts(answer: str) -> list[dict[str, Any]]:
     """The ``facts`` of the model's JSON answer; [] for anything else (degenerate output)."""
     m = re.search(r"\{.*\}", answer, re.S)
@@ -118,24 +123,24 @@ def _facts(answer: str) -> list[dict[str, Any]]:
         data = json.loads(m.group(0)) if m else None
     except ValueError:
         return []
-    facts = data.get("facts") if isinstance(data, dict) else None
+    facts = _get(data, "facts")
     if not isinstance(facts, list):
         return []
-    out = []
-    for f in facts[:MAX_FACTS]:
-        text = f.get("text") if isinstance(f, dict) else f if isinstance(f, str) else None
+    out: list[dict[str, Any]] = []
+    for f in cast("list[Any]", facts)[:MAX_FACTS]:
+        text = f if isinstance(f, str) else _get(f, "text")  # a string, or a {"text": ...} object
         if isinstance(text, str) and 8 <= len(text.strip()) <= 500:
             out.append(
                 {
                     "text": text.strip(),
-                    "replaces": f.get("replaces") if isinstance(f, dict) else None,
+                    "replaces": _get(f, "replaces"),
                 }
             )
     return out
 
 
 def _transcript(messages: list[dict[str, Any]]) -> str:
-    lines = []
+    lines: list[str] = []
     for m in messages:
         role, content = m.get("role"), m.get("content")
         if role in ("user", "assistant") and isinstance(content, str) and content.strip():

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import hashlib
 import threading
+from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol, cast
 
 import numpy as np
 
@@ -66,17 +67,19 @@ class WordLlamaEmbedder:
         self._lock = threading.Lock()
 
     def _load(self) -> object:
-        import wordllama
+        import wordllama  # pyright: ignore[reportMissingTypeStubs] - wordllama ships no type stubs
         from safetensors import safe_open
         from tokenizers import Tokenizer
-        from wordllama.inference import WordLlamaInference
+        from wordllama.inference import WordLlamaInference  # pyright: ignore[reportMissingTypeStubs] - wordllama ships no type stubs
 
         root = Path(wordllama.__file__).parent
         for rel, want in WORDLLAMA_SHA256.items():
             got = _sha256(root / rel)
             if got != want:
                 raise EmbedderIntegrityError(f"{root / rel}: sha256 {got}, expected {want}")
-        with safe_open(str(root / "weights/l2_supercat_256.safetensors"), framework="np") as f:
+        weights = safe_open(str(root / "weights/l2_supercat_256.safetensors"), framework="np")
+        # safetensors leaves safe_open.__enter__ unannotated: its tensors are numpy arrays here
+        with cast("AbstractContextManager[Any]", weights) as f:
             matrix = f.get_tensor("embedding.weight")
         tok = Tokenizer.from_file(str(root / "tokenizers/l2_supercat_tokenizer_config.json"))
         return WordLlamaInference(matrix, tok)

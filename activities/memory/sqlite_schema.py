@@ -27,6 +27,9 @@ in one transaction: items keep their ids, bodies and times; live items keep thei
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import apsw
 import numpy as np
 
@@ -58,6 +61,21 @@ CREATE VIRTUAL TABLE IF NOT EXISTS items_fts USING fts5(text, tokenize='porter u
 """
 
 
+Row = tuple[Any, ...]
+"""A result row: apsw types a column's value as ``SQLiteValue``, read here by column."""
+
+
+def execute(db: apsw.Connection, sql: str, args: Sequence[Any] | None = None) -> apsw.Cursor:
+    """``db.execute(sql, args)``; iterating the cursor gives :data:`Row` values."""
+    # apsw's stub types blobs as collections.abc.Buffer (3.12+), Unknown at pythonVersion 3.11:
+    return db.execute(sql, args)  # pyright: ignore[reportUnknownMemberType] - apsw's bindings type is Unknown here
+
+
+def fetchall(db: apsw.Connection, sql: str, args: Sequence[Any] | None = None) -> list[Row]:
+    """Every row of ``sql`` (what ``fetchall()`` returns, typed)."""
+    return list(execute(db, sql, args))
+
+
 def bit_dim(dim: int) -> int:
     """``dim`` rounded up to a multiple of 8: the bits of one code (its bytes: that over 8)."""
     return (dim + 7) // 8 * 8
@@ -71,42 +89,45 @@ def bits(vec: np.ndarray) -> bytes:
 
 
 def _tables(db: apsw.Connection) -> set[str]:
-    return {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    return {r[0] for r in execute(db, "SELECT name FROM sqlite_master WHERE type = 'table'")}
 
 
 def open_schema(db: apsw.Connection) -> None:
     """Create the version-2 schema, or migrate a version-1 file to it (one transaction)."""
     with db:
-        version = int(str(db.execute("PRAGMA user_version").fetchall()[0][0]))
+        version = int(str(fetchall(db, "PRAGMA user_version")[0][0]))
         old = version < VERSION and "items" in _tables(db)
         if old:
-            db.execute(
+            execute(
+                db,
                 "ALTER TABLE items RENAME TO items_v1; DROP INDEX IF EXISTS items_idem; "
-                "DROP INDEX IF EXISTS items_ns; DROP TABLE IF EXISTS items_fts"
+                "DROP INDEX IF EXISTS items_ns; DROP TABLE IF EXISTS items_fts",
             )
-        db.execute(SCHEMA)
+        execute(db, SCHEMA)
         if old:
             _migrate_v1(db)
-        db.execute(f"PRAGMA user_version = {VERSION}")
+        execute(db, f"PRAGMA user_version = {VERSION}")
 
 
 def _migrate_v1(db: apsw.Connection) -> None:
     """Copy ``items_v1`` into the new tables (live items indexed), then drop the old tables."""
     has_vec = "items_vec" in _tables(db)
-    rows = db.execute(
+    rows = fetchall(
+        db,
         "SELECT rid, id, tenant, scope, body, idem, valid_to, expires_at, created "
-        "FROM items_v1 ORDER BY rid"
-    ).fetchall()
+        "FROM items_v1 ORDER BY rid",
+    )
     for old_rid, iid, tenant, scope, body, idem, valid_to, expires_at, created in rows:
         text = MemoryItem.model_validate_json(str(body)).text
         emb: bytes | None = None
         if has_vec and valid_to is None:
-            got = db.execute("SELECT embedding FROM items_vec WHERE rowid = ?", (old_rid,))
-            emb = next((bytes(r[0]) for r in got.fetchall() if isinstance(r[0], bytes)), None)
+            got = fetchall(db, "SELECT embedding FROM items_vec WHERE rowid = ?", (old_rid,))
+            emb = next((bytes(r[0]) for r in got if isinstance(r[0], bytes)), None)
         nid = namespace_id(db, str(tenant), str(scope))
         assert nid is not None  # made when missing
         rid = next_rid(db, nid)
-        db.execute(
+        execute(
+            db,
             "INSERT INTO items(rid, id, tenant, scope, body, idem, valid_to, expires_at, created, "
             "norm, emb) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (rid, iid, tenant, scope, body, idem, valid_to, expires_at, created,
@@ -114,20 +135,20 @@ def _migrate_v1(db: apsw.Connection) -> None:
         )  # fmt: skip
         if valid_to is None and emb is not None:
             index(db, rid, text, np.frombuffer(emb, dtype=np.float32))
-    db.execute("DROP TABLE items_v1")
+    execute(db, "DROP TABLE items_v1")
     if has_vec:
-        db.execute("DROP TABLE items_vec")
+        execute(db, "DROP TABLE items_vec")
 
 
 def namespace_id(db: apsw.Connection, tenant: str, scope: str, create: bool = True) -> int | None:
     """The ``nid`` of ``(tenant, scope)`` (equality of both), made when missing and ``create``."""
-    for (nid,) in db.execute(
-        "SELECT nid FROM namespaces WHERE tenant = ? AND scope = ?", (tenant, scope)
+    for (nid,) in execute(
+        db, "SELECT nid FROM namespaces WHERE tenant = ? AND scope = ?", (tenant, scope)
     ):
         return int(nid)
     if not create:
         return None
-    db.execute("INSERT INTO namespaces(tenant, scope) VALUES (?, ?)", (tenant, scope))
+    execute(db, "INSERT INTO namespaces(tenant, scope) VALUES (?, ?)", (tenant, scope))
     nid = db.last_insert_rowid()
     if nid >= 1 << (63 - NS_BITS):
         raise OverflowError("too many memory namespaces in one SQLite file")
@@ -146,9 +167,7 @@ def next_rid(db: apsw.Connection, nid: int) -> int:
         OverflowError: the namespace has used all 2**32 - 1 of its rids.
     """
     lo, hi = rid_range(nid)
-    (top,) = db.execute(
-        "SELECT max(rid) FROM items WHERE rid BETWEEN ? AND ?", (lo, hi)
-    ).fetchall()[0]
+    (top,) = fetchall(db, "SELECT max(rid) FROM items WHERE rid BETWEEN ? AND ?", (lo, hi))[0]
     rid = lo + 1 if top is None else int(top) + 1
     if rid > hi:
         raise OverflowError("memory namespace is full")
@@ -169,14 +188,15 @@ def _int(v: object) -> int:
 def _block(db: apsw.Connection, nid: int, width: int) -> tuple[int, int, int]:
     """``(rowid, blk, n)`` of a block of namespace ``nid`` with a free slot (made when needed)."""
     blk, cap = 0, FIRST_CAP
-    for row in db.execute(
-        "SELECT rowid, blk, cap, n FROM codes WHERE nid = ? ORDER BY blk DESC LIMIT 1", (nid,)
-    ).fetchall():
+    for row in fetchall(
+        db, "SELECT rowid, blk, cap, n FROM codes WHERE nid = ? ORDER BY blk DESC LIMIT 1", (nid,)
+    ):
         rowid, last, size, n = (_int(v) for v in row)
         if n < size:
             return rowid, last, n
         blk, cap = last + 1, min(MAX_CAP, size * 2)
-    db.execute(
+    execute(
+        db,
         "INSERT INTO codes(nid, blk, cap, n, rids, bits) VALUES (?, ?, ?, 0, zeroblob(?), "
         "zeroblob(?))",
         (nid, blk, cap, cap * 8, cap * width),
@@ -188,7 +208,7 @@ def _write(db: apsw.Connection, rowid: int, column: str, offset: int, data: byte
     blob = db.blob_open("main", "codes", column, rowid, True)
     try:
         blob.seek(offset)
-        blob.write(data)
+        blob.write(data)  # pyright: ignore[reportUnknownMemberType] - apsw types data as Buffer, Unknown at 3.11
     finally:
         blob.close()
 
@@ -196,34 +216,37 @@ def _write(db: apsw.Connection, rowid: int, column: str, offset: int, data: byte
 def index(db: apsw.Connection, rid: int, text: str, vec: np.ndarray) -> None:
     """Add live item ``rid`` (its ``items`` row written) to the words, codes and live count."""
     nid, code = rid >> NS_BITS, bits(vec)
-    db.execute("INSERT INTO items_fts(rowid, text) VALUES (?, ?)", (rid, text))
+    execute(db, "INSERT INTO items_fts(rowid, text) VALUES (?, ?)", (rid, text))
     rowid, blk, n = _block(db, nid, len(code))
     _write(db, rowid, "rids", n * 8, rid.to_bytes(8, "little", signed=True))
     _write(db, rowid, "bits", n * len(code), code)
-    db.execute("UPDATE codes SET n = n + 1 WHERE rowid = ?", (rowid,))
-    db.execute("UPDATE items SET slot = ? WHERE rid = ?", (blk << 16 | n, rid))
-    db.execute("UPDATE namespaces SET live = live + 1, ver = ver + 1 WHERE nid = ?", (nid,))
+    execute(db, "UPDATE codes SET n = n + 1 WHERE rowid = ?", (rowid,))
+    execute(db, "UPDATE items SET slot = ? WHERE rid = ?", (blk << 16 | n, rid))
+    execute(db, "UPDATE namespaces SET live = live + 1, ver = ver + 1 WHERE nid = ?", (nid,))
 
 
 def unindex(db: apsw.Connection, rid: int) -> None:
     """Remove item ``rid`` from the indexes (it must be indexed) and from the live count."""
     nid = rid >> NS_BITS
-    db.execute("DELETE FROM items_fts WHERE rowid = ?", (rid,))
-    for slot, rowid in db.execute(
+    execute(db, "DELETE FROM items_fts WHERE rowid = ?", (rid,))
+    for slot, rowid in fetchall(
+        db,
         "SELECT i.slot, c.rowid FROM items i JOIN codes c ON c.nid = ? AND c.blk = i.slot >> 16 "
         "WHERE i.rid = ? AND i.slot IS NOT NULL",
         (nid, rid),
-    ).fetchall():
+    ):
         _write(db, _int(rowid), "rids", (_int(slot) & 0xFFFF) * 8, bytes(8))
-    db.execute("UPDATE items SET slot = NULL WHERE rid = ?", (rid,))
-    db.execute("UPDATE namespaces SET live = live - 1, ver = ver + 1 WHERE nid = ?", (nid,))
+    execute(db, "UPDATE items SET slot = NULL WHERE rid = ?", (rid,))
+    execute(db, "UPDATE namespaces SET live = live - 1, ver = ver + 1 WHERE nid = ?", (nid,))
 
 
 def codes(db: apsw.Connection, nid: int) -> tuple[np.ndarray, np.ndarray]:
     """Namespace ``nid``'s live items: ``(rids int64 (n,), sign bits uint8 (n, D / 8))``."""
     rids: list[np.ndarray] = []
     mats: list[np.ndarray] = []
-    for n, r, b in db.execute("SELECT n, rids, bits FROM codes WHERE nid = ? ORDER BY blk", (nid,)):
+    for n, r, b in execute(
+        db, "SELECT n, rids, bits FROM codes WHERE nid = ? ORDER BY blk", (nid,)
+    ):
         n = _int(n)
         rb, bb = (
             bytes(r) if isinstance(r, bytes) else b"",

@@ -38,12 +38,13 @@ import re
 import threading
 import time
 from collections import OrderedDict
+from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import apsw
 import numpy as np
-import sqlite_vec
+import sqlite_vec  # pyright: ignore[reportMissingTypeStubs] - sqlite-vec ships no type stubs
 
 from activities.memory import sqlite_schema as sch
 from activities.memory.embed import Embedder
@@ -92,8 +93,16 @@ class SqliteMemoryStore:
         self._codes: OrderedDict[int, tuple[int, np.ndarray, np.ndarray]] = OrderedDict()
         self._flags: OrderedDict[tuple[int, int], dict[str, bool]] = OrderedDict()
         with self._lock:
-            self._db.execute("PRAGMA journal_mode=WAL")
+            sch.execute(self._db, "PRAGMA journal_mode=WAL")
             sch.open_schema(self._db)
+
+    def _tx(self) -> AbstractContextManager[apsw.Connection, None]:
+        """``self._db`` as a transaction (commit, or rollback and re-raise).
+
+        apsw types ``Connection.__exit__`` as returning ``bool``, so pyright would take a ``with``
+        of it as one that may swallow an exception; it never does (it returns False).
+        """
+        return cast("AbstractContextManager[apsw.Connection, None]", self._db)
 
     # ---------------------------------------------------------------- writing
 
@@ -101,7 +110,7 @@ class SqliteMemoryStore:
         """Store ``item`` (see the protocol); returns the stored item or the one already there."""
         vec = self._emb.embed([item.text])[0]
         ns = item.namespace
-        with self._lock, self._db:
+        with self._lock, self._tx():
             if item.idempotency_key:
                 prior = self._one(
                     "SELECT body FROM items WHERE tenant = ? AND idem = ?",
@@ -124,7 +133,8 @@ class SqliteMemoryStore:
         assert nid is not None  # made when missing
         rid = sch.next_rid(self._db, nid)
         emb = vec.astype(np.float32)
-        self._db.execute(
+        sch.execute(
+            self._db,
             "INSERT INTO items(rid, id, tenant, scope, body, idem, valid_to, expires_at, created, "
             "norm, emb) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
@@ -140,7 +150,7 @@ class SqliteMemoryStore:
         """Store ``new``; close ``old_id`` (same namespace, still live) pointing at it."""
         vec = self._emb.embed([new.text])[0]
         ns = new.namespace
-        with self._lock, self._db:
+        with self._lock, self._tx():
             row = self._row(
                 "SELECT rid, body FROM items WHERE id = ? AND tenant = ? AND scope = ? "
                 "AND valid_to IS NULL",
@@ -150,7 +160,8 @@ class SqliteMemoryStore:
                 raise KeyError(f"no live memory item {old_id} in this namespace")
             old = MemoryItem.model_validate_json(row[1])
             old.valid_to, old.superseded_by, old.updated = time.time(), new.id, time.time()
-            self._db.execute(
+            sch.execute(
+                self._db,
                 "UPDATE items SET body = ?, valid_to = ? WHERE rid = ?",
                 (old.model_dump_json(), old.valid_to, row[0]),
             )
@@ -159,7 +170,7 @@ class SqliteMemoryStore:
 
     def delete(self, tenant_id: str, item_id: str) -> bool:
         """Delete the item for real; True when it existed."""
-        with self._lock, self._db:
+        with self._lock, self._tx():
             row = self._row(
                 "SELECT rid, valid_to FROM items WHERE id = ? AND tenant = ?", (item_id, tenant_id)
             )
@@ -167,13 +178,13 @@ class SqliteMemoryStore:
                 return False
             if row[1] is None:
                 sch.unindex(self._db, row[0])
-            self._db.execute("DELETE FROM items WHERE rid = ?", (row[0],))
+            sch.execute(self._db, "DELETE FROM items WHERE rid = ?", (row[0],))
             return True
 
     def edit(self, tenant_id: str, item_id: str, text: str) -> MemoryItem:
         """Change the text of a live item (re-indexed)."""
         vec = self._emb.embed([text])[0].astype(np.float32)
-        with self._lock, self._db:
+        with self._lock, self._tx():
             row = self._row(
                 "SELECT rid, body FROM items WHERE id = ? AND tenant = ? AND valid_to IS NULL",
                 (item_id, tenant_id),
@@ -182,7 +193,8 @@ class SqliteMemoryStore:
                 raise KeyError(f"no live memory item {item_id}")
             item = MemoryItem.model_validate_json(row[1])
             item.text, item.updated = text, time.time()
-            self._db.execute(
+            sch.execute(
+                self._db,
                 "UPDATE items SET body = ?, norm = ?, emb = ? WHERE rid = ?",
                 (item.model_dump_json(), text_key(text), vec.tobytes(), row[0]),
             )
@@ -193,7 +205,7 @@ class SqliteMemoryStore:
     # ---------------------------------------------------------------- reading
 
     def _row(self, sql: str, args: tuple[Any, ...]) -> tuple[Any, ...] | None:
-        for r in self._db.execute(sql, args):
+        for r in sch.execute(self._db, sql, args):
             return tuple(r)
         return None
 
@@ -214,11 +226,12 @@ class SqliteMemoryStore:
         """Items of one namespace, newest first."""
         live = "" if include_superseded else " AND valid_to IS NULL"
         with self._lock:
-            rows = self._db.execute(
+            rows = sch.fetchall(
+                self._db,
                 f"SELECT body FROM items WHERE tenant = ? AND scope = ?{live} "
                 "ORDER BY created DESC LIMIT ?",
                 (namespace.tenant_id, namespace.scope, limit),
-            ).fetchall()
+            )
         return [MemoryItem.model_validate_json(r[0]) for r in rows]
 
     def search(self, namespaces: list[Namespace], query: str, limit: int = 5) -> list[Hit]:
@@ -262,7 +275,8 @@ class SqliteMemoryStore:
             part = best[at : at + 2 * limit]
             rows = {
                 r[0]: r[1:]
-                for r in self._db.execute(
+                for r in sch.execute(
+                    self._db,
                     f"SELECT rid, tenant, scope, body FROM items WHERE rid IN "
                     f"({','.join('?' * len(part))}) AND {_LIVE}",
                     (*part, now),
@@ -282,7 +296,7 @@ class SqliteMemoryStore:
             return []
         lo, hi = sch.rid_range(nv[0])
         cut = max(COMMON_MIN_DOCS, int(live * COMMON_FRACTION))
-        common = set()
+        common: set[str] = set()
         if live >= cut:
             flags = self._flags.setdefault(nv, {})  # valid while the namespace's ver is nv[1]
             self._flags.move_to_end(nv)
@@ -304,11 +318,12 @@ class SqliteMemoryStore:
 
     def _match(self, match: str, order: str, lo: int, hi: int, want: int) -> list[int]:
         """Rids ``lo..hi`` matching the FTS5 query ``match``, by ``order``, at most ``want``."""
-        rows = self._db.execute(
+        rows = sch.fetchall(
+            self._db,
             "SELECT rowid FROM items_fts WHERE items_fts MATCH ? AND rowid BETWEEN ? AND ? "
             f"ORDER BY {order} LIMIT ?",
             (match, lo, hi, want),
-        ).fetchall()
+        )
         return [int(str(r[0])) for r in rows]
 
     def _common(self, terms: list[str], lo: int, hi: int, cut: int) -> list[bool]:
@@ -318,7 +333,7 @@ class SqliteMemoryStore:
             "AND rowid BETWEEN ? AND ? LIMIT ?))"
         )
         args = [a for t in terms for a in (f'"{t}"', lo, hi, cut)]
-        row = self._db.execute("SELECT " + ", ".join([one] * len(terms)), args).fetchall()[0]
+        row = sch.fetchall(self._db, "SELECT " + ", ".join([one] * len(terms)), args)[0]
         return [int(str(n)) >= cut for n in row]
 
     def _namespace_codes(self, nid: int, ver: int) -> tuple[np.ndarray, np.ndarray]:
@@ -354,8 +369,10 @@ class SqliteMemoryStore:
         cand = [int(r) for r in near]
         rows = [
             (rid, emb)
-            for rid, emb in self._db.execute(
-                f"SELECT rid, emb FROM items WHERE rid IN ({','.join('?' * len(cand))})", cand
+            for rid, emb in sch.execute(
+                self._db,
+                f"SELECT rid, emb FROM items WHERE rid IN ({','.join('?' * len(cand))})",
+                cand,
             )
             if isinstance(emb, bytes) and len(emb) == vec.nbytes
         ]
@@ -363,14 +380,16 @@ class SqliteMemoryStore:
             return []
         mat = np.frombuffer(b"".join(e for _, e in rows), dtype=np.float32).reshape(len(rows), -1)
         order = np.argsort(-(mat @ vec), kind="stable")[:want]
-        return [int(str(rows[i][0])) for i in order]
+        return [int(str(rows[int(i)][0])) for i in order]
 
     def namespaces(self, tenant_id: str) -> list[Namespace]:
         """The namespaces of one tenant that hold items."""
         with self._lock:
-            rows = self._db.execute(
-                "SELECT DISTINCT scope FROM items WHERE tenant = ? ORDER BY scope", (tenant_id,)
-            ).fetchall()
+            rows = sch.fetchall(
+                self._db,
+                "SELECT DISTINCT scope FROM items WHERE tenant = ? ORDER BY scope",
+                (tenant_id,),
+            )
         return [Namespace(tenant_id=tenant_id, scope=r[0]) for r in rows]
 
     def close(self) -> None:
