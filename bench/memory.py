@@ -48,8 +48,29 @@ def _chunks(text: str, n: int = 3) -> list[str]:
     return [" ".join(s[i : i + n]) for i in range(0, len(s), n)]
 
 
+def load_bfcl_chats(store: Any) -> int:
+    """Put the user turns of BFCL v4 memory's earlier chats into ``store``; returns the item count.
+
+    Each turn is cut into chunks of up to three sentences, one namespace ``(bench, user:<scenario>)``
+    per scenario (the haystack of the ``memory`` and ``memory_e2e`` scenarios).
+    """
+    from activities.memory import MemoryItem, Namespace
+
+    n = 0
+    for f in sorted((_data() / "memory_prereq_conversation").glob("*.json")):
+        ns = Namespace(tenant_id="bench", scope=f"user:{f.stem.removeprefix('memory_')}")
+        for conv in _lines(f):
+            for turn in conv["question"]:
+                for msg in turn:
+                    if msg.get("role") == "user":
+                        for c in _chunks(msg["content"]):
+                            store.put(MemoryItem(namespace=ns, text=c[:8000]))
+                            n += 1
+    return n
+
+
 def _quality() -> dict[str, Any]:
-    from activities.memory import MemoryItem, Namespace, WordLlamaEmbedder
+    from activities.memory import Namespace, WordLlamaEmbedder
     from activities.memory.sqlite_store import SqliteMemoryStore
 
     d = _data()
@@ -57,17 +78,7 @@ def _quality() -> dict[str, Any]:
     truth = {x["id"]: x["ground_truth"] for x in _lines(d / "possible_answer/BFCL_v4_memory.json")}
     with tempfile.TemporaryDirectory() as tmp:
         store = SqliteMemoryStore(Path(tmp) / "m.db", WordLlamaEmbedder())
-        chunks = 0
-        for f in sorted((d / "memory_prereq_conversation").glob("*.json")):
-            scenario = f.stem.removeprefix("memory_")
-            ns = Namespace(tenant_id="bench", scope=f"user:{scenario}")
-            for conv in _lines(f):
-                for turn in conv["question"]:
-                    for msg in turn:
-                        if msg.get("role") == "user":
-                            for c in _chunks(msg["content"]):
-                                store.put(MemoryItem(namespace=ns, text=c[:8000]))
-                                chunks += 1
+        chunks = load_bfcl_chats(store)
         hits = {1: 0, 5: 0, 10: 0}
         for q in qs:
             ns = Namespace(tenant_id="bench", scope=f"user:{q['scenario']}")

@@ -68,21 +68,12 @@ def questions(per_scenario: int | None) -> list[dict[str, Any]]:
 
 def load_store(db: Path) -> int:
     """Put the earlier chats' user turns into the store at ``db``; returns the item count."""
-    from activities.memory import MemoryItem, Namespace, WordLlamaEmbedder
+    from activities.memory import WordLlamaEmbedder
     from activities.memory.sqlite_store import SqliteMemoryStore
-    from bench.memory import _chunks, _data, _lines
+    from bench.memory import load_bfcl_chats
 
     store = SqliteMemoryStore(db, WordLlamaEmbedder())
-    n = 0
-    for f in sorted((_data() / "memory_prereq_conversation").glob("*.json")):
-        ns = Namespace(tenant_id="bench", scope=f"user:{f.stem.removeprefix('memory_')}")
-        for conv in _lines(f):
-            for turn in conv["question"]:
-                for msg in turn:
-                    if msg.get("role") == "user":
-                        for c in _chunks(msg["content"]):
-                            store.put(MemoryItem(namespace=ns, text=c[:8000]))
-                            n += 1
+    n = load_bfcl_chats(store)
     store.close()
     return n
 

@@ -326,9 +326,7 @@ class RunContext:
             raise Stop("interrupted", s.interrupt.reason)
         if s.paused:
             before = s.status
-            self.set_status("budget_paused" if s.budget_paused else "paused")
-            self.upsert_search_attributes()
-            self.publish()
+            self.enter("budget_paused" if s.budget_paused else "paused")
             await self.wait_for_person(lambda: not s.paused, None)
             self.set_status(before if before not in ("paused", "budget_paused") else "running")
             self.upsert_search_attributes()
