@@ -45,6 +45,7 @@ class ActivityOptions(TypedDict, total=False):
     """Keyword options of ``workflow.execute_activity`` this module sets (a subset of the SDK's)."""
 
     start_to_close_timeout: timedelta
+    schedule_to_close_timeout: timedelta
     heartbeat_timeout: timedelta
     retry_policy: RetryPolicy
     summary: str
@@ -56,6 +57,7 @@ class LocalActivityOptions(TypedDict, total=False):
     """Keyword options of ``workflow.execute_local_activity`` this module sets."""
 
     start_to_close_timeout: timedelta
+    schedule_to_close_timeout: timedelta
     local_retry_threshold: timedelta
     retry_policy: RetryPolicy
     summary: str
@@ -175,12 +177,14 @@ def as_local(opts: ActivityOptions) -> LocalActivityOptions:
     """Local-activity options from :func:`tool_call`'s or :func:`resolve_spec`'s options.
 
     A local activity has no heartbeat, queue or priority of its own (it runs on the workflow's
-    worker within the workflow task); its start-to-close timeout and retry policy are kept, and
-    retries past ``local_retry_threshold`` (1 s) are scheduled with a timer by the SDK.
+    worker within the workflow task); its timeouts and retry policy are kept, and retries past
+    ``local_retry_threshold`` (1 s) are scheduled with a timer by the SDK.
     """
     out: LocalActivityOptions = {"local_retry_threshold": timedelta(seconds=1)}
     if "start_to_close_timeout" in opts:
         out["start_to_close_timeout"] = opts["start_to_close_timeout"]
+    if "schedule_to_close_timeout" in opts:
+        out["schedule_to_close_timeout"] = opts["schedule_to_close_timeout"]
     if "retry_policy" in opts:
         out["retry_policy"] = opts["retry_policy"]
     if "summary" in opts:

@@ -16,14 +16,15 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, TimeoutType
 
 with workflow.unsafe.imports_passed_through():
     import workflows.state as state
+    import workflows.turn as turn
     from activities.contracts import ModelReply
     from activities.spec import PinnedSpec
     from workflows.decisions import Decisions
@@ -32,14 +33,18 @@ with workflow.unsafe.imports_passed_through():
 
 T = TypeVar("T")
 
-WORKFLOW_REV = 4
+WORKFLOW_REV = 5
 """Revision of this code's behaviour, recorded in each run's history: ``spec.resolve`` echoes it
 into ``PinnedSpec.workflow_rev`` (0 in runs recorded before; they replay the revision-2 branches).
 Revision 3 takes no decision that changes commands from a ``workflow.now()`` difference, and
 refuses decisions for approval requests not yet in history. Revision 4 (with patch
 ``agent-run-v4``: ``spec.resolve`` as a local activity) runs tools marked ``local`` as local
 activities and upserts search attributes only when what they show changed (docs/throughput.md).
-New changes use ``workflow.patched`` instead (tests/histories/README.md says when revision 2 goes)."""
+Revision 5 takes the deadline without a timer where a timeout does its work
+(:meth:`RunContext.activity_deadline`). A revision is for a change to every new run's commands: it
+costs a run nothing, where each ``workflow.patched`` id costs every new run a marker and an upsert
+of ``TemporalChangeVersion`` (two events and a visibility write). Other changes use
+``workflow.patched`` (tests/histories/README.md says when each old branch goes)."""
 PATCH_RACE_WAITS = "race-person-waits"
 """A race whose work waited for a person (Code Mode) re-arms the deadline instead of ending."""
 SA_REFRESH_SECONDS = 10.0
@@ -92,6 +97,8 @@ class RunContext:
         self._deadline: asyncio.Future[None] | None = None
         self._deadline_waited = 0.0
         self._deadline_waits = 0
+        self.deadline_hit = False
+        """An activity bounded by the deadline timed out (revision 5)."""
 
     # ------------------------------------------------------------ what the run is
 
@@ -126,6 +133,11 @@ class RunContext:
         """Whether the run started with revision 4 (local tools, fewer upserts)."""
         pinned = self.s.pinned
         return pinned is not None and pinned.workflow_rev >= 4
+
+    def rev5(self) -> bool:
+        """Whether the run started with revision 5 (the deadline as activities' timeout)."""
+        pinned = self.s.pinned
+        return pinned is not None and pinned.workflow_rev >= 5
 
     # ------------------------------------------------------------ what people see
 
@@ -247,23 +259,56 @@ class RunContext:
         return self._deadline
 
     def deadline_passed(self) -> bool:
-        """Whether the run is out of time: its deadline timer fired (revision 3) or the clock."""
-        if self.rev3():  # only the deadline timer (an event in history) ends the run on time
+        """Whether the run is out of time: its deadline timer fired (revision 3) or the clock.
+
+        From revision 5 an activity timed out at the deadline counts too.
+        """
+        if self.rev3():  # only events in history (a timer, a timeout) end the run on time
             deadline = self._deadline
-            return deadline is not None and deadline.done() and self._deadline_waits == self.s.waits
+            fired = deadline is not None and deadline.done() and self._deadline_waits == self.s.waits
+            return fired or self.deadline_hit
         return self.remaining_seconds() <= 0
 
-    async def race(self, make: Callable[[], Awaitable[T]]) -> T:
+    def activity_deadline(self) -> timedelta | None:
+        """Schedule-to-close timeout of an activity raced against the deadline: the time left.
+
+        None before revision 5 (the deadline timer bounds the activity instead). Only a timeout's
+        value comes from the clock; which commands follow depends on events.
+        """
+        if not self.rev5():
+            return None
+        return timedelta(seconds=max(self.remaining_seconds(), 0.001))
+
+    def note_deadline(self, e: ActivityError) -> bool:
+        """Whether ``e`` is an activity's schedule-to-close timeout at the deadline (then noted).
+
+        Only activities given :meth:`activity_deadline` have that timeout in this runtime.
+        """
+        if not self.rev5() or not turn.is_timeout_error(e.cause):
+            return False
+        cause: BaseException | None = e.cause
+        while cause is not None:
+            if getattr(cause, "type", None) == TimeoutType.SCHEDULE_TO_CLOSE:
+                self.deadline_hit = True
+                return True
+            cause = getattr(cause, "cause", None)
+        return False
+
+    async def race(self, make: Callable[[], Awaitable[T]], bounded: bool = False) -> T:
         """Await ``make()`` unless an interrupt or the deadline comes first (then cancel it).
 
         ``make()`` may itself wait for a person (a Code Mode script's call that needs approval):
         that time does not count, so while calls wait the deadline is not taken, and a deadline
         re-armed (or passed) during such a wait is re-armed for the time left
-        (patch ``race-person-waits``).
+        (patch ``race-person-waits``). ``bounded``: ``make()`` only runs activities with
+        :meth:`activity_deadline` as their schedule-to-close timeout, so from revision 5 no timer
+        is started and their timeout ends the run on time.
 
         Raises:
             Stop: ``interrupted`` or ``timeout``.
         """
+        if bounded and self.rev5():
+            return await self._race_interrupt(make)
         deadline = self.deadline_timer()  # its timer before make()'s first command
         task: asyncio.Future[T] = asyncio.ensure_future(make())
         while True:
@@ -286,6 +331,30 @@ class RunContext:
         if self.s.interrupt is not None:
             raise Stop("interrupted", self.s.interrupt.reason)
         raise Stop("timeout", "reached max_seconds")
+
+    async def _race_interrupt(self, make: Callable[[], Awaitable[T]]) -> T:
+        """:meth:`race` for work its own timeouts bound: only an interrupt is raced.
+
+        Raises:
+            Stop: ``interrupted``, or ``timeout`` when an activity timed out at the deadline.
+        """
+        task: asyncio.Future[T] = asyncio.ensure_future(make())
+        await workflow.wait_condition(
+            lambda: self.observe() or task.done() or self.s.interrupt is not None
+        )
+        if not task.done():
+            await _cancel(task)
+            assert self.s.interrupt is not None
+            raise Stop("interrupted", self.s.interrupt.reason)
+        try:
+            result = task.result()
+        except ActivityError as e:
+            if self.note_deadline(e):
+                raise Stop("timeout", "reached max_seconds") from None
+            raise
+        if self.deadline_hit:
+            raise Stop("timeout", "reached max_seconds")
+        return result
 
     async def wait_for_person(
         self, done: Callable[[], bool], timeout: float | None, what: str = "a person"

@@ -94,7 +94,13 @@ class ToolStep:
                     rec.status = settled.status
                     outcomes[call.id] = settled.text
         if running:
-            await self._gather(running, records, outcomes)
+            # plain tool calls only: their activities' timeouts bound them (RunContext.race)
+            bounded = all(
+                (info := tools.get(r.name)) is None or info.kind == "tool"
+                for r in records
+                if r.id in running
+            )
+            await self._gather(running, records, outcomes, bounded)
         return records, outcomes
 
     def _apply_policy(
@@ -147,10 +153,11 @@ class ToolStep:
         running: dict[str, asyncio.Future[ToolOutcome | str]],
         records: list[ToolCallRecord],
         outcomes: dict[str, str],
+        bounded: bool,
     ) -> None:
         self.ctx.publish()
         try:
-            results = await self.ctx.race(lambda: asyncio.gather(*running.values()))
+            results = await self.ctx.race(lambda: asyncio.gather(*running.values()), bounded)
         except Stop:
             for call_id in running:
                 rec = next(r for r in records if r.id == call_id)
@@ -175,6 +182,9 @@ class ToolStep:
         inp, opts = options.tool_call(
             ctx.pinned(), ctx.req(), ctx.s.turn, call, arguments, info, ctx.s.run_files
         )
+        deadline = ctx.activity_deadline()
+        if deadline is not None:
+            opts["schedule_to_close_timeout"] = deadline
         ctx.emit("tool_started", tool_call_id=call.id, name=call.name, arguments=rec.arguments)
         try:
             if ctx.rev4() and options.runs_local(info):
@@ -182,10 +192,12 @@ class ToolStep:
             else:
                 out = await workflow.execute_activity(tool_invoke, inp, **opts)
         except ActivityError as e:
+            at_deadline = ctx.note_deadline(e)  # then the race ends the run: timeout
             msg = cause_message(e)
             settled = turn.settle_failure(
-                timed_out=turn.is_timeout_error(e.cause),
-                cancelled=isinstance(e.cause, CancelledError),  # interrupt, max_seconds, cancel
+                timed_out=turn.is_timeout_error(e.cause) and not at_deadline,
+                # interrupt, max_seconds (a cancel, or the timeout of the time left), cancel
+                cancelled=isinstance(e.cause, CancelledError) or at_deadline,
                 message=msg,
                 attempts=options.tool_attempts(info),
             )

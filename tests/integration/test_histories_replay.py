@@ -39,8 +39,11 @@ V4 = HISTORIES / "v4"
 # (``spec.resolve`` and read-only tools as activities, an upsert at start): runs like them may be
 # in flight at deploy.
 V5 = HISTORIES / "v5"
+# Recorded with revision 4 (a deadline timer in every run; revision 5 bounds activities by the
+# time left instead): runs like them may be in flight at deploy.
+V6 = HISTORIES / "v6"
 FILES = sorted(HISTORIES.glob("*.json")) + [
-    p for folder in (V2, V3, V4, V5) for p in sorted(folder.glob("*.json"))
+    p for folder in (V2, V3, V4, V5, V6) for p in sorted(folder.glob("*.json"))
 ]
 RETIRED = sorted(V1.glob("*.json"))
 EXPECTED = {"tools", "approvals", "interrupt", "continue_as_new", "continue_as_new_first"}
@@ -87,7 +90,7 @@ def _ids(paths: list[Path]) -> list[str]:
 
 
 def test_every_scenario_is_stored_and_small():
-    for folder in (HISTORIES, V2, V3, V5, V1):
+    for folder in (HISTORIES, V2, V3, V5, V6, V1):
         names = {p.stem for p in folder.glob("*.json")}
         assert EXPECTED <= names, f"missing histories in {folder}: {EXPECTED - names}"
     for p in FILES + RETIRED:
@@ -211,8 +214,9 @@ def _pinned_rev(path: Path) -> int:
 
 
 def test_the_workflow_revision_is_recorded_in_history():
-    """Revision 3's and 4's branches are chosen from a value in history, not from a marker."""
-    assert _pinned_rev(HISTORIES / "tools.json") == WORKFLOW_REV == 4
+    """Revision 3's to 5's branches are chosen from a value in history, not from a marker."""
+    assert _pinned_rev(HISTORIES / "tools.json") == WORKFLOW_REV == 5
+    assert _pinned_rev(V6 / "tools.json") == 4
     assert _pinned_rev(V5 / "tools.json") == 3
     assert _pinned_rev(V3 / "tools.json") == 3
     assert _pinned_rev(V2 / "tools.json") == 0

@@ -197,9 +197,9 @@ async def test_a_run_waiting_for_approval_shows_the_pending_call_and_is_listed_a
             ("spec.resolve", f"spec: resolve agent {agent}"),
             ("model.complete", "model: scripted turn 1"),
         ]  # the gated tool is not scheduled before a person decides
-        # the timeline's timers say what they are: the run's deadline, the approval's timeout
+        # the timeline's timers say what they are: the approval's timeout (the run's deadline
+        # is the model step's schedule-to-close timeout from revision 5: no timer)
         assert await timer_summaries(client, waiting) == [
-            "deadline: max_seconds=300",
             "waiting for approval of deploy (timeout)",
         ]
 
