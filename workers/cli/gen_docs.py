@@ -85,7 +85,8 @@ def agent_spec_markdown() -> str:
 
     out = [HEADER, "# Agent spec reference\n\n",
            "The fields of an agent in `agents/agents.yml`, from the pydantic models in "
-           "`activities/spec.py`. Unknown fields are refused.\n"]
+           "`activities/spec.py` exports (`activities/spec_agent.py`, `spec_settings.py`, "
+           "`spec_policy.py`). Unknown fields are refused.\n"]
     seen: list[type[BaseModel]] = []
     todo: list[type[BaseModel]] = [AgentSpec]
     while todo:
