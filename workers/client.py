@@ -11,7 +11,7 @@ import asyncio
 import time
 import uuid
 import weakref
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
@@ -381,7 +381,7 @@ async def follow(
     from_offset: int = 0,
     *,
     poll_cooldown: timedelta = timedelta(milliseconds=100),
-) -> AsyncIterator[dict[str, Any]]:
+) -> AsyncGenerator[dict[str, Any], None]:
     """The run's events (docs/contract.md "Event stream") from ``from_offset`` on, as they happen.
 
     Each item is the event's JSON object plus ``"offset"``, its position in the stream: after a
