@@ -13,7 +13,7 @@ import uuid
 import weakref
 from collections.abc import AsyncGenerator, Callable, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from temporalio.client import (
@@ -22,7 +22,12 @@ from temporalio.client import (
     WorkflowQueryFailedError,
     WorkflowUpdateFailedError,
 )
-from temporalio.common import Priority, SearchAttributePair, TypedSearchAttributes
+from temporalio.common import (
+    Priority,
+    RawValue,
+    SearchAttributePair,
+    TypedSearchAttributes,
+)
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -175,14 +180,14 @@ async def start_run(
         )
     return await client.start_workflow(
         AgentRun.run,
-        req,
+        cast("RawValue", req),  # run() takes its input raw and decodes it as a RunRequest
         id=workflow_id,
         task_queue=task_queue,
         # the run's workflow tasks are dispatched fairly between tenants (README "Fairness")
         priority=Priority(fairness_key=fairness_key(req.tenant_id) or None),
         static_summary=static_summary(req),
         static_details=static_details(req),
-        **({"search_attributes": sa} if sa is not None else {}),
+        search_attributes=sa,  # None: the default (the namespace lacks them)
     )
 
 
@@ -406,7 +411,9 @@ async def follow(
     async for item in stream.subscribe(
         [EVENTS_TOPIC], from_offset=from_offset, poll_cooldown=poll_cooldown
     ):
-        event = dict(item.data) if isinstance(item.data, dict) else {"type": "unknown"}
+        event: dict[str, Any] = (
+            dict(item.data) if isinstance(item.data, dict) else {"type": "unknown"}
+        )
         event["offset"] = item.offset
         yield event
         if event.get("type") == "run_finished":
