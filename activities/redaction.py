@@ -25,7 +25,7 @@ import contextvars
 import json
 import logging
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, MutableMapping
 from typing import Any, cast
 
 from pydantic import BaseModel
@@ -319,7 +319,9 @@ class RedactingFilter(logging.Filter):
 _STD_ATTRS = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message"}
 
 
-def redact_event(logger: Any, method: str, event: dict[str, Any]) -> dict[str, Any]:
+def redact_event(
+    logger: Any, method: str, event: MutableMapping[str, Any]
+) -> MutableMapping[str, Any]:
     """Redact every value of a structlog event dict (a processor; after exc formatting)."""
     r = current()
     return r.value(event) if r else event

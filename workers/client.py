@@ -11,9 +11,9 @@ import asyncio
 import time
 import uuid
 import weakref
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from temporalio.client import (
@@ -22,7 +22,12 @@ from temporalio.client import (
     WorkflowQueryFailedError,
     WorkflowUpdateFailedError,
 )
-from temporalio.common import Priority, SearchAttributePair, TypedSearchAttributes
+from temporalio.common import (
+    Priority,
+    RawValue,
+    SearchAttributePair,
+    TypedSearchAttributes,
+)
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -175,14 +180,14 @@ async def start_run(
         )
     return await client.start_workflow(
         AgentRun.run,
-        req,
+        cast("RawValue", req),  # run() takes its input raw and decodes it as a RunRequest
         id=workflow_id,
         task_queue=task_queue,
         # the run's workflow tasks are dispatched fairly between tenants (README "Fairness")
         priority=Priority(fairness_key=fairness_key(req.tenant_id) or None),
         static_summary=static_summary(req),
         static_details=static_details(req),
-        **({"search_attributes": sa} if sa is not None else {}),
+        search_attributes=sa,  # None: the default (the namespace lacks them)
     )
 
 
@@ -381,7 +386,7 @@ async def follow(
     from_offset: int = 0,
     *,
     poll_cooldown: timedelta = timedelta(milliseconds=100),
-) -> AsyncIterator[dict[str, Any]]:
+) -> AsyncGenerator[dict[str, Any], None]:
     """The run's events (docs/contract.md "Event stream") from ``from_offset`` on, as they happen.
 
     Each item is the event's JSON object plus ``"offset"``, its position in the stream: after a
@@ -406,7 +411,9 @@ async def follow(
     async for item in stream.subscribe(
         [EVENTS_TOPIC], from_offset=from_offset, poll_cooldown=poll_cooldown
     ):
-        event = dict(item.data) if isinstance(item.data, dict) else {"type": "unknown"}
+        event: dict[str, Any] = (
+            dict(item.data) if isinstance(item.data, dict) else {"type": "unknown"}
+        )
         event["offset"] = item.offset
         yield event
         if event.get("type") == "run_finished":

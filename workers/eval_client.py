@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from typing import cast
 
 from temporalio.client import Client, WorkflowHandle
-from temporalio.common import Priority
+from temporalio.common import Priority, RawValue
 
 from activities.contracts import fairness_key
 from activities.evals.activity import EvalActivities
@@ -55,7 +56,7 @@ async def start_suite(
         raise SuiteTooLargeError(f"{runs} runs in one suite; at most {MAX_RUNS}: split the dataset")
     return await client.start_workflow(
         EvalSuite.run,
-        req,
+        cast("RawValue", req),  # run() takes its input raw and decodes it as a SuiteRequest
         id=suite_id or f"eval-{uuid.uuid4()}",
         task_queue=task_queue or load_settings().task_queue,
         priority=Priority(

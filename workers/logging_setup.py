@@ -16,15 +16,17 @@ from __future__ import annotations
 import logging
 import sys
 import traceback
-from typing import Any
+from types import TracebackType
+from typing import Any, cast
 
 import structlog
+from structlog.typing import EventDict
 
 from activities.redaction import RedactingFilter, redact_event
 from workers.telemetry import add_activity_context, add_trace_ids
 
 
-def _format_exc_info(logger: Any, method: str, event: dict[str, Any]) -> dict[str, Any]:
+def _format_exc_info(logger: Any, method: str, event: EventDict) -> EventDict:
     """Render ``exc_info`` as ``exception`` text with :mod:`traceback` (nothing imported)."""
     exc_info = event.pop("exc_info", None)
     if exc_info:
@@ -33,11 +35,15 @@ def _format_exc_info(logger: Any, method: str, event: dict[str, Any]) -> dict[st
         elif isinstance(exc_info, BaseException):
             exc_info = (type(exc_info), exc_info, exc_info.__traceback__)
         if isinstance(exc_info, tuple) and exc_info[0] is not None:
-            event["exception"] = "".join(traceback.format_exception(*exc_info)).rstrip()
+            # logging's exc_info triple: (type, value, traceback)
+            triple = cast(
+                "tuple[type[BaseException], BaseException, TracebackType | None]", exc_info
+            )
+            event["exception"] = "".join(traceback.format_exception(*triple)).rstrip()
     return event
 
 
-def _add_exc_text(logger: Any, method: str, event: dict[str, Any]) -> dict[str, Any]:
+def _add_exc_text(logger: Any, method: str, event: EventDict) -> EventDict:
     """Carry a stdlib record's pre-rendered (redacted) traceback into the event."""
     record = event.get("_record")
     text = getattr(record, "exc_text", None)
@@ -49,7 +55,7 @@ def _add_exc_text(logger: Any, method: str, event: dict[str, Any]) -> dict[str, 
 _EXTRA = structlog.stdlib.ExtraAdder()  # the record's `extra=` fields (the SDK's workflow info)
 
 
-def _drop_core_entry(logger: Any, method: str, event: dict[str, Any]) -> dict[str, Any]:
+def _drop_core_entry(logger: Any, method: str, event: EventDict) -> EventDict:
     """Drop the SDK core's raw log entry object (its text is already the event)."""
     event.pop("temporal_log", None)
     return event

@@ -92,7 +92,7 @@ class JudgeConfig(BaseModel):
     rubric: str = "The answer is correct and complete given the expected answer."
     base_url: str | None = None
     api_key_env: str | None = None
-    max_tokens: int = Field(200, ge=1)
+    max_tokens: int = Field(default=200, ge=1)
 
 
 class ScorerConfig(BaseModel):
@@ -138,16 +138,16 @@ class SuiteRequest(BaseModel):
     dataset: str = "dataset"
     cases: list[Case]
     variants: list[Variant] = Field(min_length=1)
-    repeat: int = Field(1, ge=1, le=100)
+    repeat: int = Field(default=1, ge=1, le=100)
     approver: Approver = Field(default_factory=Approver)
     scorers: ScorerConfig = Field(default_factory=ScorerConfig)
     task_queue: str | None = None
     tenant_id: str = "eval"
     principal_id: str = "eval"
     spec_file: str | None = None
-    max_concurrency: int = Field(4, ge=1, le=500)
-    priority_key: int = Field(LOW_PRIORITY, ge=1, le=5)
-    max_turns: int | None = Field(None, ge=1)
+    max_concurrency: int = Field(default=4, ge=1, le=500)
+    priority_key: int = Field(default=LOW_PRIORITY, ge=1, le=5)
+    max_turns: int | None = Field(default=None, ge=1)
 
 
 class RunFacts(BaseModel):

@@ -14,32 +14,35 @@ and is not part of the schema.
 Errors: a tool raises :class:`ToolError` for anything the model should read and act on (bad path,
 file exists, ...). Any other exception is an infrastructure error: it propagates out of
 :meth:`ToolRegistry.invoke` so that Temporal retries the activity.
+
+This module is the one to import from; it re-exports the names that live in modules by job:
+:mod:`activities.tools.errors` (the errors), :mod:`activities.tools.context` (:class:`ToolContext`)
+and :mod:`activities.tools.definition` (:class:`ToolDef`, ``Risk``). It holds the registry itself
+(:class:`ToolRegistry`, :data:`REGISTRY`), ``@tool`` and :func:`load_tool_modules`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import copy
 import importlib
-import inspect
 import json
-import re
 import time
-import typing
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
-from pathlib import Path
 from types import ModuleType
 from typing import Any, Literal, cast
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, ValidationError
 
 from activities import redaction
 from activities.contracts import ToolInfo, ToolOutcome
-from activities.tools.docstrings import parse_docstring
-from activities.tools.schema import build_arguments
-
-Risk = Literal["read", "write", "exec", "network"]
+from activities.tools.context import ToolContext
+from activities.tools.definition import Risk, ToolDef
+from activities.tools.errors import (
+    ToolArgumentsError,
+    ToolError,
+    ToolModuleImportError,
+    UnknownToolError,
+)
 
 __all__ = [
     "REGISTRY",
@@ -54,192 +57,6 @@ __all__ = [
     "load_tool_modules",
     "tool",
 ]
-
-
-class ToolError(Exception):
-    """A business error of a tool: its message is sent back to the model, nothing is retried."""
-
-
-class ToolArgumentsError(ToolError):
-    """The arguments of a call are not valid JSON, not an object, or do not match the schema."""
-
-
-class UnknownToolError(ToolError):
-    """No tool of that name is registered; the message names the available tools."""
-
-
-class ToolModuleImportError(ImportError):
-    """A configured tool module could not be imported; ``name`` is the module's name."""
-
-
-def _no_heartbeat(*details: Any) -> None:
-    return None
-
-
-@dataclass
-class ToolContext:
-    """What a running tool knows of its call. Injected into a parameter annotated ``ToolContext``.
-
-    ``workspace`` is the absolute root the workspace tools are confined to (made absolute and
-    resolved on creation). ``heartbeat(*details)`` tells Temporal a long tool is still alive;
-    it is a no-op outside an activity.
-
-    ``idempotency_key`` is ``<workflow id>/<tool_call_id>``: the same for every attempt of one
-    tool call (Temporal retries, a worker killed mid-call, continue-as-new) and different for
-    every other call. Temporal runs a call at least once, so a tool with side effects uses it to
-    apply them once: pass it to an API that deduplicates (an ``Idempotency-Key`` header), or wrap
-    the effect in :func:`activities.tools.ledger.run_once` as ``write_file`` does. It is ``""``
-    when the tool is called outside an activity.
-    """
-
-    workspace: Path
-    run_id: str = ""
-    turn: int = 0
-    call_id: str = ""
-    tenant_id: str = "default"
-    principal_id: str = "anonymous"
-    heartbeat: Callable[..., None] = _no_heartbeat
-    idempotency_key: str = ""
-    run_files: dict[str, str] = field(default_factory=dict[str, str])
-    """Files earlier calls of the run wrote (name -> payload store key), for sandboxed tools."""
-    new_files: dict[str, str] = field(default_factory=dict[str, str])
-    """Files this call wrote (name -> payload store key): the outcome's ``files``."""
-
-    def __post_init__(self) -> None:
-        self.workspace = Path(self.workspace).expanduser().resolve()
-
-
-def _is_context(annotation: Any) -> bool:
-    return annotation is ToolContext or (
-        typing.get_origin(annotation) is typing.Annotated
-        and typing.get_args(annotation)[0] is ToolContext
-    )
-
-
-def _signature_fields(
-    fn: Callable[..., Any], tool_name: str, hints: dict[str, Any], arg_docs: dict[str, str]
-) -> tuple[dict[str, Any], dict[str, str], str | None]:
-    """Pydantic fields of ``fn``'s parameters, parameter -> field names, the context parameter.
-
-    Raises:
-        TypeError: a parameter has no type hint or is ``*args``/``**kwargs``/positional-only.
-    """
-    fields: dict[str, Any] = {}
-    field_names: dict[str, str] = {}
-    context_param: str | None = None
-    for p in inspect.signature(fn).parameters.values():
-        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD, p.POSITIONAL_ONLY):
-            raise TypeError(f"tool {tool_name}: parameter {p.name!r} must be a plain keyword")
-        annotation = hints.get(p.name, p.annotation)
-        if _is_context(annotation):
-            context_param = p.name
-            continue
-        if annotation is inspect.Parameter.empty:
-            raise TypeError(f"tool {tool_name}: parameter {p.name!r} needs a type hint")
-        default = ... if p.default is inspect.Parameter.empty else p.default
-        fname = p.name
-        if p.name.startswith("_") or hasattr(BaseModel, p.name):
-            fname = f"arg_{p.name.lstrip('_')}"
-        field_names[p.name] = fname
-        info = Field(default, alias=p.name, description=arg_docs.get(p.name) or None)
-        fields[fname] = (annotation, info)
-    return fields, field_names, context_param
-
-
-@dataclass(frozen=True)
-class ToolDef:
-    """A registered tool: the function, its argument model and JSON schema, how to run it.
-
-    ``parameters`` is the OpenAI function-parameters schema; ``args_model`` validates arguments;
-    ``context_param`` is the name of the injected :class:`ToolContext` parameter, if any.
-    """
-
-    name: str
-    description: str
-    parameters: dict[str, Any]
-    fn: Callable[..., Any]
-    args_model: type[BaseModel]
-    context_param: str | None = None
-    timeout_seconds: float = 30.0
-    max_attempts: int = 3
-    risk: Risk = "read"
-    sandboxed: bool = False
-    """Runs in the OS sandbox (activities/sandbox): an ``exec`` tool then asks for approval
-    by default instead of needing an explicit policy entry."""
-    local: bool = False
-    """Runs as a local activity by default (short, read-only, deterministic input: no server
-    round trip of its own; docs/throughput.md). A spec's ``tools`` entry may override it."""
-    is_async: bool = False
-    # parameter name -> pydantic field name (differs when the name would shadow BaseModel's API)
-    field_names: dict[str, str] = field(default_factory=dict[str, str])
-
-    @classmethod
-    def from_function(
-        cls,
-        fn: Callable[..., Any],
-        *,
-        name: str | None = None,
-        timeout_seconds: float = 30.0,
-        max_attempts: int = 3,
-        risk: Risk = "read",
-        sandboxed: bool = False,
-        local: bool = False,
-    ) -> ToolDef:
-        """Build a tool from a type-hinted function with a Google-style docstring.
-
-        Raises:
-            TypeError: a parameter has no type hint, is ``*args``/``**kwargs``/positional-only,
-                or its hint cannot be turned into a JSON schema.
-        """
-        tool_name = name or fn.__name__
-        if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", tool_name):
-            raise TypeError(f"tool name {tool_name!r} must be 1-64 of [A-Za-z0-9_-]")
-        if timeout_seconds <= 0 or max_attempts < 1:
-            raise TypeError(f"tool {tool_name}: timeout_seconds must be > 0, max_attempts >= 1")
-        description, arg_docs = parse_docstring(inspect.getdoc(fn))
-        try:
-            hints = typing.get_type_hints(fn, include_extras=True)
-        except Exception as e:  # NameError for hints that only exist under TYPE_CHECKING, ...
-            raise TypeError(f"tool {tool_name}: cannot resolve type hints: {e}") from e
-        fields, field_names, context_param = _signature_fields(fn, tool_name, hints, arg_docs)
-        model, schema = build_arguments(tool_name, fields)
-        return cls(
-            name=tool_name,
-            description=description,
-            parameters=schema,
-            fn=fn,
-            args_model=model,
-            context_param=context_param,
-            timeout_seconds=timeout_seconds,
-            max_attempts=max_attempts,
-            risk=risk,
-            sandboxed=sandboxed,
-            local=local,
-            is_async=inspect.iscoroutinefunction(fn),
-            field_names=field_names,
-        )
-
-    def info(self) -> ToolInfo:
-        """The tool as the workflow pins it (schema, timeout, attempts, risk)."""
-        return ToolInfo(
-            name=self.name,
-            description=self.description,
-            parameters=copy.deepcopy(self.parameters),
-            timeout_seconds=self.timeout_seconds,
-            max_attempts=self.max_attempts,
-            risk=self.risk,
-            sandboxed=self.sandboxed,
-            local=self.local,
-        )
-
-    def parameter_summary(self) -> str:
-        """``path (string, required), start_line (integer)``: the parameters for error messages."""
-        required = set(self.parameters.get("required", []))
-        parts: list[str] = []
-        for pname, prop in self.parameters.get("properties", {}).items():
-            kind = prop.get("type") or "any"
-            parts.append(f"{pname} ({kind}{', required' if pname in required else ''})")
-        return ", ".join(parts) or "none"
 
 
 # --------------------------------------------------------------------------- invocation

@@ -84,8 +84,10 @@ def agent_spec_markdown() -> str:
     from activities.spec import AgentSpec
 
     out = [HEADER, "# Agent spec reference\n\n",
-           "The fields of an agent in `agents/agents.yml`, from the pydantic models in "
-           "`activities/spec.py`. Unknown fields are refused.\n"]
+           "The fields of an agent in `agents/agents.yml`, from the pydantic models that "
+           "`activities/spec.py` exports (defined in `activities/spec_agent.py`, "
+           "`activities/spec_settings.py` and `activities/spec_policy.py`). "
+           "Unknown fields are refused.\n"]
     seen: list[type[BaseModel]] = []
     todo: list[type[BaseModel]] = [AgentSpec]
     while todo:

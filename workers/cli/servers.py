@@ -112,9 +112,9 @@ def model_server(
     from workers.local import procs
     from workers.local.model.server import run_model_server
 
-    kwargs = (
-        {"pid_file": procs.pid_file("model-server"), "log_path": procs.log_file("model-server")}
-        if background
-        else {}
+    pid_file = procs.pid_file("model-server") if background else None  # None: the defaults
+    log_path = procs.log_file("model-server") if background else None
+    status = run_model_server(
+        port=port, foreground=not background, pid_file=pid_file, log_path=log_path
     )
-    raise typer.Exit(run_model_server(port=port, foreground=not background, **kwargs) or 0)
+    raise typer.Exit(status or 0)

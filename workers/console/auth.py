@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 
 AuthMode = Literal["token", "oidc", "proxy"]
 COOKIE = "agent_console"
@@ -298,7 +299,7 @@ PUBLIC_PATHS = ("/static/",)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-def guard(gate: Gate) -> Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]:
+def guard(gate: Gate) -> Middleware:
     """The middleware enforcing the checks in this module's docstring."""
 
     @web.middleware

@@ -78,18 +78,18 @@ class DevServerConfig(BaseModel):
     port: int = Field(default=7233, ge=1, le=65535, description="Frontend gRPC port.")
     ui_port: int = Field(default=8233, ge=1, le=65535, description="Web UI port (unused when headless).")
     namespace: str = Field(
-        "default",
+        default="default",
         pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,254}$",
         description="Namespace created at launch ('default' always exists).",
     )
     db_filename: str | None = Field(
-        ".agent-runtime/temporal.db",
+        default=".agent-runtime/temporal.db",
         description="SQLite file, relative to the config file's folder; null = in memory.",
     )
     log_level: LogLevel = Field(default="warn", description="Server log level.")
     headless: bool = Field(default=False, description="True disables the Web UI.")
     ui_codec_endpoint: str | None = Field(
-        None, description="Remote codec HTTP endpoint for the Web UI; null or empty = none."
+        default=None, description="Remote codec HTTP endpoint for the Web UI; null or empty = none."
     )
     search_attributes: dict[_SearchAttributeName, SearchAttributeType] = Field(
         default_factory=dict, description="Search attributes registered at launch: name -> type."

@@ -339,18 +339,18 @@ def run_dev_server(
         `error: ...` message, with the server log's last lines when it failed to start), not
         raised.
     """
-    out = out if out is not None else sys.stderr
+    stream: IO[str] = out if out is not None else sys.stderr
     config_path = Path(config_path)
     if not config_path.is_file():
-        _say(out, f"error: config file not found: {config_path}")
+        _say(stream, f"error: config file not found: {config_path}")
         return 2
     try:
-        return _run_dev_server(config_path, foreground, out, timeout, state_dir)
+        return _run_dev_server(config_path, foreground, stream, timeout, state_dir)
     except DevConfigError as e:
-        _say(out, f"error: {e}")
+        _say(stream, f"error: {e}")
         return 2
     except DevServerError as e:  # includes TemporalBinaryNotFoundError
-        _say(out, f"error: {e}")
+        _say(stream, f"error: {e}")
         return 1
 
 

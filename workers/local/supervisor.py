@@ -108,13 +108,11 @@ def spawn(
     Raises:
         OSError: the program cannot be started or the log opened.
     """
-    popen_kw: dict[str, object] = {}
+    creationflags = 0  # Popen's defaults: 0 and no new session
     if detach and os.name == "nt":  # pragma: no cover - not exercised here
-        popen_kw["creationflags"] = (
+        creationflags = (
             subprocess.CREATE_NEW_PROCESS_GROUP | subprocess.DETACHED_PROCESS  # type: ignore[attr-defined] - Windows-only flags
         )
-    elif detach:
-        popen_kw["start_new_session"] = True
     with open(log_path, "ab") as log_fh:
         return subprocess.Popen(  # noqa: S603
             args,
@@ -123,7 +121,8 @@ def spawn(
             stderr=subprocess.STDOUT,
             cwd=cwd,
             env=env,
-            **popen_kw,
+            creationflags=creationflags,
+            start_new_session=detach and os.name != "nt",
         )
 
 

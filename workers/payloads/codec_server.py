@@ -123,7 +123,7 @@ def _cors_headers(request: web.Request) -> dict[str, str]:
     origin = request.headers.get(hdrs.ORIGIN)
     if not origin or not _origin_allowed(request, origin):
         return {}
-    headers = {
+    headers: dict[str, str] = {
         hdrs.ACCESS_CONTROL_ALLOW_ORIGIN: origin,
         hdrs.ACCESS_CONTROL_ALLOW_METHODS: "POST, OPTIONS",
         hdrs.ACCESS_CONTROL_ALLOW_HEADERS: ALLOWED_HEADERS,

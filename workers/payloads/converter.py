@@ -169,7 +169,7 @@ def _build_s3_driver(settings: Settings, s3_client: S3StorageDriverClient | None
         )
     if s3_client is None:
         try:  # the SDK's aioboto3 adapter imports aioboto3, botocore and types_aiobotocore_s3
-            import aioboto3  # noqa: F401
+            import aioboto3  # noqa: F401  # pyright: ignore[reportMissingImports] - optional: only with AGENT_PAYLOAD_STORE=s3
             import temporalio.contrib.aws.s3driver.aioboto3  # noqa: F401
         except ImportError as e:
             raise PayloadStoreConfigError(
@@ -247,7 +247,7 @@ class _LazyAioboto3Client(S3StorageDriverClient):
         self._by_loop: dict[int, S3StorageDriverClient] = {}
 
     async def _client(self) -> S3StorageDriverClient:
-        import aioboto3
+        import aioboto3  # pyright: ignore[reportMissingImports] - optional: only with AGENT_PAYLOAD_STORE=s3
         from temporalio.contrib.aws.s3driver.aioboto3 import new_aioboto3_client
 
         loop_id = id(asyncio.get_running_loop())

@@ -428,7 +428,9 @@ def _origin(handle: ServerHandle) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     """Argument parser for ``python -m workers.local.model.server``."""
-    p = argparse.ArgumentParser(prog="agentctl model-server", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(
+        prog="agentctl model-server", description=(__doc__ or "").splitlines()[0]
+    )
     p.add_argument(
         "--host", default=None, help="bind address (default from OPENAI_BASE_URL or 127.0.0.1)"
     )

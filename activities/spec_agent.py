@@ -1,0 +1,210 @@
+"""An agent, resolved (:class:`AgentSpec`), and the spec as pinned into a run (:class:`PinnedSpec`).
+
+:mod:`activities.spec` re-exports every name; :func:`activities.spec_resolve.resolve_agent` builds
+an :class:`AgentSpec` from a spec file.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal, cast
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from activities.contracts import ToolInfo
+from activities.mcp.config import McpServerSpec, check_server_name, tool_name
+from activities.spec_policy import Policy
+from activities.spec_settings import (
+    CodeModeSpec,
+    Compaction,
+    Limits,
+    MemorySpec,
+    PlanSettings,
+    Pricing,
+    RateLimit,
+    ToolEntry,
+)
+
+__all__ = ["AGENT_TOOL_NAME", "AgentSpec", "PinnedSpec"]
+
+AGENT_TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,48}")
+"""Agent names that may follow ``ask_`` / ``handoff_to_`` in a tool name (OpenAI: 64 chars)."""
+
+
+class AgentSpec(BaseModel):
+    """One agent, resolved: every default filled, the workspace made absolute.
+
+    ``tools`` holds names once validated; an entry ``{name: N, task_queue: Q}`` moves its queue
+    to ``tool_queues`` (tool name -> queue). ``model`` may be given as a list: its first name
+    becomes ``model`` (the primary) and the others ``fallback_models``, tried in order when a
+    model step's error is not retryable or its retries are exhausted. ``rate_limits`` is the
+    spec file's top-level section (model -> :class:`RateLimit`): a model named there runs its
+    steps on its own task queue (:func:`activities.contracts.model_task_queue`). ``mcp_servers`` maps a server's name to its
+    :class:`McpServerSpec`; policy entries may name its tools ``server.tool`` or ``server__tool``.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    model: str = Field(min_length=1)
+    fallback_models: list[str] = Field(
+        default_factory=list, description="models tried in order when a model step fails for good"
+    )
+    rate_limits: dict[str, RateLimit] = Field(
+        default_factory=dict, description="the spec file's rate_limits (model -> limit)"
+    )
+    system_prompt: str = "You are a helpful assistant."
+    tools: list[str | ToolEntry] = Field(default_factory=list[str | ToolEntry])
+    tool_queues: dict[str, str] = Field(default_factory=dict)
+    local_tools: dict[str, bool] = Field(
+        default_factory=dict,
+        description="tool name -> run as a local activity (from tools entries with local:)",
+    )
+    mcp_servers: dict[str, McpServerSpec] = Field(default_factory=dict)
+    workspace: str = "."
+    limits: Limits = Field(default_factory=Limits)
+    policy: Policy = Field(default_factory=Policy)
+    pricing: Pricing = Field(default_factory=Pricing)
+    compaction: Compaction = Field(default_factory=Compaction)
+    memory: MemorySpec | None = None
+    code_mode: CodeModeSpec | None = Field(
+        default=None, description="a tool that runs a Python script over the agent's tools"
+    )
+    temperature: float = Field(default=0.2, ge=0, le=2)
+    retry_temperature_step: float = Field(
+        default=0.0,
+        ge=0,
+        le=1,
+        description="added to the temperature only on the attempt after unreadable model output "
+        "(0, the default: every retry of a model step sends the same request)",
+    )
+    max_output_tokens: int = Field(default=1024, ge=1)
+    model_timeout_seconds: float = Field(
+        default=120, gt=0, description="start-to-close of one model attempt"
+    )
+    model_max_attempts: int = Field(
+        default=8, ge=1, description="attempts of one model step (Temporal retries)"
+    )
+    max_parse_failures: int = Field(
+        default=2,
+        ge=0,
+        description="unparsable model outputs reported back to the model before the run fails",
+    )
+    max_tool_output_chars: int = Field(default=16_000, ge=100)
+    idle_timeout_seconds: float = Field(
+        default=3600, gt=0, description="chat mode: wait this long for a message"
+    )
+    secrets: list[str] = Field(
+        default_factory=list, description="environment variables whose values are secret"
+    )
+    description: str | None = Field(
+        default=None,
+        description="what the agent does, shown to agents that may ask it or hand off to it",
+    )
+    subagents: list[str] = Field(
+        default_factory=list, description="agents this one may ask (tools ask_<NAME>)"
+    )
+    handoffs: list[str] = Field(
+        default_factory=list, description="agents this one may hand the run to (handoff_to_<NAME>)"
+    )
+    mode: Literal["task", "plan"] = Field(
+        default="task", description="plan: plan -> act -> observe -> replan (workflows/plan.py)"
+    )
+    plan: PlanSettings = Field(default_factory=PlanSettings)
+
+    @field_validator("subagents", "handoffs")
+    @classmethod
+    def _agent_names(cls, v: list[str]) -> list[str]:
+        for name in v:
+            if not AGENT_TOOL_NAME.fullmatch(name):
+                raise ValueError(
+                    f"{name!r} cannot name a tool: use letters, digits, _ and - (at most 48)"
+                )
+        if len(set(v)) != len(v):
+            raise ValueError("names must be unique")
+        return v
+
+    @model_validator(mode="before")
+    @classmethod
+    def _split_model_list(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        fields = cast("dict[str, Any]", data)
+        if not isinstance(fields.get("model"), list):
+            return fields
+        models: list[Any] = fields["model"]
+        if not models or not all(isinstance(m, str) and m.strip() for m in models):
+            raise ValueError("model: a list of models must hold one or more non-empty names")
+        if len(set(models)) != len(models):
+            raise ValueError("model: the list names a model twice")
+        if fields.get("fallback_models"):
+            raise ValueError("model: give fallbacks either in the model list or fallback_models")
+        return {**fields, "model": models[0], "fallback_models": list(models[1:])}
+
+    @field_validator("fallback_models")
+    @classmethod
+    def _fallback_names(cls, v: list[str]) -> list[str]:
+        if not all(m.strip() for m in v):
+            raise ValueError("fallback model names must be non-empty")
+        return v
+
+    @field_validator("tools")
+    @classmethod
+    def _unique_tools(cls, v: list[str | ToolEntry]) -> list[str | ToolEntry]:
+        names = [t if isinstance(t, str) else t.name for t in v]
+        if len(set(names)) != len(names):
+            raise ValueError("tool names must be unique")
+        return v
+
+    @field_validator("mcp_servers")
+    @classmethod
+    def _server_names(cls, v: dict[str, McpServerSpec]) -> dict[str, McpServerSpec]:
+        for name in v:
+            check_server_name(name)
+        return v
+
+    @model_validator(mode="after")
+    def _split_tool_entries(self) -> AgentSpec:
+        names: list[str | ToolEntry] = []
+        for entry in self.tools:
+            if isinstance(entry, ToolEntry):
+                if entry.task_queue:
+                    self.tool_queues[entry.name] = entry.task_queue
+                if entry.local is not None:
+                    self.local_tools[entry.name] = entry.local
+                names.append(entry.name)
+            else:
+                names.append(entry)
+        self.tools = names
+        self.policy.tools = {self._policy_key(n): p for n, p in self.policy.tools.items()}
+        return self
+
+    def _policy_key(self, name: str) -> str:
+        server, dot, tool = name.partition(".")
+        return tool_name(server, tool) if dot and server in self.mcp_servers else name
+
+    def models(self) -> list[str]:
+        """The primary model, then the fallbacks, in the order they are tried."""
+        return [self.model, *(m for m in self.fallback_models if m != self.model)]
+
+    def tool_names(self) -> list[str]:
+        """The names in ``tools`` (the worker's own tools, not the MCP servers')."""
+        return [t if isinstance(t, str) else t.name for t in self.tools]
+
+
+class PinnedSpec(BaseModel):
+    """The spec as pinned into a run: the agent, its tools' schemas, and the sha256 of both."""
+
+    spec: AgentSpec
+    tools: list[ToolInfo]
+    spec_hash: str
+    source: str
+    search_attributes: bool | None = Field(
+        default=None,
+        description="the namespace has every search attribute the run sets "
+        "(activities.contracts.SEARCH_ATTRIBUTES); None: not known (results recorded before "
+        "this field, or the server could not say), the run then sets them only when its "
+        "starter set AgentName",
+    )
+    workflow_rev: int = 0
+    """``ResolveSpecInput.workflow_rev`` echoed back (0 in histories recorded before it)."""

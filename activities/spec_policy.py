@@ -1,0 +1,99 @@
+"""The tool policy of an agent spec: who may run which tool, on which arguments, with whose approval.
+
+``policy:`` of an agent (docs/agents-tools-policy.md); :mod:`activities.spec` re-exports every name.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from activities.signing import parse_public_key
+
+__all__ = ["ArgCondition", "Policy", "PolicyAction", "PolicyRule", "ToolPolicy"]
+
+PolicyAction = Literal["allow", "deny", "approve"]
+
+
+class ArgCondition(BaseModel):
+    """A condition over a tool call's arguments and the run's identity. All given fields must hold."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    path_prefix: str | None = Field(
+        default=None, description="argument `path` starts with this (workspace-relative)"
+    )
+    arg_matches: dict[str, str] | None = Field(
+        default=None,
+        description="argument name -> regular expression the argument's text must match (re.search)",
+    )
+    arg_not_matches: dict[str, str] | None = Field(
+        default=None,
+        description="argument name -> regular expression the argument's text must not match",
+    )
+    tenant_in: list[str] | None = None
+    principal_in: list[str] | None = None
+
+
+class PolicyRule(BaseModel):
+    """``when`` holds -> ``action``. Rules are tried in order; the first that holds decides."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    when: ArgCondition
+    action: PolicyAction
+    reason: str | None = None
+
+
+class ToolPolicy(BaseModel):
+    """Policy of one tool: its default action, rules over arguments, who may approve."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    action: PolicyAction | None = None
+    rules: list[PolicyRule] = Field(default_factory=list[PolicyRule])
+    approvers: list[str] | None = None
+    reason: str | None = None
+
+
+class Policy(BaseModel):
+    """Tool policy of an agent.
+
+    ``default`` applies to tools without an entry: ``by_risk`` means read tools are allowed and
+    write/exec/network tools need approval. ``approvers`` lists principals (``alice``) or roles
+    (``role:reviewer``) that may decide approvals; an empty list means any principal may decide.
+    A tool's own ``approvers`` replaces this list for that tool.
+    ``approval_timeout_seconds`` is a durable timer; when it fires the pending call is settled by
+    ``on_approval_timeout``.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    default: PolicyAction | Literal["by_risk"] = "by_risk"
+    tools: dict[str, ToolPolicy] = Field(default_factory=dict)
+    approvers: list[str] = Field(default_factory=list)
+    roles: dict[str, list[str]] = Field(
+        default_factory=dict, description="role name -> principals holding it"
+    )
+    approval_timeout_seconds: float = Field(default=86_400, gt=0)
+    on_approval_timeout: Literal["reject", "fail"] = "reject"
+    require_signed_decisions: bool = Field(
+        default=False,
+        description="approve/reject/decide must carry an Ed25519 signature verified against "
+        "decision_keys (activities/signing.py); unsigned or badly signed ones are refused",
+    )
+    decision_keys: list[str] = Field(
+        default_factory=list,
+        description="base64 raw Ed25519 public keys whose signatures decisions may carry "
+        "(`agentctl decision-key` prints the local one); pinned at run start",
+    )
+
+    @model_validator(mode="after")
+    def _keys_when_required(self) -> Policy:
+        """Signed decisions need at least one valid key."""
+        for k in self.decision_keys:
+            parse_public_key(k)
+        if self.require_signed_decisions and not self.decision_keys:
+            raise ValueError("policy.require_signed_decisions needs policy.decision_keys")
+        return self

@@ -1,0 +1,118 @@
+"""What every handler of the console uses: the app's keys, errors as JSON, the body, who asks.
+
+:func:`_who` is the authenticated person (a body may only repeat their ``principal_id``),
+:func:`_own_run` the path's run once it is known to be one of their tenants' (else 404),
+:func:`_body` the JSON body as a pydantic model (else 400), :func:`_errors` the middleware that
+turns Temporal's errors into JSON statuses. :mod:`workers.console.serve` re-exports the public names.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import TypeVar
+
+from aiohttp import web
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from pydantic import BaseModel, ValidationError
+from temporalio.client import Client, WorkflowUpdateFailedError
+from temporalio.service import RPCError, RPCStatusCode
+
+from workers import client as rc
+from workers.console import auth as ca
+
+__all__ = [
+    "AUTH_KEY",
+    "B",
+    "CLIENT_KEY",
+    "QUEUE_KEY",
+    "SIGNER_KEY",
+    "STATIC",
+    "WEB_UI_KEY",
+]
+
+STATIC = Path(__file__).parent / "static"
+B = TypeVar("B", bound=BaseModel)
+CLIENT_KEY = web.AppKey("client", Client)
+WEB_UI_KEY = web.AppKey[Callable[[str], str]]("web_ui")  # a Callable is no class: typed by subscript
+QUEUE_KEY = web.AppKey("task_queue", str)
+AUTH_KEY = web.AppKey("auth", ca.Authenticator)
+SIGNER_KEY = web.AppKey("signer", Ed25519PrivateKey)
+
+
+def _error(status: int, message: str) -> web.Response:
+    return web.json_response({"error": message}, status=status)
+
+
+def _who(request: web.Request, named: str | None = None) -> ca.Identity:
+    """The authenticated person; raises 403 when the body ``named`` somebody else."""
+    ident: ca.Identity = request[ca.IDENTITY_KEY]
+    if named is not None and named != ident.principal_id:
+        raise web.HTTPForbidden(
+            text=json.dumps(
+                {
+                    "error": f"you are {ident.principal_id!r}: a request cannot name another "
+                    f"principal ({named!r})"
+                }
+            ),
+            content_type="application/json",
+        )
+    return ident
+
+
+async def _own_run(request: web.Request) -> str:
+    """The path's run id, after checking it belongs to one of the person's tenants (else 404)."""
+    run_id = request.match_info["run_id"]
+    ident = _who(request)
+    if "*" in ident.tenants:
+        return run_id
+    desc = await rc.handle(request.app[CLIENT_KEY], run_id).describe()
+    tenant = ((desc.search_attributes or {}).get("TenantId") or ["default"])[0]
+    if not ident.may_see(str(tenant)):
+        raise web.HTTPNotFound(
+            text=json.dumps({"error": f"no such run: {run_id}"}), content_type="application/json"
+        )
+    return run_id
+
+
+def _tenant_filter(ident: ca.Identity) -> str:
+    if "*" in ident.tenants:
+        return ""
+    names = ", ".join(f"'{rc._quote(t)}'" for t in sorted(ident.tenants))  # noqa: SLF001
+    return f" AND TenantId IN ({names})"
+
+
+async def _body(request: web.Request, model: type[B]) -> B:
+    """The request's JSON body as ``model``; raises an HTTP 400 naming what is wrong."""
+    try:
+        data = json.loads(await request.text() or "{}")
+    except ValueError as e:
+        raise web.HTTPBadRequest(
+            text=json.dumps({"error": f"the body is not JSON: {e}"}),
+            content_type="application/json",
+        ) from None
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        msg = "; ".join(f"{'.'.join(map(str, x['loc'])) or 'body'}: {x['msg']}" for x in e.errors())
+        raise web.HTTPBadRequest(
+            text=json.dumps({"error": f"bad request: {msg}"}), content_type="application/json"
+        ) from None
+
+
+@web.middleware
+async def _errors(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    """Temporal errors as JSON with a status that says what happened."""
+    try:
+        return await handler(request)
+    except RPCError as e:
+        if e.status == RPCStatusCode.NOT_FOUND:
+            return _error(404, f"no such run: {e.message}")
+        if e.status == RPCStatusCode.UNAVAILABLE:
+            return _error(503, f"the Temporal server is unavailable: {e.message}")
+        return _error(400, e.message)
+    except WorkflowUpdateFailedError as e:
+        return _error(409, str(e.cause or e))
