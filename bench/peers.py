@@ -93,8 +93,10 @@ def billable_actions(events: list[Any]) -> dict[str, int]:
     read 2026-11-25): one per workflow start (client start, continue-as-new, child workflow start);
     one per timer started; one per ``UpsertWorkflowSearchAttributes`` command (however many keys;
     an upsert of ``TemporalChangeVersion`` alone, written by a patch, is exempt); one per signal;
-    one per accepted update; one per side-effect marker; all local-activity markers of one
-    workflow task count as one; two per child workflow started (start and execution); one per
+    one per accepted update; all ``RecordMarker`` commands of one workflow task count as one (the
+    page says so of local activities: "Temporal Cloud counts all RecordMarkers from each Workflow
+    Task as one action"; patch and side-effect markers are RecordMarkers too, so a task with
+    only a patch's marker counts one); two per child workflow started (start and execution); one per
     activity attempt (the ``attempt`` of its started event, so retries count); one per
     workflow-execution-options change. Not in a history, so not counted here (the docs list the
     same exclusions for their own estimate): queries, activity heartbeats, rejected updates.
@@ -106,7 +108,7 @@ def billable_actions(events: list[Any]) -> dict[str, int]:
     def add(k: str, n: int = 1) -> None:
         out[k] = out.get(k, 0) + n
 
-    la_task: set[int] = set()  # workflow tasks (by their completed event id) with a local activity
+    marker_task: set[int] = set()  # workflow tasks (by their completed event id) with a marker
     last_wft_completed = 0
     for e in events:
         et = e.event_type
@@ -127,13 +129,11 @@ def billable_actions(events: list[Any]) -> dict[str, int]:
         elif et == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED:
             add("update")
         elif et == EventType.EVENT_TYPE_MARKER_RECORDED:
-            marker = e.marker_recorded_event_attributes.marker_name
-            if marker == "core_local_activity":
-                if last_wft_completed not in la_task:
-                    la_task.add(last_wft_completed)
-                    add("local_activities")
-            elif marker in ("core_side_effect", "SideEffect", "MutableSideEffect"):
-                add("side_effect")
+            task = e.marker_recorded_event_attributes.workflow_task_completed_event_id
+            task = task or last_wft_completed
+            if task not in marker_task:
+                marker_task.add(task)
+                add("markers")
         elif et == EventType.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED:
             add("child_workflow", 2)
         elif et == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:

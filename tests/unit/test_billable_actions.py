@@ -1,0 +1,42 @@
+"""Temporal Cloud actions counted from stored histories (bench.peers.billable_actions)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from temporalio.client import WorkflowHistory
+
+import bench.scenarios  # noqa: F401 - bench.peers is imported through it (a cycle of the bench)
+from bench.peers import billable_actions
+
+HISTORIES = Path(__file__).resolve().parents[1] / "histories"
+
+
+def _count(name: str) -> dict[str, int]:
+    path = HISTORIES / name
+    return billable_actions(list(WorkflowHistory.from_json("x", json.loads(path.read_text())).events))
+
+
+def test_a_tool_run_of_revision_5_has_no_timer_and_one_action_per_marker_task():
+    # hist-tools: three tools in parallel (two local, one an activity), then list_files, the answer
+    got = _count("tools.json")
+    assert got == {
+        "workflow_started": 1,
+        "markers": 3,  # spec.resolve with the patches' markers; each turn's local tools
+        "activity_attempt": 4,  # 3 model steps and the `record` tool
+        "search_attribute_upsert": 1,  # the final one: the client set the rest at start
+        "total": 9,
+    }
+
+
+def test_revision_4_paid_one_more_action_for_its_deadline_timer():
+    before, after = _count("v6/tools.json"), _count("tools.json")
+    assert before["timer_started"] == 1 and "timer_started" not in after
+    assert before["total"] == after["total"] + 1
+
+
+def test_signals_updates_and_child_runs_are_counted():
+    got = _count("subagents.json")
+    assert got["child_workflow"] == 6  # three children, two actions each
+    assert got["signal"] >= 1 and got["total"] == sum(v for k, v in got.items() if k != "total")
