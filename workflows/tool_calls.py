@@ -94,9 +94,10 @@ class ToolStep:
                     rec.status = settled.status
                     outcomes[call.id] = settled.text
         if running:
-            # plain tool calls only: their activities' timeouts bound them (RunContext.race)
+            # tool calls (their activities' timeouts bound them) and handoffs (noted at once);
+            # a child run or a Code Mode script races the deadline timer (RunContext.race)
             bounded = all(
-                (info := tools.get(r.name)) is None or info.kind == "tool"
+                (info := tools.get(r.name)) is None or info.kind in ("tool", "handoff")
                 for r in records
                 if r.id in running
             )
