@@ -41,7 +41,7 @@ import tempfile
 import threading
 from datetime import datetime
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -53,6 +53,9 @@ from activities.contracts import (
     HostCall,
     ToolInfo,
 )
+
+if TYPE_CHECKING:
+    from pydantic_monty import OSPolicy, ResourceLimits
 
 STDOUT_CAP = 16_000
 """Characters of ``print()`` output kept per script (the rest is cut, marked ``truncated``)."""
@@ -231,6 +234,37 @@ def _jsonable(value: Any) -> Any:
         return repr(value)
 
 
+def _limits(inp: CodeStepInput) -> ResourceLimits:
+    """Monty's limits of one step: ``inp.step_seconds`` per feed and turn, its memory cap."""
+    return {
+        "max_feed_duration_secs": inp.step_seconds,
+        "max_turn_duration_secs": inp.step_seconds,
+        "max_memory": inp.max_memory_bytes,
+        "max_suspensions": 10_000,
+    }
+
+
+def _os_policy(inp: CodeStepInput) -> OSPolicy:
+    """The script's OS: the workflow's clock (``inp.now``) and seed; sleeps take no time."""
+    return {
+        "datetime": datetime.fromisoformat(inp.now),
+        "sleep": "zero",
+        "random_start": {"seed": inp.seed},
+    }
+
+
+def _resume_results(inp: CodeStepInput) -> dict[int, Any]:
+    """``inp.results`` as Monty's resume argument: call id -> return value, or exception."""
+    return {
+        r.call_id: (
+            {"return_value": r.value}
+            if r.error is None
+            else {"exc_type": r.exc_type, "message": r.error}
+        )
+        for r in inp.results
+    }
+
+
 class CodeRunner:
     """The ``code.step`` activity (one per worker); ``folder`` holds the sandbox launcher."""
 
@@ -249,7 +283,7 @@ class CodeRunner:
             ApplicationError: ``SandboxUnavailable`` (retryable: bubblewrap missing on this
                 worker) or ``CodeSnapshotInvalid`` (non-retryable: the snapshot cannot be loaded).
         """
-        from pydantic_monty import AsyncMonty, CollectString, OSPolicy, ResourceLimits
+        from pydantic_monty import AsyncMonty, CollectString
 
         from activities.sandbox import SandboxUnavailable
 
@@ -258,17 +292,7 @@ class CodeRunner:
         except SandboxUnavailable as e:
             raise ApplicationError(str(e), type="SandboxUnavailable") from None
         out = CollectString()
-        limits: ResourceLimits = {
-            "max_feed_duration_secs": inp.step_seconds,
-            "max_turn_duration_secs": inp.step_seconds,
-            "max_memory": inp.max_memory_bytes,
-            "max_suspensions": 10_000,
-        }
-        policy: OSPolicy = {
-            "datetime": datetime.fromisoformat(inp.now),
-            "sleep": "zero",
-            "random_start": {"seed": inp.seed},
-        }
+        limits, policy = _limits(inp), _os_policy(inp)
         async with AsyncMonty(binary_path=binary, request_timeout=inp.step_seconds + 10) as pool:
             async with pool.checkout(
                 script_name="script.py",
@@ -276,36 +300,39 @@ class CodeRunner:
                 os_policy=policy,
             ) as session:
                 try:
-                    if inp.snapshot is None:
-                        snap = await session.feed_start(inp.script, print_callback=out)
-                    else:
-                        try:
-                            loaded: Any = await session.load_snapshot(
-                                base64.b64decode(inp.snapshot), print_callback=out
-                            )
-                        except Exception as e:  # noqa: BLE001 - a snapshot we did not write
-                            raise ApplicationError(
-                                f"the script's snapshot cannot be loaded: {e}",
-                                type="CodeSnapshotInvalid",
-                                non_retryable=True,
-                            ) from None
-                        snap = await loaded.resume(
-                            {
-                                r.call_id: (
-                                    {"return_value": r.value}
-                                    if r.error is None
-                                    else {"exc_type": r.exc_type, "message": r.error}
-                                )
-                                for r in inp.results
-                            }
-                        )
-                    return await self._drive(snap, inp, out)
+                    return await self._drive(await self._begin(session, inp, out), inp, out)
                 except ApplicationError:
                     raise
                 except Exception as e:  # noqa: BLE001 - the script's own error: a result
                     return CodeStepOutput(
                         status="error", error=_exception(e), **_printed(out.output)
                     )
+
+    @staticmethod
+    async def _begin(session: Any, inp: CodeStepInput, out: Any) -> Any:
+        """The interpreter's first state of this step: the script started, or resumed.
+
+        ``inp.snapshot`` None: ``inp.script`` fed to ``session``; otherwise the snapshot loaded
+        and resumed with ``inp.results``. ``out`` collects what the script prints. The script's
+        own errors propagate as they are (``step`` makes them a result).
+
+        Raises:
+            ApplicationError: ``CodeSnapshotInvalid`` (non-retryable) when the snapshot cannot
+                be loaded.
+        """
+        if inp.snapshot is None:
+            return await session.feed_start(inp.script, print_callback=out)
+        try:
+            loaded: Any = await session.load_snapshot(
+                base64.b64decode(inp.snapshot), print_callback=out
+            )
+        except Exception as e:  # noqa: BLE001 - a snapshot we did not write
+            raise ApplicationError(
+                f"the script's snapshot cannot be loaded: {e}",
+                type="CodeSnapshotInvalid",
+                non_retryable=True,
+            ) from None
+        return await loaded.resume(_resume_results(inp))
 
     @staticmethod
     async def _drive(snap: Any, inp: CodeStepInput, out: Any) -> CodeStepOutput:

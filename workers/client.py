@@ -310,7 +310,19 @@ async def decide(
                 upd.roles,
             ),
         )
-    h = handle(client, run_id)
+    return await _decide_when_recorded(handle(client, run_id), upd)
+
+
+async def _decide_when_recorded(
+    h: WorkflowHandle[Any, RunResult], upd: DecideUpdate
+) -> DecideResult:
+    """Send update ``decide`` to ``h``; a :data:`NOT_IN_HISTORY` refusal is retried 0.25 s apart.
+
+    Retries for up to :data:`NOT_IN_HISTORY_RETRY_SECONDS`, then re-raises that refusal.
+
+    Raises:
+        temporalio.client.WorkflowUpdateFailedError: any other refusal, at once.
+    """
     deadline = asyncio.get_running_loop().time() + NOT_IN_HISTORY_RETRY_SECONDS
     while True:
         try:

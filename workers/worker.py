@@ -176,6 +176,31 @@ def local_activities(runtime: RuntimeActivities) -> list[Any]:
     return [runtime.resolve_spec, runtime.invoke_tool]
 
 
+def _all_activities(settings: Settings, runtime: RuntimeActivities) -> list[Any]:
+    """Every activity a full worker serves: model, spec, tools, tokens, code, evals, memory.
+
+    Builds the model, eval, memory and Code Mode activity objects from ``settings`` (the model
+    endpoint, the memory store, the state folder); ``runtime`` gives the spec and tool ones.
+    """
+    model = ModelActivities(
+        settings.openai_base_url, settings.openai_api_key, memory_url=settings.memory_store_url
+    )
+    evals = EvalActivities(settings.openai_base_url, settings.openai_api_key)
+    memory = MemoryActivities(settings.openai_base_url, settings.openai_api_key, settings.state_dir)
+    code = CodeRunner(Path(settings.state_dir).expanduser() / "code-mode")
+    return [
+        model.complete,
+        runtime.resolve_spec,
+        runtime.invoke_tool,
+        count_tokens,
+        code.step,
+        evals.score,
+        evals.judge,
+        memory.handoff,
+        memory.consolidate,
+    ]
+
+
 def build_worker(
     client: Client,
     settings: Settings,
@@ -207,17 +232,7 @@ def build_worker(
     activities: list[Any] = [runtime.invoke_tool]
     workflows: list[Any] = []
     if not tools_only:
-        model = ModelActivities(
-            settings.openai_base_url, settings.openai_api_key, memory_url=settings.memory_store_url
-        )
-        evals = EvalActivities(settings.openai_base_url, settings.openai_api_key)
-        memory = MemoryActivities(
-            settings.openai_base_url, settings.openai_api_key, settings.state_dir
-        )
-        code = CodeRunner(Path(settings.state_dir).expanduser() / "code-mode")
-        activities = [model.complete, runtime.resolve_spec, runtime.invoke_tool, count_tokens]
-        activities.append(code.step)
-        activities += [evals.score, evals.judge, memory.handoff, memory.consolidate]
+        activities = _all_activities(settings, runtime)
         workflows = [AgentRun, EvalSuite, MemoryConsolidation]
     t = WorkerTuning
     options: dict[str, Any] = dict(

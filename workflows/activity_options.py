@@ -39,6 +39,8 @@ MODEL_HEARTBEAT = timedelta(seconds=5)
 TOOL_HEARTBEAT = timedelta(seconds=5)
 SUMMARY_SETTINGS = ModelSettings(temperature=0.0, max_tokens=400)
 """Sampling of the compaction summary step."""
+_SUMMARY_NOTE = "(summary of dropped context)"
+"""The note of the compaction summary step's activity summary in the Web UI."""
 
 
 class ActivityOptions(TypedDict, total=False):
@@ -100,6 +102,22 @@ def memory_request(spec: Any, req: RunRequest) -> MemoryRequest | None:
     )
 
 
+def _model_retry(spec: Any, summary_of: int | None) -> RetryPolicy:
+    """A model step's retry policy (``spec`` is the pinned spec's ``AgentSpec``).
+
+    3 attempts for the compaction summary (``summary_of`` set); otherwise
+    ``spec.model_max_attempts``, backoff 1 s doubling up to 30 s.
+    """
+    if summary_of is not None:
+        return RetryPolicy(maximum_attempts=3)
+    return RetryPolicy(
+        initial_interval=timedelta(seconds=1),
+        backoff_coefficient=2.0,
+        maximum_interval=timedelta(seconds=30),
+        maximum_attempts=spec.model_max_attempts,
+    )
+
+
 def model_step(
     pinned: PinnedSpec,
     req: RunRequest,
@@ -141,22 +159,11 @@ def model_step(
         stream=stream,
         memory=memory_request(spec, req) if summary_of is None else None,
     )
-    if summary_of is not None:
-        retry = RetryPolicy(maximum_attempts=3)
-        summary = render.model_summary(name, turn, "(summary of dropped context)")
-    else:
-        retry = RetryPolicy(
-            initial_interval=timedelta(seconds=1),
-            backoff_coefficient=2.0,
-            maximum_interval=timedelta(seconds=30),
-            maximum_attempts=spec.model_max_attempts,
-        )
-        summary = render.model_summary(name, turn)
     options: ActivityOptions = {
         "start_to_close_timeout": timedelta(seconds=spec.model_timeout_seconds),
         "heartbeat_timeout": MODEL_HEARTBEAT,
-        "retry_policy": retry,
-        "summary": summary,
+        "retry_policy": _model_retry(spec, summary_of),
+        "summary": render.model_summary(name, turn, "" if summary_of is None else _SUMMARY_NOTE),
         "priority": tenant_priority(req.tenant_id),
     }
     if name in spec.rate_limits:

@@ -41,6 +41,8 @@ with workflow.unsafe.imports_passed_through():
     from workflows.run_context import cause_message
 
 if TYPE_CHECKING:
+    from activities.spec import PinnedSpec
+    from activities.spec_settings import CodeModeSpec
     from workflows.tool_calls import ToolStep
 
 STDOUT_CAP = 16_000
@@ -95,6 +97,39 @@ def _step_options(info: ToolInfo, step: int, seconds: float) -> dict[str, Any]:
     }
 
 
+def _first_input(pinned: PinnedSpec, cm: CodeModeSpec, script: str) -> CodeStepInput:
+    """The first ``code.step`` input of ``script`` under ``cm`` (the spec's ``code_mode``).
+
+    Its tools are those of ``cm.tools`` the pinned spec has as plain tools. Reads the workflow's
+    clock, then draws the script's ``random`` seed from the workflow's deterministic random.
+    """
+    tools = {t.name: t for t in pinned.tools}
+    allowed = [n for n in cm.tools if n in tools and tools[n].kind == "tool"]
+    return CodeStepInput(
+        script=script,
+        tools=allowed,
+        now=workflow.now().isoformat(),
+        seed=workflow.random().randint(0, 2**31 - 1),
+        step_seconds=cm.step_seconds,
+        max_memory_bytes=cm.max_memory_mb * 1024 * 1024,
+    )
+
+
+def _sub_calls(call: ToolCallRequest, calls: int, out: CodeStepOutput) -> list[ToolCallRequest]:
+    """The tool calls a step asked for, as calls of this run: ids ``<call.id>.<n>``.
+
+    ``n`` counts on from ``calls`` (the script's calls so far); arguments are JSON, keys sorted.
+    """
+    return [
+        ToolCallRequest(
+            id=f"{call.id}.{calls + i + 1}",
+            name=c.name,
+            arguments=json.dumps(c.arguments, sort_keys=True),
+        )
+        for i, c in enumerate(out.calls)
+    ]
+
+
 async def run_script(
     host: ToolStep, call: ToolCallRequest, rec: ToolCallRecord, info: ToolInfo
 ) -> str:
@@ -114,16 +149,7 @@ async def run_script(
             None, "", 0, 0, "give the script as a non-empty string argument 'script'"
         )
         return _finish(host, rec, text, False, started)
-    tools = {t.name: t for t in pinned.tools}
-    allowed = [n for n in cm.tools if n in tools and tools[n].kind == "tool"]
-    inp = CodeStepInput(
-        script=script,
-        tools=allowed,
-        now=workflow.now().isoformat(),
-        seed=workflow.random().randint(0, 2**31 - 1),
-        step_seconds=cm.step_seconds,
-        max_memory_bytes=cm.max_memory_mb * 1024 * 1024,
-    )
+    inp = _first_input(pinned, cm, script)
     calls = steps = 0
     printed = ""
     out: CodeStepOutput | None = None
@@ -143,14 +169,7 @@ async def run_script(
         if calls + len(out.calls) > cm.max_calls:
             error = f"the script asked for more than {cm.max_calls} tool calls"
             break
-        subs = [
-            ToolCallRequest(
-                id=f"{call.id}.{calls + i + 1}",
-                name=c.name,
-                arguments=json.dumps(c.arguments, sort_keys=True),
-            )
-            for i, c in enumerate(out.calls)
-        ]
+        subs = _sub_calls(call, calls, out)
         calls += len(subs)
         records, outcomes = await host.execute(subs)
         inp = inp.model_copy(

@@ -111,6 +111,20 @@ def _to_text(value: Any) -> str:
     return json.dumps(value, default=str, ensure_ascii=False)
 
 
+async def _call(tool: ToolDef, validated: BaseModel, ctx: ToolContext) -> Any:
+    """What ``tool`` returns for ``validated`` arguments, ``ctx`` injected if it takes one.
+
+    An async tool is awaited; a sync one runs in a worker thread. Whatever the tool raises
+    (:class:`ToolError` or any other exception) propagates.
+    """
+    kwargs = {p: getattr(validated, f) for p, f in tool.field_names.items()}
+    if tool.context_param:
+        kwargs[tool.context_param] = ctx
+    if tool.is_async:
+        return await tool.fn(**kwargs)
+    return await asyncio.to_thread(tool.fn, **kwargs)
+
+
 def _truncate(text: str, limit: int) -> tuple[str, bool]:
     if len(text) <= limit:
         return text, False
@@ -222,14 +236,7 @@ class ToolRegistry:
             recorded = raw
             validated = _validate(tool, raw)
             recorded = validated.model_dump(mode="json", by_alias=True)
-            kwargs = {p: getattr(validated, f) for p, f in tool.field_names.items()}
-            if tool.context_param:
-                kwargs[tool.context_param] = ctx
-            if tool.is_async:
-                result = await tool.fn(**kwargs)
-            else:
-                result = await asyncio.to_thread(tool.fn, **kwargs)
-            text = _to_text(result)
+            text = _to_text(await _call(tool, validated, ctx))
         except ToolError as e:
             status, text = "error", f"Error: {e}"
         text = redaction.redact(text)
