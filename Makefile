@@ -74,7 +74,7 @@ upgrade-chaos: install ## 200 runs in flight while a changed build is ramped 0 -
 
 lint: install ## ruff, then pyright (config in pyproject.toml: strict modules listed there)
 	$(BIN)/ruff check workflows activities workers tests
-	$(BIN)/pyright
+	$(BIN)/pyright --project pyproject.toml
 
 docs: install ## regenerate docs/agent-spec.md and docs/cli.md from the spec models and the CLI
 	$(BIN)/python -m workers.cli.gen_docs
