@@ -82,8 +82,9 @@ __all__ = [
 PATCH_MEMORY = "memory-consolidation"
 """Patch id of the memory handoff at the end of a run whose spec writes memory."""
 PATCH_V4 = "agent-run-v4"
-"""Patch id of revision 4: ``spec.resolve`` runs as a local activity (then ``WORKFLOW_REV`` 4 is
-pinned, which turns on local tools and fewer upserts; docs/throughput.md)."""
+"""Patch id of revision 4: ``spec.resolve`` runs as a local activity (then the code's
+``WORKFLOW_REV``, 4 or later, is pinned: local tools and fewer upserts from 4, the deadline as
+activities' timeout from 5; docs/throughput.md)."""
 PATCH_V2 = "agent-run-v2"
 """Patch id of the second workflow version (one deadline timer per run, throttled search-attribute
 refreshes, continue-as-new at the spec's own thresholds, AgentStatus after a chat message,
