@@ -27,7 +27,8 @@ in one transaction: items keep their ids, bodies and times; live items keep thei
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import apsw
@@ -92,9 +93,27 @@ def _tables(db: apsw.Connection) -> set[str]:
     return {r[0] for r in execute(db, "SELECT name FROM sqlite_master WHERE type = 'table'")}
 
 
+@contextmanager
+def write_tx(db: apsw.Connection) -> Generator[None]:
+    """A write transaction on ``db``, its lock taken at once (``BEGIN IMMEDIATE``).
+
+    It commits, or rolls back and re-raises. Several worker processes may write one file. A
+    deferred transaction that read first could not take the write lock later while another
+    process writes (``database is locked`` at once: SQLite's deadlock rule, which the busy
+    timeout does not wait out); an immediate one waits up to the busy timeout for the lock.
+    """
+    execute(db, "BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        execute(db, "ROLLBACK")
+        raise
+    execute(db, "COMMIT")
+
+
 def open_schema(db: apsw.Connection) -> None:
     """Create the version-2 schema, or migrate a version-1 file to it (one transaction)."""
-    with db:
+    with write_tx(db):
         version = int(str(fetchall(db, "PRAGMA user_version")[0][0]))
         old = version < VERSION and "items" in _tables(db)
         if old:

@@ -40,7 +40,7 @@ import time
 from collections import OrderedDict
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import apsw
 import numpy as np
@@ -96,13 +96,9 @@ class SqliteMemoryStore:
             sch.execute(self._db, "PRAGMA journal_mode=WAL")
             sch.open_schema(self._db)
 
-    def _tx(self) -> AbstractContextManager[apsw.Connection, None]:
-        """``self._db`` as a transaction (commit, or rollback and re-raise).
-
-        apsw types ``Connection.__exit__`` as returning ``bool``, so pyright would take a ``with``
-        of it as one that may swallow an exception; it never does (it returns False).
-        """
-        return cast("AbstractContextManager[apsw.Connection, None]", self._db)
+    def _tx(self) -> AbstractContextManager[None]:
+        """A write transaction taken at once (:func:`activities.memory.sqlite_schema.write_tx`)."""
+        return sch.write_tx(self._db)
 
     # ---------------------------------------------------------------- writing
 
