@@ -11,7 +11,8 @@ The table issue #23 asks for, from one invocation:
 * **where the server's time goes**, from 40 sampled histories per throughput level: events per run
   by type, commands per run, workflow tasks, sticky-queue misses (workflow tasks scheduled on the
   normal queue after the first), workflow task timeouts, payload bytes by event type;
-* **Temporal Cloud actions per run**, counted from the histories by :func:`billable_actions`.
+* **Temporal Cloud actions per run**, counted from the histories by
+  :func:`workers.history.billable_actions` (``agentctl audit`` prints the same count).
 
 ``BENCH_PEERS_IMPLS=ours,hand`` limits the implementations (to iterate on one; the table then lacks
 the others). Implementations: ``ours`` (``AgentRun`` as shipped), ``plugin`` (bench/plugin_agent.py, the plugin's
@@ -56,6 +57,7 @@ from bench.scenarios import (
     plugin_missing,
     start_impl,
 )
+from workers.history import billable_actions
 from workers.testing.scripted_model import ScriptedModel
 
 TURNS = 5
@@ -84,64 +86,6 @@ _COMMAND_EVENTS = {
 
 def _name(et: int) -> str:
     return EventType.Name(et).removeprefix("EVENT_TYPE_")
-
-
-def billable_actions(events: list[Any]) -> dict[str, int]:
-    """Temporal Cloud actions one execution's history shows, by kind.
-
-    The rules are Temporal Cloud's ("Temporal Cloud Actions", docs.temporal.io/cloud/actions,
-    read 2026-11-25): one per workflow start (client start, continue-as-new, child workflow start);
-    one per timer started; one per ``UpsertWorkflowSearchAttributes`` command (however many keys;
-    an upsert of ``TemporalChangeVersion`` alone, written by a patch, is exempt); one per signal;
-    one per accepted update; all ``RecordMarker`` commands of one workflow task count as one (the
-    page says so of local activities: "Temporal Cloud counts all RecordMarkers from each Workflow
-    Task as one action"; patch and side-effect markers are RecordMarkers too, so a task with
-    only a patch's marker counts one); two per child workflow started (start and execution); one per
-    activity attempt (the ``attempt`` of its started event, so retries count); one per
-    workflow-execution-options change. Not in a history, so not counted here (the docs list the
-    same exclusions for their own estimate): queries, activity heartbeats, rejected updates.
-
-    Returns ``{kind: count, ..., "total": n}``.
-    """
-    out: dict[str, int] = {}
-
-    def add(k: str, n: int = 1) -> None:
-        out[k] = out.get(k, 0) + n
-
-    marker_task: set[int] = set()  # workflow tasks (by their completed event id) with a marker
-    last_wft_completed = 0
-    for e in events:
-        et = e.event_type
-        if et == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
-            last_wft_completed = e.event_id
-        elif et == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
-            add("workflow_started")
-        elif et == EventType.EVENT_TYPE_TIMER_STARTED:
-            add("timer_started")
-        elif et == EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES:
-            keys = set(
-                e.upsert_workflow_search_attributes_event_attributes.search_attributes.indexed_fields
-            )
-            if keys - {"TemporalChangeVersion"}:
-                add("search_attribute_upsert")
-        elif et == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
-            add("signal")
-        elif et == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED:
-            add("update")
-        elif et == EventType.EVENT_TYPE_MARKER_RECORDED:
-            task = e.marker_recorded_event_attributes.workflow_task_completed_event_id
-            task = task or last_wft_completed
-            if task not in marker_task:
-                marker_task.add(task)
-                add("markers")
-        elif et == EventType.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED:
-            add("child_workflow", 2)
-        elif et == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
-            add("activity_attempt", max(1, e.activity_task_started_event_attributes.attempt))
-        elif et == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_OPTIONS_UPDATED:
-            add("options_updated")
-    out["total"] = sum(out.values())
-    return out
 
 
 def history_profile(events: list[Any]) -> dict[str, Any]:

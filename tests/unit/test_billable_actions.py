@@ -1,4 +1,5 @@
-"""Temporal Cloud actions counted from stored histories (bench.peers.billable_actions)."""
+"""Temporal Cloud actions counted from stored histories (workers.history.billable_actions), and
+printed by the audit."""
 
 from __future__ import annotations
 
@@ -7,8 +8,7 @@ from pathlib import Path
 
 from temporalio.client import WorkflowHistory
 
-import bench.scenarios  # noqa: F401 - bench.peers is imported through it (a cycle of the bench)
-from bench.peers import billable_actions
+from workers.history import audit, billable_actions, render_audit_text
 
 HISTORIES = Path(__file__).resolve().parents[1] / "histories"
 
@@ -40,3 +40,10 @@ def test_signals_updates_and_child_runs_are_counted():
     got = _count("subagents.json")
     assert got["child_workflow"] == 6  # three children, two actions each
     assert got["signal"] >= 1 and got["total"] == sum(v for k, v in got.items() if k != "total")
+
+
+def test_the_audit_counts_the_actions_of_the_run():
+    history = WorkflowHistory.from_json("hist-tools", json.loads((HISTORIES / "tools.json").read_text()))
+    report = audit(history)
+    assert report.actions == _count("tools.json")
+    assert "Temporal Cloud actions: 9 (4 activity_attempt, 3 markers, " in render_audit_text(report)

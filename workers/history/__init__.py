@@ -15,6 +15,8 @@ This package reads it without running any workflow code, one job a module:
   ``_entries``) of model steps, tool calls, decisions, other signals and the outcome
   (``agentctl audit RUN_ID [--json]``); :func:`audit_run` fetches and audits.
 * ``_render``: :func:`render_audit_text` prints an audit.
+* ``_actions``: :func:`billable_actions`, the Temporal Cloud actions a history shows, by kind
+  (in every audit as ``Audit.actions``).
 * ``_replay``: :func:`replay` / :func:`replay_file` replay recorded histories with the *current*
   workflow code (``temporalio.worker.Replayer``) to find nondeterministic changes before they
   break runs in flight (``agentctl replay RUN_ID`` / ``--file PATH``).
@@ -24,6 +26,7 @@ This package reads it without running any workflow code, one job a module:
 """
 
 from workers.history import _entries
+from workers.history._actions import billable_actions
 from workers.history._audit import audit, audit_run
 from workers.history._entries import *  # noqa: F403 - the audit's data, listed in its __all__
 from workers.history._fetch import (
@@ -43,6 +46,7 @@ __all__ = [
     "ReplayReport",
     "audit",
     "audit_run",
+    "billable_actions",
     "fetch_chain",
     "fetch_history",
     "fork",

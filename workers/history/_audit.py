@@ -9,6 +9,7 @@ from temporalio.client import Client, WorkflowHistory
 from temporalio.converter import DataConverter
 
 from workers.history import _activities, _lifecycle, _people
+from workers.history._actions import billable_actions
 from workers.history._entries import Audit, ToolCallEntry
 from workers.history._fetch import Histories, as_chain, fetch_chain, start_attributes
 from workers.history._payloads import DEFAULT_CONVERTER, inline_payloads
@@ -93,8 +94,18 @@ def audit(histories: Histories, *, data_converter: DataConverter = DEFAULT_CONVE
         status=w.status,
         result=w.result,
         events=w.events,
+        actions=_actions(chain),
         timeline=w.timeline,
     )
+
+
+def _actions(chain: list[WorkflowHistory]) -> dict[str, int]:
+    """Temporal Cloud actions of every execution read, by kind, summed."""
+    out: dict[str, int] = {}
+    for h in chain:
+        for kind, n in billable_actions(list(h.events)).items():
+            out[kind] = out.get(kind, 0) + n
+    return out
 
 
 async def audit_run(client: Client, run_id: str) -> Audit:

@@ -268,7 +268,8 @@ class Audit(BaseModel):
     continue-as-new chain that was read (``run_ids``, oldest first). ``chain_complete`` is False
     when the first history read is not the chain's first execution. ``status`` is the final
     ``RunResult.status``, ``running`` while the run is open, or the Temporal outcome when the
-    workflow did not return a result. ``events`` counts the history events read.
+    workflow did not return a result. ``events`` counts the history events read, ``actions`` the
+    Temporal Cloud actions they show (by kind, summed over the executions read).
     """
 
     model_config = ConfigDict(ignored_types=(_Kind,))
@@ -285,6 +286,11 @@ class Audit(BaseModel):
     status: str = "running"
     result: RunResult | None = None
     events: int = 0
+    actions: dict[str, int] = Field(
+        default_factory=dict,
+        description="Temporal Cloud actions the histories read show, by kind, and 'total' "
+        "(workers.history.billable_actions)",
+    )
     timeline: list[TimelineEntry] = Field(default_factory=list)
 
     def entries(self, kind: type[_E]) -> list[_E]:

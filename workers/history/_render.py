@@ -176,4 +176,7 @@ def render_audit_text(a: en.Audit) -> str:
         + ", ".join(f"{n} {s}" for s, n in sorted(by_status.items()))
         + f"), {len(a.decisions)} decision(s), {len(a.ignored)} ignored"
     )
+    if a.actions:
+        kinds = ", ".join(f"{n} {k}" for k, n in sorted(a.actions.items()) if k != "total")
+        lines.append(f"Temporal Cloud actions: {a.actions.get('total', 0)} ({kinds})")
     return "\n".join(lines) + "\n"
