@@ -378,8 +378,12 @@ class RunContext:
                 timeout=timeout,
                 timeout_summary=f"waiting for {what} (timeout)" if timeout is not None else None,
             )
-        finally:
+        except GeneratorExit:  # the run left the worker's cache: no workflow clock, no time
+            raise
+        except BaseException:  # a timeout, a cancellation: the time waited counts all the same
             s.waited_seconds += (workflow.now() - started).total_seconds()
+            raise
+        s.waited_seconds += (workflow.now() - started).total_seconds()
         if self.s.interrupt is not None:
             raise Stop("interrupted", self.s.interrupt.reason)
 
