@@ -90,9 +90,7 @@ class ModelStep:
             inp, opts = options.model_step(
                 pinned, ctx.req(), s.turn, s.messages, model=name, stream=ctx.events.watched()
             )
-            deadline = ctx.activity_deadline()
-            if deadline is not None:
-                opts["schedule_to_close_timeout"] = deadline
+            opts = ctx.with_deadline(opts)
             ctx.emit("model_started", model=name)
             try:
                 reply = await ctx.race(lambda i=inp, o=opts: _complete(i, o), bounded=True)

@@ -17,19 +17,22 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, TimeoutType
+from temporalio.exceptions import TimeoutError as ActivityTimeoutError
 
 with workflow.unsafe.imports_passed_through():
     import workflows.state as state
-    import workflows.turn as turn
     from activities.contracts import ModelReply
     from activities.spec import PinnedSpec
     from workflows.decisions import Decisions
     from workflows.events import RunEvents
     from workflows.models import IgnoredSignal, LiveStatus, RunData, RunRequest, RunStatus
+
+if TYPE_CHECKING:
+    from workflows.activity_options import ActivityOptions
 
 T = TypeVar("T")
 
@@ -41,7 +44,7 @@ refuses decisions for approval requests not yet in history. Revision 4 (with pat
 ``agent-run-v4``: ``spec.resolve`` as a local activity) runs tools marked ``local`` as local
 activities and upserts search attributes only when what they show changed (docs/throughput.md).
 Revision 5 takes the deadline without a timer where a timeout does its work
-(:meth:`RunContext.activity_deadline`). A revision is for a change to every new run's commands: it
+(:meth:`RunContext.with_deadline`). A revision is for a change to every new run's commands: it
 costs a run nothing, where each ``workflow.patched`` id costs every new run a marker and an upsert
 of ``TemporalChangeVersion`` (two events and a visibility write). Other changes use
 ``workflow.patched`` (tests/histories/README.md says when each old branch goes)."""
@@ -269,26 +272,26 @@ class RunContext:
             return fired or self.deadline_hit
         return self.remaining_seconds() <= 0
 
-    def activity_deadline(self) -> timedelta | None:
-        """Schedule-to-close timeout of an activity raced against the deadline: the time left.
+    def with_deadline(self, opts: ActivityOptions) -> ActivityOptions:
+        """``opts`` of an activity raced against the deadline, bounded by the time left.
 
-        None before revision 5 (the deadline timer bounds the activity instead). Only a timeout's
-        value comes from the clock; which commands follow depends on events.
+        From revision 5 the time left is its schedule-to-close timeout; before, the deadline
+        timer bounds the activity. Only a timeout's value comes from the clock; which commands follow depends on events.
         """
-        if not self.rev5():
-            return None
-        return timedelta(seconds=max(self.remaining_seconds(), 0.001))
+        if self.rev5():
+            opts["schedule_to_close_timeout"] = timedelta(
+                seconds=max(self.remaining_seconds(), 0.001)
+            )
+        return opts
 
     def note_deadline(self, e: ActivityError) -> bool:
         """Whether ``e`` is an activity's schedule-to-close timeout at the deadline (then noted).
 
-        Only activities given :meth:`activity_deadline` have that timeout in this runtime.
+        Only activities given :meth:`with_deadline` have that timeout in this runtime.
         """
-        if not self.rev5() or not turn.is_timeout_error(e.cause):
-            return False
         cause: BaseException | None = e.cause
-        while cause is not None:
-            if getattr(cause, "type", None) == TimeoutType.SCHEDULE_TO_CLOSE:
+        while self.rev5() and cause is not None:
+            if isinstance(cause, ActivityTimeoutError) and cause.type == TimeoutType.SCHEDULE_TO_CLOSE:
                 self.deadline_hit = True
                 return True
             cause = getattr(cause, "cause", None)
@@ -301,7 +304,7 @@ class RunContext:
         that time does not count, so while calls wait the deadline is not taken, and a deadline
         re-armed (or passed) during such a wait is re-armed for the time left
         (patch ``race-person-waits``). ``bounded``: ``make()`` only runs activities with
-        :meth:`activity_deadline` as their schedule-to-close timeout, so from revision 5 no timer
+        :meth:`with_deadline` as their schedule-to-close timeout, so from revision 5 no timer
         is started and their timeout ends the run on time.
 
         Raises:

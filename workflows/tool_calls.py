@@ -183,9 +183,7 @@ class ToolStep:
         inp, opts = options.tool_call(
             ctx.pinned(), ctx.req(), ctx.s.turn, call, arguments, info, ctx.s.run_files
         )
-        deadline = ctx.activity_deadline()
-        if deadline is not None:
-            opts["schedule_to_close_timeout"] = deadline
+        opts = ctx.with_deadline(opts)
         ctx.emit("tool_started", tool_call_id=call.id, name=call.name, arguments=rec.arguments)
         try:
             if ctx.rev4() and options.runs_local(info):

@@ -36,12 +36,9 @@ def billable_actions(events: list[Any]) -> dict[str, int]:
         out[k] = out.get(k, 0) + n
 
     marker_task: set[int] = set()  # workflow tasks (by their completed event id) with a marker
-    last_wft_completed = 0
     for e in events:
         et = e.event_type
-        if et == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
-            last_wft_completed = e.event_id
-        elif et == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
+        if et == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
             add("workflow_started")
         elif et == EventType.EVENT_TYPE_TIMER_STARTED:
             add("timer_started")
@@ -57,7 +54,6 @@ def billable_actions(events: list[Any]) -> dict[str, int]:
             add("update")
         elif et == EventType.EVENT_TYPE_MARKER_RECORDED:
             task = e.marker_recorded_event_attributes.workflow_task_completed_event_id
-            task = task or last_wft_completed
             if task not in marker_task:
                 marker_task.add(task)
                 add("markers")
