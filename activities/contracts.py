@@ -166,6 +166,17 @@ class CallModelInput(BaseModel):
     workflow sets it when someone watches the run as the step is scheduled
     (``RunEvents.watched``); a step nobody watches is one plain request, whose text the workflow
     emits whole when the step ends. Inputs recorded before this field existed stream."""
+    tools_first: list[StepToolCall] = Field(default_factory=lambda: list[StepToolCall]())
+    """Tool calls the workflow already allowed, run by this activity before it asks the model
+    (local tools' calls from the turn before; docs/throughput.md, "Local tools ride the next model
+    step"). Their results fill the ``tool`` messages of ``messages`` with the same
+    ``tool_call_id`` (left empty by the workflow) and come back in ``ModelReply.tool_outcomes``."""
+    token_room: int | None = None
+    """With ``tools_first``: the compaction budget left, in tokens, for the messages after the
+    first ``counted_messages`` (whose exact counts the workflow holds). When the upper bound of
+    those messages with the tool results filled in (``workflows.compaction.token_upper_bound``)
+    is over it, the activity does not call the model (``ModelReply.model_skipped``)."""
+    counted_messages: int = 0
 
 
 class ModelReply(BaseModel):
@@ -189,6 +200,12 @@ class ModelReply(BaseModel):
     streamed_chars: int = 0
     """How many characters of ``content`` the activity published as ``text_delta`` events (the
     workflow emits the rest, so a step's deltas always add up to its reply text)."""
+    tool_outcomes: list[ToolOutcome] = Field(default_factory=lambda: list[ToolOutcome]())
+    """Results of ``CallModelInput.tools_first``, one per call, in their order."""
+    model_skipped: bool = False
+    """The step ran ``tools_first`` but did not call the model: with their results the transcript
+    may be over the compaction budget (``CallModelInput.token_room``). The workflow compacts,
+    then asks the model in a new step; ``content`` is None and ``usage`` zero."""
 
     def assistant_message(self) -> dict[str, Any]:
         """The reply as an OpenAI-format assistant message for the transcript."""
@@ -281,6 +298,25 @@ class ToolOutcome(BaseModel):
     arguments: dict[str, Any] | None = None
     files: dict[str, str] | None = None
     """Files this call wrote, kept in the payload store: name -> key (sandboxed tools)."""
+    failure: str | None = None
+    """Set only for a call of ``CallModelInput.tools_first`` that failed on every attempt (an
+    exception or its timeout, not a business error): the error, redacted. ``status`` is then
+    ``error`` and ``content`` what the model is told (``workflows.turn.settle_failure``); the
+    workflow records the call as it records a failed activity."""
+    timed_out: bool = False
+    """With ``failure``: the last attempt ran out of ``StepToolCall.timeout_seconds``."""
+
+
+class StepToolCall(BaseModel):
+    """One call of ``CallModelInput.tools_first``: a ``tool.invoke`` input and the tool's limits.
+
+    ``timeout_seconds`` bounds one attempt (``ToolInfo.timeout_seconds``, seconds);
+    ``max_attempts`` is ``ToolInfo.max_attempts``.
+    """
+
+    call: InvokeToolInput
+    timeout_seconds: float = 30.0
+    max_attempts: int = 1
 
 
 class ToolInfo(BaseModel):
@@ -413,3 +449,7 @@ class CodeStepOutput(BaseModel):
     stdout: str = ""
     truncated: bool = False
     error: str | None = None
+
+
+CallModelInput.model_rebuild()
+ModelReply.model_rebuild()

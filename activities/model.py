@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import timedelta
 from typing import Any, cast
 
@@ -40,7 +40,9 @@ from activities.contracts import (
     CallModelInput,
     MemoryRef,
     ModelReply,
+    StepToolCall,
     ToolCallRequest,
+    ToolOutcome,
     Usage,
 )
 from activities.heartbeat import await_with_heartbeats
@@ -238,6 +240,19 @@ def _settle_reply(reply: ModelReply, req: CallModelInput) -> None:
     )
 
 
+def _over_room(req: CallModelInput) -> bool:
+    """Whether the messages after ``req.counted_messages`` may be over ``req.token_room`` tokens.
+
+    The bound is the workflow's own (``workflows.compaction.token_upper_bound``), so the workflow
+    would count, and maybe compact, before it asked the model.
+    """
+    if req.token_room is None:
+        return False
+    from workflows.compaction import token_upper_bound
+
+    return sum(token_upper_bound(m) for m in req.messages[req.counted_messages :]) > req.token_room
+
+
 def _previous_error_type(info: activity.Info) -> str | None:
     """The error type the previous attempt heartbeated before it failed (None on attempt 1)."""
     if info.attempt <= 1:
@@ -256,6 +271,9 @@ class ModelActivities:
         base_url: the endpoint, e.g. ``http://127.0.0.1:8110/v1`` (``OPENAI_BASE_URL``).
         api_key: its key (``OPENAI_API_KEY``); never logged.
         max_invalid_attempts: attempts before an unparsable model output becomes non-retryable.
+        memory_url: the memory store (``AGENT_MEMORY_URL``); None: no retrieval.
+        tools: runs a step's ``tools_first`` calls (``RuntimeActivities.run_first``); the
+            workflow sends such calls only to steps on its own task queue, whose workers have it.
     """
 
     def __init__(
@@ -264,12 +282,14 @@ class ModelActivities:
         api_key: str,
         max_invalid_attempts: int = 3,
         memory_url: str | None = None,
+        tools: Callable[[list[StepToolCall]], Awaitable[list[ToolOutcome]]] | None = None,
     ) -> None:
         self._client = openai.AsyncOpenAI(
             base_url=base_url, api_key=api_key, max_retries=0, timeout=600
         )
         self._max_invalid = max_invalid_attempts
         self._memory_url = memory_url
+        self._tools = tools
 
     async def _with_memory(self, req: CallModelInput, kwargs: dict[str, Any]) -> list[MemoryRef]:
         """Retrieve the step's memory into ``kwargs["messages"]``; the items given."""
@@ -292,6 +312,9 @@ class ModelActivities:
         """
         info = activity.info()
         attempt = info.attempt
+        outcomes = await self._tools_first(req) if req.tools_first else []
+        if outcomes and _over_room(req):
+            return ModelReply(model=req.model, tool_outcomes=outcomes, model_skipped=True)
         kwargs = _request_kwargs(req, _previous_error_type(info) == ERR_MODEL_OUTPUT_INVALID)
         bound = log.bind(
             run_id=req.run_id,
@@ -326,6 +349,7 @@ class ModelActivities:
             raise err from None
         reply.latency_ms = round((time.perf_counter() - started) * 1000, 2)
         reply.memory = memory
+        reply.tool_outcomes = outcomes
         reply.temperature = kwargs["temperature"]
         _settle_reply(reply, req)
         bound.info(
@@ -340,6 +364,29 @@ class ModelActivities:
             stream_batches=publisher.batches,
         )
         return reply
+
+    async def _tools_first(self, req: CallModelInput) -> list[ToolOutcome]:
+        """Run ``req.tools_first`` and write their results into ``req.messages``.
+
+        Raises:
+            ApplicationError: non-retryable ``ToolsUnavailable`` on a worker built without
+                ``tools`` (a model queue's worker: the workflow never sends calls there).
+        """
+        if self._tools is None:
+            raise ApplicationError(
+                "this worker runs no tools; tools_first goes only to the run's own task queue",
+                type="ToolsUnavailable",
+                non_retryable=True,
+            )
+        outcomes = await await_with_heartbeats(self._tools(req.tools_first))
+        texts = {o.call_id: o.content for o in outcomes}
+        req.messages = [
+            {**m, "content": texts[m["tool_call_id"]]}
+            if m.get("role") == "tool" and m.get("tool_call_id") in texts and not m.get("content")
+            else m
+            for m in req.messages
+        ]
+        return outcomes
 
     async def _plain(self, kwargs: dict[str, Any], req: CallModelInput) -> ModelReply:
         """One chat completion, not streamed (a step nobody watches).

@@ -7,8 +7,13 @@ Both read worker-side configuration (the tool registry, the spec file), so they 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import sys
 import time
+from collections.abc import Coroutine
+from contextlib import AbstractContextManager
 from pathlib import Path
+from typing import Any
 
 import structlog
 from temporalio import activity
@@ -23,6 +28,7 @@ from activities.contracts import (
     TOOL_INVOKE,
     InvokeToolInput,
     ResolveSpecInput,
+    StepToolCall,
     ToolInfo,
     ToolOutcome,
 )
@@ -239,33 +245,10 @@ class RuntimeActivities:
         (as an ``ApplicationError`` of the same type name, redacted, by the worker's
         interceptor). The tool gets ``ctx.idempotency_key = "<workflow id>/<call id>"``.
         """
-        bound = log.bind(
-            run_id=req.run_id,
-            turn=req.turn,
-            tool=req.name,
-            call_id=req.call_id,
-            tenant_id=req.tenant_id,
-        )
-        ctx = ToolContext(
-            workspace=Path(req.workspace),
-            run_id=req.run_id,
-            turn=req.turn,
-            call_id=req.call_id,
-            tenant_id=req.tenant_id,
-            principal_id=req.principal_id,
-            idempotency_key=idempotency_key(req),
-            run_files=dict(req.run_files),
-        )  # the activity itself heartbeats while the tool runs (activities/heartbeat.py)
+        bound = _bound_log(req)
         started = time.perf_counter()
-        run = (
-            invoke_mcp(self.mcp_pool, req, timeout=None)
-            if req.mcp is not None
-            else self._registry.invoke(
-                req.name, req.arguments, ctx, max_output_chars=req.max_output_chars
-            )
-        )
         try:
-            outcome = await await_with_heartbeats(run, lambda ms: {"running_ms": ms})
+            outcome = await await_with_heartbeats(self._run(req), lambda ms: {"running_ms": ms})
         except asyncio.CancelledError:
             bound.info("tool_cancelled")
             raise
@@ -285,6 +268,103 @@ class RuntimeActivities:
             truncated=outcome.truncated,
         )
         return outcome
+
+    def _run(self, req: InvokeToolInput) -> Coroutine[Any, Any, ToolOutcome]:
+        """The call's coroutine: its MCP server's tool or the registry's (no heartbeats)."""
+        ctx = ToolContext(
+            workspace=Path(req.workspace),
+            run_id=req.run_id,
+            turn=req.turn,
+            call_id=req.call_id,
+            tenant_id=req.tenant_id,
+            principal_id=req.principal_id,
+            idempotency_key=idempotency_key(req),
+            run_files=dict(req.run_files),
+        )
+        if req.mcp is not None:
+            return invoke_mcp(self.mcp_pool, req, timeout=None)
+        return self._registry.invoke(
+            req.name, req.arguments, ctx, max_output_chars=req.max_output_chars
+        )
+
+    async def run_first(self, calls: list[StepToolCall]) -> list[ToolOutcome]:
+        """Run a model step's ``tools_first`` calls concurrently, inside that step's activity.
+
+        Each call gets ``timeout_seconds`` per attempt and ``max_attempts`` attempts, 1 s apart
+        (what its own ``tool.invoke`` activity would get from Temporal). Business errors come
+        back as ``status="error"``, as from ``tool.invoke``; a call that fails on every attempt
+        comes back with ``failure`` (and ``timed_out``) set. Returns one outcome per call, in order.
+
+        Raises:
+            asyncio.CancelledError: the step was cancelled (interrupt, deadline); the calls are too.
+        """
+        return list(await asyncio.gather(*(self._run_with_attempts(c) for c in calls)))
+
+    async def _run_with_attempts(self, first: StepToolCall) -> ToolOutcome:
+        with _tool_span(first.call):
+            return await self._attempts(first)
+
+    async def _attempts(self, first: StepToolCall) -> ToolOutcome:
+        req, bound = first.call, _bound_log(first.call)
+        attempts = max(1, first.max_attempts)
+        failure, timed_out = "not run", False
+        for attempt in range(1, attempts + 1):
+            started = time.perf_counter()
+            try:
+                outcome = await asyncio.wait_for(self._run(req), first.timeout_seconds)
+            except TimeoutError:
+                failure, timed_out = f"timed out after {first.timeout_seconds:g} s", True
+            except Exception as exc:  # noqa: BLE001 - retried, then given to the workflow
+                failure, timed_out = f"{type(exc).__name__}: {exc}", False
+            else:
+                bound.info("tool_call", status=outcome.status, duration_ms=outcome.duration_ms,
+                           output_chars=outcome.output_chars, in_model_step=True)  # fmt: skip
+                return outcome
+            bound.warning(
+                "tool_infrastructure_error",
+                attempt=attempt,
+                duration_ms=round((time.perf_counter() - started) * 1000, 2),
+                error=failure,  # redacted by the logging chain (activities/redaction.py)
+            )
+            if attempt < attempts:
+                await asyncio.sleep(1.0)
+        from workflows.turn import settle_failure  # the text the workflow tells the model
+
+        return ToolOutcome(
+            call_id=req.call_id,
+            name=req.name,
+            status="error",
+            content=settle_failure(timed_out, False, failure, attempts).text,
+            failure=failure,
+            timed_out=timed_out,
+        )
+
+
+def _tool_span(req: InvokeToolInput) -> AbstractContextManager[Any]:
+    """A ``RunTool:<tool>`` OpenTelemetry span for a call run inside a model step, when traced.
+
+    A child of the step's ``RunActivity:model.complete`` span, with the run's
+    ``temporalWorkflowID``, ``tool`` and ``toolCallID`` attributes. Only when the step itself is
+    traced (``AGENT_OTEL`` on, workers/telemetry.py); otherwise nothing is imported or made.
+    """
+    trace = sys.modules.get("opentelemetry.trace")
+    if trace is None or not trace.get_current_span().get_span_context().is_valid:
+        return contextlib.nullcontext()  # not traced: no span, no made-up trace
+    attributes = {"temporalWorkflowID": req.run_id, "tool": req.name, "toolCallID": req.call_id}
+    return trace.get_tracer("agent-runtime").start_as_current_span(
+        f"RunTool:{req.name}", attributes=attributes
+    )
+
+
+def _bound_log(req: InvokeToolInput) -> Any:
+    """The module's logger bound to one call (run, turn, tool, call id, tenant)."""
+    return log.bind(
+        run_id=req.run_id,
+        turn=req.turn,
+        tool=req.name,
+        call_id=req.call_id,
+        tenant_id=req.tenant_id,
+    )
 
 
 def only_tools(tools: list[ToolInfo], names: list[str] | None, agent: str) -> list[ToolInfo]:

@@ -91,6 +91,12 @@ class AgentSpec(BaseModel):
         description="unparsable model outputs reported back to the model before the run fails",
     )
     max_tool_output_chars: int = Field(default=16_000, ge=100)
+    local_tools_in_model_step: bool = Field(
+        default=True,
+        description="a turn's calls of local tools, all allowed by the policy, run at the start "
+        "of the next model step's activity, not as local activities of their own: one Temporal "
+        "action and one history event less per such turn (docs/throughput.md)",
+    )
     idle_timeout_seconds: float = Field(
         default=3600, gt=0, description="chat mode: wait this long for a message"
     )

@@ -183,7 +183,10 @@ def _all_activities(settings: Settings, runtime: RuntimeActivities) -> list[Any]
     endpoint, the memory store, the state folder); ``runtime`` gives the spec and tool ones.
     """
     model = ModelActivities(
-        settings.openai_base_url, settings.openai_api_key, memory_url=settings.memory_store_url
+        settings.openai_base_url,
+        settings.openai_api_key,
+        memory_url=settings.memory_store_url,
+        tools=runtime.run_first,  # local tools' calls riding the next model step
     )
     evals = EvalActivities(settings.openai_base_url, settings.openai_api_key)
     memory = MemoryActivities(settings.openai_base_url, settings.openai_api_key, settings.state_dir)

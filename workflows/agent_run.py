@@ -61,6 +61,7 @@ with workflow.unsafe.imports_passed_through():
         SA_TOKENS,
     )
     from workflows.tool_calls import ToolStep
+    from workflows.tools_first import PATCH_TOOLS_IN_STEP, ToolsFirst
 
 __all__ = [
     "PATCH_MEMORY",
@@ -109,6 +110,7 @@ class AgentRun(RunHandlers):
         self._handoffs = HandoffStep(ctx)
         self._model = ModelStep(ctx)
         self._tools = ToolStep(ctx, self._children, self._handoffs)
+        self._model.first = self._first = ToolsFirst(ctx, self._tools)
         self._compaction = CompactionStep(ctx)
         self._plan = PlanStep(ctx, self._model, self._tools)
 
@@ -184,6 +186,9 @@ class AgentRun(RunHandlers):
     async def _start(self, req: RunRequest) -> None:
         """Resolve and pin the spec, write the first messages, show the run as running."""
         ctx = self._ctx
+        # before the spec's local activity (a patch marker after one in the same workflow task
+        # fails replay), in the same task as its marker: no action of its own (docs/throughput.md)
+        in_step = workflow.patched(PATCH_TOOLS_IN_STEP)
         try:
             if workflow.patched(PATCH_V4):
                 inp, opts = options.resolve_spec(req, WORKFLOW_REV)
@@ -197,6 +202,7 @@ class AgentRun(RunHandlers):
             raise Stop("failed", reason, error=cause_message(e)) from None
         s = ctx.s
         s.pinned = pinned
+        s.tools_in_step = in_step
         if pinned.search_attributes is not None:
             # The spec activity asked the namespace (a bare client sets none at start); results
             # recorded before it did so carry None and keep the start-time gate (replay).
@@ -263,6 +269,7 @@ class AgentRun(RunHandlers):
             await ctx.checkpoint()
             self._drain_inbox()
             _stop_if(turn.before_model(s, limits))
+            await self._first.before_compaction()
             await self._compaction.maybe_compact()
             reply = await self._model.step()
             if reply is None:
@@ -280,12 +287,14 @@ class AgentRun(RunHandlers):
                 _stop_if(nxt)
                 continue
             s.signatures.append(nxt.signature)
-            await self._tools.run(nxt.calls)
-            await self._handoffs.apply()
+            if not self._first.hold(nxt.calls):  # held: they run in the next model step
+                await self._tools.run(nxt.calls)
+                await self._handoffs.apply()
             limits = ctx.pinned().spec.limits
             self._after_tools(turn.after_tools(s, limits))
             await ctx.checkpoint()
             if self._should_continue_as_new():
+                await self._first.flush()  # the next run starts with every result written
                 ctx.events.detach()  # waiting subscribers follow to the next run
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 self._continue_as_new()
@@ -354,6 +363,7 @@ class AgentRun(RunHandlers):
         ctx = self._ctx
         s = ctx.s
         ctx.decisions.drop_parked()
+        self._first.drop()
         for rec in s.tool_calls:
             if rec.status in ("pending", "running"):
                 rec.status = "cancelled"

@@ -8,6 +8,8 @@ and records the step (usage, what memory gave the model, the step's duration).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 
@@ -19,6 +21,9 @@ with workflow.unsafe.imports_passed_through():
     from activities.interfaces import model_complete
     from workflows.run_context import SA_REFRESH_SECONDS, RunContext, Stop, cause_message
 
+if TYPE_CHECKING:
+    from workflows.tools_first import ToolsFirst
+
 SA_REFRESH_TURNS = 5
 """Revision 3: TotalTokens and CostUsd are refreshed after every ``SA_REFRESH_TURNS``-th model step."""
 
@@ -29,6 +34,8 @@ class ModelStep:
     def __init__(self, ctx: RunContext) -> None:
         """Work on ``ctx``; creates no command."""
         self.ctx = ctx
+        self.first: ToolsFirst | None = None
+        """Tool calls held for the next step (``AgentRun`` sets it; workflows/tools_first.py)."""
 
     async def step(self) -> ModelReply | None:
         """One turn's model step; None when its output could not be parsed (the model was told).
@@ -60,6 +67,9 @@ class ModelStep:
                 "model output unparsable; told the model", extra={"turn": s.turn}
             )
             return None
+        if reply.model_skipped:  # the held calls' results first go through compaction
+            s.turn -= 1
+            return None
         s.usage = s.usage.add(reply.usage)
         ctx.emit("model_finished", reply=reply)
         # TotalTokens and CostUsd stay current in listings: each upsert is an event and a
@@ -90,6 +100,11 @@ class ModelStep:
             inp, opts = options.model_step(
                 pinned, ctx.req(), s.turn, s.messages, model=name, stream=ctx.events.watched()
             )
+            if self.first is not None and s.tools_first:
+                with_calls = await self.first.attach(inp, opts)
+                if with_calls is None:  # they ran as local activities: the messages changed
+                    continue
+                inp = with_calls
             opts = ctx.with_deadline(opts)
             ctx.emit("model_started", model=name)
             try:
@@ -108,6 +123,11 @@ class ModelStep:
                 )
                 index += 1
                 continue
+            if self.first is not None:
+                self.first.settle(reply.tool_outcomes)
+            if reply.model_skipped:
+                ctx.emit("model_finished", reply=reply)
+                return reply
             s.memory = [m.id for m in reply.memory]
             if reply.memory:
                 ctx.emit("memory_retrieved", ids=s.memory)

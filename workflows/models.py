@@ -11,7 +11,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 from temporalio.contrib.workflow_streams import WorkflowStreamState
 
-from activities.contracts import Usage
+from activities.contracts import StepToolCall, Usage
 from activities.spec import PinnedSpec
 
 RunStatus = Literal[
@@ -364,7 +364,17 @@ class RunData(BaseModel):
         description="revision 4: search attribute name -> the value listings show (set at start "
         "or upserted); an upsert carries only what differs from it",
     )
+    tools_in_step: bool = Field(
+        default=False,
+        description="patch tools-in-model-step: allowed local tools' calls ride the next model "
+        "step (workflows/tools_first.py); carried, so a continued run keeps its first run's path",
+    )
     # one execution only (not carried)
+    tools_first: list[StepToolCall] = Field(
+        default_factory=list[StepToolCall],
+        exclude=True,
+        description="calls waiting for the next model step (their tool messages are still empty)",
+    )
     child_pending: dict[str, list[PendingApproval]] = Field(
         default_factory=dict, exclude=True, description="child run id -> calls it waits on"
     )

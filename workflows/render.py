@@ -30,6 +30,17 @@ def tool_summary(name: str, arguments: dict[str, Any] | str) -> str:
     return text if len(text) <= SUMMARY_MAX else text[: SUMMARY_MAX - 1] + "…"
 
 
+def tools_first_note(calls: list[tuple[str, dict[str, Any] | str]]) -> str:
+    """``after tool: read_file path=README.md`` for a step that runs these calls first.
+
+    One call: its :func:`tool_summary`; more: ``after 3 tools: read_file, calculator``.
+    """
+    if len(calls) == 1:
+        return "after " + tool_summary(*calls[0])
+    names = ", ".join(dict.fromkeys(name for name, _ in calls))
+    return f"after {len(calls)} tools: {names}"
+
+
 def model_summary(model: str, turn: int, note: str = "") -> str:
     """``model: qwen2.5-coder-1.5b-instruct turn 3``."""
     return f"model: {model} turn {turn}{(' ' + note) if note else ''}"

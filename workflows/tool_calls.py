@@ -69,12 +69,12 @@ class ToolStep:
         """
         ctx = self.ctx
         tools = {t.name: t for t in ctx.pinned().tools}
-        records, outcomes = self._apply_policy(calls, tools)
+        records, outcomes = self.apply_policy(calls, tools)
         running: dict[str, asyncio.Future[ToolOutcome | str]] = {}
         for call, rec in zip(calls, records, strict=True):
             if rec.policy == "allow":
                 running[call.id] = asyncio.ensure_future(
-                    self._invoke(call, rec, tools.get(call.name))
+                    self.invoke(call, rec, tools.get(call.name))
                 )
         if ctx.s.pending:
             ctx.decisions.settle()
@@ -88,7 +88,7 @@ class ToolStep:
                     if verdict.arguments is not None:
                         rec.arguments = verdict.arguments
                     running[call.id] = asyncio.ensure_future(
-                        self._invoke(call, rec, tools.get(call.name))
+                        self.invoke(call, rec, tools.get(call.name))
                     )
                 elif settled is not None:
                     rec.status = settled.status
@@ -101,13 +101,13 @@ class ToolStep:
                 for r in records
                 if r.id in running
             )
-            await self._gather(running, records, outcomes, bounded)
+            await self.gather(running, records, outcomes, bounded)
         return records, outcomes
 
-    def _apply_policy(
+    def apply_policy(
         self, calls: list[ToolCallRequest], tools: dict[str, ToolInfo]
     ) -> tuple[list[ToolCallRecord], dict[str, str]]:
-        """Records of the calls as the policy leaves them; texts of the denied ones."""
+        """Records of the calls as the policy leaves them (added to the run's); denied ones' texts."""
         ctx = self.ctx
         s, req, spec = ctx.s, ctx.req(), ctx.pinned().spec
         records: list[ToolCallRecord] = []
@@ -149,13 +149,18 @@ class ToolStep:
                 )
         return records, outcomes
 
-    async def _gather(
+    async def gather(
         self,
         running: dict[str, asyncio.Future[ToolOutcome | str]],
         records: list[ToolCallRecord],
         outcomes: dict[str, str],
         bounded: bool,
     ) -> None:
+        """Wait for the ``running`` calls (racing interrupts and the deadline); fill ``outcomes``.
+
+        Raises:
+            Stop: an interrupt or the deadline came first (unsettled records become cancelled).
+        """
         self.ctx.publish()
         try:
             results = await self.ctx.race(lambda: asyncio.gather(*running.values()), bounded)
@@ -168,9 +173,18 @@ class ToolStep:
         for call_id, res in zip(running, results, strict=True):
             outcomes[call_id] = res if isinstance(res, str) else res.content
 
-    async def _invoke(
-        self, call: ToolCallRequest, rec: ToolCallRecord, info: ToolInfo | None
+    async def invoke(
+        self,
+        call: ToolCallRequest,
+        rec: ToolCallRecord,
+        info: ToolInfo | None,
+        announce: bool = True,
     ) -> ToolOutcome | str:
+        """Carry out one allowed or approved call; returns its outcome (or the text it settled to).
+
+        ``announce``: emit ``tool_started`` (not for a call announced when it was held,
+        workflows/tools_first.py).
+        """
         if info is not None and info.kind == "code":  # a Code Mode script
             return await run_script(self, call, rec, info)
         if info is not None and info.kind != "tool":  # ask_<NAME>, handoff_to_<NAME>
@@ -184,7 +198,8 @@ class ToolStep:
             ctx.pinned(), ctx.req(), ctx.s.turn, call, arguments, info, ctx.s.run_files
         )
         opts = ctx.with_deadline(opts)
-        ctx.emit("tool_started", tool_call_id=call.id, name=call.name, arguments=rec.arguments)
+        if announce:  # not again for a call announced when it was held for the model step
+            ctx.emit("tool_started", tool_call_id=call.id, name=call.name, arguments=rec.arguments)
         try:
             if ctx.rev4() and options.runs_local(info):
                 out = await execute_local(tool_invoke, inp, **options.as_local(opts))
@@ -204,17 +219,21 @@ class ToolStep:
             rec.reason = msg
             self.finished(rec, settled.text)
             return settled.text
+        self.record(rec, out, info)
+        return out
+
+    def record(self, rec: ToolCallRecord, out: ToolOutcome, info: ToolInfo | None) -> None:
+        """Record the call's outcome (status, timing, files, arguments); emit ``tool_finished``."""
         rec.status = out.status
         rec.duration_ms = out.duration_ms
         rec.result_chars = out.output_chars
         if info is not None and info.sandboxed:
             self._charge_sandbox(out.duration_ms)
         if out.files:
-            ctx.s.run_files.update(out.files)
+            self.ctx.s.run_files.update(out.files)
         if out.arguments is not None:
             rec.arguments = out.arguments
         self.finished(rec, out.content)
-        return out
 
     async def _invoke_agent(
         self, call: ToolCallRequest, rec: ToolCallRecord, info: ToolInfo

@@ -10,6 +10,7 @@ import json
 import time
 from typing import Any
 
+import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHandle
 
@@ -51,8 +52,17 @@ async def test_a_run_of_activities_has_no_deadline_timer_and_each_step_carries_t
         assert 100 < left <= 120  # the time left of max_seconds, not unbounded
 
 
-async def test_max_seconds_ends_a_slow_local_tool_call_with_timeout(client, tmp_path):
-    agents = {"default": {"tools": [{"name": "slow_echo", "local": True}]}}
+@pytest.mark.parametrize("in_model_step", [True, False])
+async def test_max_seconds_ends_a_slow_local_tool_call_with_timeout(
+    client, tmp_path, in_model_step
+):
+    """Whether the call rides the next model step (the default) or is a local activity."""
+    agents = {
+        "default": {
+            "tools": [{"name": "slow_echo", "local": True}],
+            "local_tools_in_model_step": in_model_step,
+        }
+    }
     model = ScriptedModel([tool_call("slow_echo", {"text": "x", "seconds": 30}), text("never")])
     async with Harness(client, tmp_path, model, agents=agents) as h:
         started = time.monotonic()
@@ -77,7 +87,19 @@ async def test_max_seconds_ends_a_slow_local_tool_call_with_timeout(client, tmp_
         ]
         for m in markers
     ]
-    assert types[0] == "spec.resolve" and set(types[1:]) == {"tool.invoke"}, types
+    if not in_model_step:
+        assert types[0] == "spec.resolve" and set(types[1:]) == {"tool.invoke"}, types
+        return
+    assert types == ["spec.resolve"]
+    steps = [
+        ev.activity_task_scheduled_event_attributes
+        for ev in events
+        if ev.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+    ]
+    assert [a.activity_type.name for a in steps] == ["model.complete", "model.complete"]
+    second = json.loads(steps[1].input.payloads[0].data)
+    assert [f["call"]["name"] for f in second["tools_first"]] == ["slow_echo"]
+    assert model.count == 1  # cut while the tool ran: the model was not asked again
 
 
 async def test_a_sub_agent_call_still_races_the_deadline_timer(client, tmp_path):

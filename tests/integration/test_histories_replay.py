@@ -20,6 +20,7 @@ from workers.cli import app
 from workers.history import load_history_file, replay_file, replay_histories
 from workflows.agent_run import PATCH_V2, PATCH_V4, WORKFLOW_REV, AgentRun
 from workflows.models import RunResult
+from workflows.tools_first import PATCH_TOOLS_IN_STEP
 
 HISTORIES = Path(__file__).resolve().parents[1] / "histories"
 # The histories a deploy of the current code accepts: recorded by it (top level, the patch
@@ -42,8 +43,11 @@ V5 = HISTORIES / "v5"
 # Recorded with revision 4 (a deadline timer in every run; revision 5 bounds activities by the
 # time left instead): runs like them may be in flight at deploy.
 V6 = HISTORIES / "v6"
+# Recorded with revision 5 before patch ``tools-in-model-step`` (local tools' calls as local
+# activities of their own, not riding the next model step): runs like them may be in flight.
+V7 = HISTORIES / "v7"
 FILES = sorted(HISTORIES.glob("*.json")) + [
-    p for folder in (V2, V3, V4, V5, V6) for p in sorted(folder.glob("*.json"))
+    p for folder in (V2, V3, V4, V5, V6, V7) for p in sorted(folder.glob("*.json"))
 ]
 RETIRED = sorted(V1.glob("*.json"))
 EXPECTED = {"tools", "approvals", "interrupt", "continue_as_new", "continue_as_new_first"}
@@ -169,7 +173,12 @@ async def test_the_v2_patch_marker_is_deprecated_now_set_before_and_absent_in_v1
                     out[data["id"]] = data["deprecated"]
         return out
 
-    assert patches(HISTORIES / "tools.json") == {PATCH_V2: True, PATCH_V4: False}
+    assert patches(HISTORIES / "tools.json") == {
+        PATCH_V2: True,
+        PATCH_V4: False,
+        PATCH_TOOLS_IN_STEP: False,
+    }
+    assert patches(V7 / "tools.json") == {PATCH_V2: True, PATCH_V4: False}
     assert patches(V5 / "tools.json") == {PATCH_V2: True}
     assert patches(V2 / "tools.json") == {PATCH_V2: False}
     assert patches(V1 / "tools.json") == {}

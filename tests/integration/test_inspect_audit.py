@@ -17,6 +17,7 @@ from tests.support.harness import Harness, until_state
 from workers import client as rc
 from workers import history as ih
 from workers.cli import app
+from workers.history import billable_actions
 from workers.testing.scripted_model import ScriptedModel, text, tool_call, tool_calls
 from workflows.models import ApproveSignal, RunState
 
@@ -282,3 +283,60 @@ def test_cli_audit_file_json():
         "list_files",
     ]
     assert all(c.status == "ok" for c in parsed.tool_calls)
+
+
+async def test_local_tool_calls_that_rode_a_model_step_are_audited_as_they_ran(
+    client: Client, tmp_path: Path
+):
+    """read_file (local, allowed) runs inside the next model step's activity; a local tool that
+    times out there is settled as a timed-out activity would be (workflows/tools_first.py)."""
+    agents = {"default": {"tools": ["read_file", "calculator", {"name": "sleepy", "local": True}]}}
+    model = ScriptedModel(
+        [
+            tool_calls(
+                [("read_file", {"path": "README.md"}), ("calculator", {"expression": "6*7"})]
+            ),
+            tool_call("sleepy", {"seconds": 30}),
+            text("done"),
+        ]
+    )
+    async with Harness(client, tmp_path, model, agents=agents) as h:
+        handle = await h.start("read and sleep")
+        res = await handle.result()
+        history = await ih.fetch_history(client, handle.id)
+        transcript = await handle.query("transcript")
+    assert res.status == "completed", res.stopped_reason
+    assert [(c.name, c.status) for c in res.tool_calls] == [
+        ("read_file", "ok"),
+        ("calculator", "ok"),
+        ("sleepy", "timed_out"),
+    ]
+    # the model saw every result, in call order, before it was asked again
+    tool_msgs = [m for m in transcript if m["role"] == "tool"]
+    assert tool_msgs[1]["content"] == "42"
+    asked = model.requests[1].body["messages"]
+    assert [m["role"] for m in asked[-3:]] == ["assistant", "tool", "tool"]
+    assert asked[-2]["content"] == tool_msgs[0]["content"] and tool_msgs[0]["content"]
+    assert asked[-1]["content"] == "42"
+    assert tool_msgs[2]["content"].startswith("The tool failed and was given up after 1 attempt")
+    assert "timed out after 1 s" in tool_msgs[2]["content"]
+    # no activity or marker of their own: three model steps and the spec's local activity
+    kinds = [e.WhichOneof("attributes") for e in history.events]
+    assert kinds.count("activity_task_scheduled_event_attributes") == 3
+    markers = [
+        e.marker_recorded_event_attributes.marker_name
+        for e in history.events
+        if e.HasField("marker_recorded_event_attributes")
+    ]
+    # the patches (agent-run-v2, -v4, tools-in-model-step) and spec.resolve: one workflow task
+    assert markers == ["core_patch"] * 3 + ["core_local_activity"]
+    assert billable_actions(list(history.events))["markers"] == 1
+    for closed in (history, WorkflowHistory(history.workflow_id, list(history.events)[:-1])):
+        a = ih.audit(closed)  # also while the run is open (no result to read)
+        calls = {c.name: c for c in a.tool_calls}
+        assert all(c.ran and c.attempts == 1 for c in calls.values())
+        assert calls["read_file"].status == "ok" and calls["read_file"].result_chars
+        assert calls["calculator"].status == "ok" and calls["calculator"].result_chars == 2
+        assert calls["sleepy"].status == "timed_out" and "timed out" in (
+            calls["sleepy"].error or ""
+        )

@@ -113,12 +113,13 @@ async def test_a_traced_run_has_workflow_and_activity_spans_in_one_trace(
         "RunActivity:spec.resolve",
         "StartActivity:model.complete",
         "RunActivity:model.complete",
-        "StartActivity:tool.invoke",
-        "RunActivity:tool.invoke",
+        "RunTool:read_file",
     ):
         assert name in by_name, f"no span {name}; got {sorted(by_name)}"
     assert len(by_name["RunActivity:model.complete"]) == 2  # two model steps
-    assert len(by_name["RunActivity:tool.invoke"]) == 1
+    # read_file (local) ran inside the second step's activity (workflows/tools_first.py)
+    (tool_span,) = by_name["RunTool:read_file"]
+    assert (tool_span.attributes or {}).get("toolCallID") == res.tool_calls[0].id
 
     # one trace, rooted at the client's StartWorkflow span
     trace_ids = {s.context.trace_id for s in run_spans}
@@ -136,19 +137,23 @@ async def test_a_traced_run_has_workflow_and_activity_spans_in_one_trace(
 
     (wf,) = by_name["RunWorkflow:AgentRun"]
     assert ancestors(wf) == ["StartWorkflow:AgentRun"]
-    for act in by_name["RunActivity:model.complete"] + by_name["RunActivity:tool.invoke"]:
+    for act in by_name["RunActivity:model.complete"]:
         chain = ancestors(act)
         assert chain[-2:] == ["RunWorkflow:AgentRun", "StartWorkflow:AgentRun"], chain
         assert chain[0].startswith("StartActivity:")
+    assert ancestors(tool_span)[:2] == [
+        "RunActivity:model.complete",
+        "StartActivity:model.complete",
+    ]
+    assert ancestors(tool_span)[-2:] == ["RunWorkflow:AgentRun", "StartWorkflow:AgentRun"]
     # the plugin's workflow span lasts as long as the run (the legacy interceptor's last 0 ns)
     assert wf.end_time > wf.start_time
-    assert wf.end_time >= max(s.end_time for s in by_name["RunActivity:tool.invoke"])
+    assert wf.end_time >= tool_span.end_time
     assert all(s.resource.attributes.get("service.name") == "agent-runtime" for s in run_spans)
 
     # the activities' structlog events carry the OpenTelemetry ids of their RunActivity span
     trace_hex = format(trace_ids.pop(), "032x")
     model_spans = {format(s.context.span_id, "016x") for s in by_name["RunActivity:model.complete"]}
-    (tool_span,) = by_name["RunActivity:tool.invoke"]
     steps = [e for e in events(json_logs, "model_step") if e.get("run_id") == handle.id]
     calls = [e for e in events(json_logs, "tool_call") if e.get("run_id") == handle.id]
     assert len(steps) == 2 and len(calls) == 1
@@ -185,7 +190,7 @@ async def test_a_run_started_without_a_client_span_still_gets_one_trace(
     assert {
         "RunWorkflow:AgentRun",
         "RunActivity:model.complete",
-        "RunActivity:tool.invoke",
+        "RunTool:read_file",
     } <= names
     assert len({s.context.trace_id for s in spans}) == 1
     (wf,) = [s for s in spans if s.name == "RunWorkflow:AgentRun"]
@@ -379,7 +384,9 @@ async def test_activity_log_events_carry_run_id_turn_tool_and_tenant(
     call = calls[0]
     assert call["turn"] == 1 and call["tool"] == "read_file" and call["tenant_id"] == "acme"
     assert call["status"] == "ok" and call["duration_ms"] >= 0 and call["output_chars"] > 0
-    assert call["activity"] == "tool.invoke" and call["call_id"] == res.tool_calls[0].id
+    # read_file (local) ran inside the next model step's activity (workflows/tools_first.py)
+    assert call["activity"] == "model.complete" and call["in_model_step"] is True
+    assert call["call_id"] == res.tool_calls[0].id
     # this client has no tracing plugin: no OpenTelemetry ids are made up
     assert not any("trace_id" in e or "span_id" in e for e in mine)
     # the token counts logged add up to the run's usage

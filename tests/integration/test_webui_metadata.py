@@ -136,12 +136,12 @@ async def test_a_finished_run_shows_its_summary_details_activities_and_search_at
         assert f"spec sha256 `{res.spec_hash[:12]}`" in cur
         assert "Waiting for approval" not in cur
 
-        # each activity's summary in the history
+        # each activity's summary in the history (read_file, a local tool, rides the next model
+        # step: workflows/tools_first.py)
         assert await activity_summaries(client, handle) == [
             ("spec.resolve", f"spec: resolve agent {agent}"),
             ("model.complete", "model: scripted turn 1"),
-            ("tool.invoke", "tool: read_file path=README.md"),
-            ("model.complete", "model: scripted turn 2"),
+            ("model.complete", "model: scripted turn 2 after tool: read_file path=README.md"),
         ]
 
     # search attributes (describe reads the execution itself: no visibility delay)

@@ -36,7 +36,9 @@ def ns(tenant: str, who: str) -> Namespace:
     return Namespace(tenant_id=tenant, scope=f"user:{who}")
 
 
-def test_hybrid_search_finds_by_words_and_by_meaning(store: SqliteMemoryStore | PostgresMemoryStore):
+def test_hybrid_search_finds_by_words_and_by_meaning(
+    store: SqliteMemoryStore | PostgresMemoryStore,
+):
     a = ns("t1", "alice")
     for text in [
         "The project database is PostgreSQL 15.",
@@ -57,7 +59,9 @@ def test_hybrid_search_finds_by_words_and_by_meaning(store: SqliteMemoryStore | 
     assert len(store.search([a], "staging", 10)) <= 4
 
 
-def test_supersede_keeps_the_old_fact_closed_and_delete_is_real(store: SqliteMemoryStore | PostgresMemoryStore):
+def test_supersede_keeps_the_old_fact_closed_and_delete_is_real(
+    store: SqliteMemoryStore | PostgresMemoryStore,
+):
     a = ns("t1", "bob")
     old = store.put(MemoryItem(namespace=a, text="Bob's editor is vim."))
     new = store.supersede(old.id, MemoryItem(namespace=a, text="Bob's editor is helix now."))
@@ -94,7 +98,9 @@ NASTY = ["%", "_", "a%", "a_b", "/", "../b", "..", "'", '"', "' OR 1=1 --", "a" 
 
 
 @pytest.mark.parametrize("victim_tenant", ["acme", "acme%", "acme_"])
-def test_a_tenant_never_reaches_another_tenants_items(store: SqliteMemoryStore | PostgresMemoryStore, victim_tenant: str):
+def test_a_tenant_never_reaches_another_tenants_items(
+    store: SqliteMemoryStore | PostgresMemoryStore, victim_tenant: str
+):
     secret = "The acquisition target is Globex, closing on Friday."
     store.put(MemoryItem(namespace=ns(victim_tenant, "ceo"), text=secret))
     for tenant in ["acm", "acme ", "ACME", *NASTY]:
@@ -112,7 +118,9 @@ def test_a_tenant_never_reaches_another_tenants_items(store: SqliteMemoryStore |
     assert store.get("other", item.id) is None and not store.delete("other", item.id)
 
 
-def test_the_same_fact_is_stored_once_while_it_is_live(store: SqliteMemoryStore | PostgresMemoryStore):
+def test_the_same_fact_is_stored_once_while_it_is_live(
+    store: SqliteMemoryStore | PostgresMemoryStore,
+):
     a, b = ns("t1", "dave"), ns("t1", "erin")
     one = store.put(MemoryItem(namespace=a, text="Dave drinks oat milk lattes."))
     again = store.put(MemoryItem(namespace=a, text="  Dave drinks oat\n milk   lattes. "))
@@ -123,7 +131,9 @@ def test_the_same_fact_is_stored_once_while_it_is_live(store: SqliteMemoryStore 
     new = store.supersede(one.id, MemoryItem(namespace=a, text="Dave drinks black coffee."))
     back = store.put(MemoryItem(namespace=a, text=one.text))  # the old fact is true again
     assert back.id not in (one.id, new.id)
-    gone = store.put(MemoryItem(namespace=b, text="A note that expired.", expires_at=time.time() - 1))
+    gone = store.put(
+        MemoryItem(namespace=b, text="A note that expired.", expires_at=time.time() - 1)
+    )
     assert store.put(MemoryItem(namespace=b, text=gone.text)).id != gone.id
     assert sorted(i.text for i in store.list(a)) == sorted(
         ["Dave drinks oat milk lattes!", "Dave drinks black coffee.", one.text]

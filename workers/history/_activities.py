@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from pydantic import ValidationError
 from temporalio.api.enums.v1 import EventType
@@ -66,6 +66,10 @@ def on_scheduled(w: Walk, at: At) -> None:
         entry = _tool_scheduled(w, at, inp)
     else:
         if kind == MODEL_COMPLETE:
+            for first in inp.get("tools_first") or []:  # calls riding the step (tools_first.py)
+                call = as_dict(first).get("call")
+                if isinstance(call, dict):
+                    _tool_scheduled(w, at, cast("dict[str, Any]", call))
             entry = ModelStepEntry(
                 **at.mark,
                 turn=int(inp.get("turn", 0)),
@@ -166,6 +170,8 @@ def _model_reply(w: Walk, entry: ModelStepEntry, reply: dict[str, Any], at: At) 
     entry.total_tokens = int(usage.get("total_tokens") or 0)
     entry.cost_usd = float(usage.get("cost_usd") or 0.0)
     entry.http_latency_ms = reply.get("latency_ms")
+    for raw in reply.get("tool_outcomes") or []:  # the calls that rode this step
+        _tool_ran_in_step(w, as_dict(raw))
     entry.finish_reason = reply.get("finish_reason")
     entry.content = reply.get("content")
     entry.tool_calls = [
@@ -175,6 +181,19 @@ def _model_reply(w: Walk, entry: ModelStepEntry, reply: dict[str, Any], at: At) 
     ]
     for call in entry.tool_calls:
         _announce_call(w, entry.turn, call, at)
+
+
+def _tool_ran_in_step(w: Walk, outcome: dict[str, Any]) -> None:
+    """A call of ``tools_first``, closed by its model step's ``ModelReply.tool_outcomes``."""
+    tool = w.tools.get(str(outcome.get("call_id", "")))
+    if tool is None:
+        return
+    tool.attempts = max(tool.attempts, 1)
+    if outcome.get("failure"):
+        tool.error = str(outcome["failure"])
+        tool.status = "timed_out" if outcome.get("timed_out") else "error"
+    else:
+        _tool_closed(tool, "completed", outcome, None, None)
 
 
 def _announce_call(w: Walk, turn: int, call: AskedToolCall, at: At) -> None:

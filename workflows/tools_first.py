@@ -1,0 +1,231 @@
+"""Local tools' calls riding the next model step: one activity, not a local activity and a step.
+
+A turn whose calls are all of local tools (``ToolInfo.local``: short, read-only) and all allowed
+by the policy needs no person and no queue of its own, so :class:`ToolsFirst` holds them for the
+next model step: that step's ``model.complete`` activity runs them first
+(``CallModelInput.tools_first``, ``RuntimeActivities.run_first``), writes their results into the
+transcript, then asks the model. Per such turn the run saves a ``MarkerRecorded`` event and a
+Temporal Cloud action (the marker's workflow task), and the results enter the history once, in
+the step's result. Why and what it costs: docs/throughput.md, "Local tools ride the next model
+step". Gated by patch ``tools-in-model-step`` and the spec's ``local_tools_in_model_step``.
+
+A held call is recorded (``running``) and announced (``tool_started``) at once, and its ``tool``
+message is written empty, so messages that come in before the step (a steer) stay after it. The
+calls run as local activities after all (:meth:`ToolsFirst.flush`) when the step cannot take them:
+a model on its own queue (its workers run no tools), compaction due, continue-as-new. A step that
+finds the filled transcript may be over the compaction budget returns without asking the model
+(``ModelReply.model_skipped``); the workflow compacts and asks in a new step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    import workflows.activity_options as options
+    import workflows.render as render
+    import workflows.turn as turn
+    from activities.contracts import (
+        CallModelInput,
+        StepToolCall,
+        ToolCallRequest,
+        ToolInfo,
+        ToolOutcome,
+    )
+    from workflows.compaction import token_upper_bound
+    from workflows.models import ToolCallRecord
+    from workflows.policy import evaluate, parse_arguments
+    from workflows.run_context import RunContext
+    from workflows.tool_calls import ToolStep
+
+PATCH_TOOLS_IN_STEP = "tools-in-model-step"
+"""Patch id: runs started from it hold allowed local tools' calls for the next model step."""
+
+
+class ToolsFirst:
+    """Holds a turn's local tool calls for the next model step, and settles them from its reply."""
+
+    def __init__(self, ctx: RunContext, tools: ToolStep) -> None:
+        """Work on ``ctx``; calls that must run after all run through ``tools``. No command here."""
+        self.ctx = ctx
+        self._tools = tools
+
+    def hold(self, calls: list[ToolCallRequest]) -> bool:
+        """Hold ``calls`` for the next model step when they may ride it; False: run them now.
+
+        They may when the run took the patch, every call is of a local tool (no queue, MCP
+        server or sandbox of its own) that the policy allows, the next step goes ahead (no turn
+        or budget limit stops the run first), its model runs on the run's own queue, and the
+        transcript is far enough under the compaction budget that no count is due.
+        """
+        ctx = self.ctx
+        s, pinned, req = ctx.s, ctx.pinned(), ctx.req()
+        spec = pinned.spec
+        if not s.tools_in_step or not spec.local_tools_in_model_step or not calls:
+            return False
+        tools = {t.name: t for t in pinned.tools}
+        if any(not self._may_ride(c, tools.get(c.name)) for c in calls):
+            return False
+        if not isinstance(turn.after_tools(s, spec.limits), turn.CallModel):
+            return False
+        if not isinstance(turn.before_model(s, spec.limits), turn.CallModel):
+            return False
+        if spec.model in spec.rate_limits or turn.needs_token_count(s, pinned.tools, _budget(ctx)):
+            return False
+        records, _ = self._tools.apply_policy(calls, tools)
+        for call, rec in zip(calls, records, strict=True):
+            info = tools[call.name]
+            rec.status = "running"
+            arguments = rec.arguments if isinstance(rec.arguments, dict) else call.arguments
+            inp, _ = options.tool_call(pinned, req, s.turn, call, arguments, info, s.run_files)
+            s.tools_first.append(
+                StepToolCall(
+                    call=inp, timeout_seconds=info.timeout_seconds, max_attempts=info.max_attempts
+                )
+            )
+            ctx.emit("tool_started", tool_call_id=call.id, name=call.name, arguments=rec.arguments)
+            s.messages.append({"role": "tool", "tool_call_id": call.id, "content": ""})
+        ctx.publish()
+        return True
+
+    def _may_ride(self, call: ToolCallRequest, info: ToolInfo | None) -> bool:
+        ctx = self.ctx
+        if info is None or info.kind != "tool" or info.sandboxed or not options.runs_local(info):
+            return False
+        req = ctx.req()
+        decision = evaluate(
+            ctx.pinned().spec.policy, info, call.name, call.arguments, req.tenant_id,
+            req.principal_id,
+        )  # fmt: skip
+        return decision.action == "allow"
+
+    async def attach(
+        self, inp: CallModelInput, opts: options.ActivityOptions
+    ) -> CallModelInput | None:
+        """``inp`` with the held calls and the room the compaction budget leaves.
+
+        None when the step cannot take them (a model on its own queue, whose workers run no
+        tools): then they have run here (:meth:`flush`), and the caller builds the step again.
+        """
+        s = self.ctx.s
+        if not s.tools_first:
+            return inp
+        if "task_queue" in opts:
+            await self.flush()
+            return None
+        tools_tokens = s.tools_tokens
+        if tools_tokens is None:
+            tools_tokens = sum(
+                token_upper_bound(t.openai_schema()) for t in self.ctx.pinned().tools
+            )
+        note = render.tools_first_note(
+            [(f.call.name, _shown(f.call.arguments)) for f in s.tools_first]
+        )
+        opts["summary"] = f"{opts.get('summary', '')} {note}".strip()
+        return inp.model_copy(
+            update={
+                "tools_first": list(s.tools_first),
+                "token_room": int(_budget(self.ctx)) - sum(s.token_counts) - tools_tokens,
+                "counted_messages": len(s.token_counts),
+            }
+        )
+
+    async def before_compaction(self) -> None:
+        """Run the held calls now if the transcript may be over the compaction budget.
+
+        (Messages that came in since they were held, a steer, can take it there; compaction
+        must see their results.)
+        """
+        s, pinned = self.ctx.s, self.ctx.pinned()
+        if s.tools_first and turn.needs_token_count(s, pinned.tools, _budget(self.ctx)):
+            await self.flush()
+
+    def settle(self, outcomes: list[ToolOutcome]) -> None:
+        """Record the held calls from their outcomes and fill their ``tool`` messages."""
+        s = self.ctx.s
+        if not s.tools_first:
+            return
+        tools = {t.name: t for t in self.ctx.pinned().tools}
+        by_id = {o.call_id: o for o in outcomes}
+        for first in s.tools_first:
+            call = first.call
+            rec = self._record_of(call.call_id)
+            out = by_id.get(call.call_id) or ToolOutcome(
+                call_id=call.call_id,
+                name=call.name,
+                status="error",
+                content="The tool call's result did not come back from the model step.",
+                failure="no result",
+            )
+            if out.failure is not None:
+                rec.status = "timed_out" if out.timed_out else "error"
+                rec.reason = out.failure
+                self._tools.finished(rec, out.content)
+            else:
+                self._tools.record(rec, out, tools.get(call.name))
+            self._fill(call.call_id, out.content)
+        s.tools_first.clear()
+
+    async def flush(self) -> None:
+        """Run the held calls now, as local activities, and fill their messages.
+
+        Raises:
+            Stop: an interrupt or the deadline came first.
+        """
+        s = self.ctx.s
+        if not s.tools_first:
+            return
+        held, tools = list(s.tools_first), {t.name: t for t in self.ctx.pinned().tools}
+        s.tools_first.clear()
+        running: dict[str, asyncio.Future[ToolOutcome | str]] = {}
+        records: list[ToolCallRecord] = []
+        for first in held:
+            call = first.call
+            rec = self._record_of(call.call_id)
+            request = ToolCallRequest(
+                id=call.call_id,
+                name=call.name,
+                arguments=call.arguments
+                if isinstance(call.arguments, str)
+                else json.dumps(call.arguments),
+            )
+            records.append(rec)
+            running[call.call_id] = asyncio.ensure_future(
+                self._tools.invoke(request, rec, tools.get(call.name), announce=False)
+            )
+        outcomes: dict[str, str] = {}
+        await self._tools.gather(running, records, outcomes, bounded=True)
+        for call_id, text in outcomes.items():
+            self._fill(call_id, text)
+
+    def drop(self) -> None:
+        """The run ends with calls still held: they never ran; their messages say so."""
+        s = self.ctx.s
+        for first in s.tools_first:
+            text = turn.settle_failure(False, True, "the run ended first", 0).text
+            self._fill(first.call.call_id, text)
+        s.tools_first.clear()
+
+    def _record_of(self, call_id: str) -> ToolCallRecord:
+        return next(r for r in reversed(self.ctx.s.tool_calls) if r.id == call_id)
+
+    def _fill(self, call_id: str, text: str) -> None:
+        for m in reversed(self.ctx.s.messages):
+            if m.get("role") == "tool" and m.get("tool_call_id") == call_id:
+                m["content"] = text
+                return
+
+
+def _budget(ctx: RunContext) -> float:
+    """The compaction budget in tokens (as :class:`workflows.compaction_step.CompactionStep`)."""
+    comp = ctx.pinned().spec.compaction
+    return comp.threshold * (comp.context_window - comp.output_reserve)
+
+
+def _shown(arguments: str | dict[str, Any]) -> dict[str, Any] | str:
+    """Arguments as ``tool.invoke``'s summary shows them (workflows/activity_options.py)."""
+    return arguments if isinstance(arguments, dict) else parse_arguments(arguments) or arguments
