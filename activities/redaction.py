@@ -21,11 +21,12 @@ Where it applies, all through :func:`redact`:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import json
 import logging
 import os
-from collections.abc import Iterable, MutableMapping
+from collections.abc import Generator, Iterable, MutableMapping
 from typing import Any, cast
 
 from pydantic import BaseModel
@@ -181,6 +182,24 @@ _current: contextvars.ContextVar[Redactor | None] = contextvars.ContextVar(
 def current() -> Redactor:
     """The running activity's redactor, or the process's (:func:`redactor_for`) outside one."""
     return _current.get() or redactor_for()
+
+
+@contextlib.contextmanager
+def redacting(names: Iterable[str]) -> Generator[Redactor]:
+    """Within the block, :func:`current` also redacts the values of the variables ``names``.
+
+    For work one activity does on behalf of another's input: the tool calls a model step runs
+    first (``RuntimeActivities.run_first``) carry the spec's ``secrets``, which the step's own
+    input does not. The names are added process-wide too (log lines), as for an activity.
+    """
+    names = [n for n in names if isinstance(n, str)]  # pyright: ignore[reportUnnecessaryIsInstance] - untyped input
+    add_secret_names(names)
+    r = redactor_for(names)
+    token = _current.set(r)
+    try:
+        yield r
+    finally:
+        _current.reset(token)
 
 
 def redact(text: str) -> str:

@@ -36,7 +36,13 @@ from activities.heartbeat import await_with_heartbeats
 from activities.mcp.config import referenced_vars
 from activities.mcp.pool import McpPool
 from activities.mcp.tools import McpToolsError, idempotency_key, invoke_mcp, pin_server_tools
-from activities.redaction import ALWAYS_SECRET, REDACTED, add_secret_names, redactor_for
+from activities.redaction import (
+    ALWAYS_SECRET,
+    REDACTED,
+    add_secret_names,
+    redacting,
+    redactor_for,
+)
 from activities.search_attributes import namespace_has_search_attributes
 from activities.spec import (
     AgentSpec,
@@ -301,8 +307,12 @@ class RuntimeActivities:
         return list(await asyncio.gather(*(self._run_with_attempts(c) for c in calls)))
 
     async def _run_with_attempts(self, first: StepToolCall) -> ToolOutcome:
-        with _tool_span(first.call):
-            return await self._attempts(first)
+        # the spec's secrets are the call's, not the step's: redact them here (output, errors)
+        with _tool_span(first.call), redacting([*first.call.secrets, *ALWAYS_SECRET]) as r:
+            out = await self._attempts(first)
+            if out.failure is not None:
+                out.failure, out.content = r.redact(out.failure), r.redact(out.content)
+            return out
 
     async def _attempts(self, first: StepToolCall) -> ToolOutcome:
         req, bound = first.call, _bound_log(first.call)

@@ -93,7 +93,7 @@ class SqliteMemoryStore:
         self._codes: OrderedDict[int, tuple[int, np.ndarray, np.ndarray]] = OrderedDict()
         self._flags: OrderedDict[tuple[int, int], dict[str, bool]] = OrderedDict()
         with self._lock:
-            sch.execute(self._db, "PRAGMA journal_mode=WAL")
+            _wal(self._db)
             sch.open_schema(self._db)
 
     def _tx(self) -> AbstractContextManager[None]:
@@ -397,3 +397,25 @@ class SqliteMemoryStore:
 def dumps(items: list[MemoryItem]) -> str:
     """Items as a JSON array (for the CLI)."""
     return json.dumps([i.model_dump(mode="json") for i in items], indent=2)
+
+
+def _wal(db: apsw.Connection, seconds: float = 10.0) -> None:
+    """Put the file in WAL mode (once per file; a no-op when it is already).
+
+    Switching takes the file exclusively, and SQLite answers ``SQLITE_BUSY`` at once, without
+    its busy handler, while another process is doing the same (measured: four processes opening
+    a new file together, ``tests/memory/test_sqlite_processes.py``); so it is tried again, 50 ms
+    apart, for up to ``seconds``.
+
+    Raises:
+        apsw.BusyError: still busy after ``seconds``.
+    """
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            sch.execute(db, "PRAGMA journal_mode=WAL")
+            return
+        except apsw.BusyError:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.05)

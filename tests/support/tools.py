@@ -149,3 +149,13 @@ async def sleepy(seconds: float) -> str:
     """
     await asyncio.sleep(seconds)
     return "woke up"
+
+
+@tool
+def echo_env(name: str) -> str:
+    """Return the value of the environment variable ``name`` (redaction tests).
+
+    Args:
+        name: the variable.
+    """
+    return f"{name} is " + os.environ.get(name, "")

@@ -99,7 +99,15 @@ async def test_spec_resolve_pins_agent_tools_after_the_workers_tools(tmp_path: P
 def test_hash_of_a_spec_without_the_new_fields_is_unchanged():
     spec = AgentSpec(name="a", model="m")
     plain = spec_hash(spec, [])
-    new = {"description", "subagents", "handoffs", "mode", "plan", "code_mode"}
+    new = {
+        "description",
+        "subagents",
+        "handoffs",
+        "mode",
+        "plan",
+        "code_mode",
+        "local_tools_in_model_step",
+    }
     before = {k: v for k, v in spec.model_dump(mode="json").items() if k not in new}
     del before["limits"]["max_sandbox_seconds"], before["pricing"]["sandbox_per_second"]
     blob = json.dumps({"spec": before, "tools": []}, sort_keys=True, separators=(",", ":"))
@@ -110,3 +118,4 @@ def test_hash_of_a_spec_without_the_new_fields_is_unchanged():
         {"name": "a", "model": "m", "limits": {"max_sandbox_seconds": 5}}
     )
     assert plain != spec_hash(sandboxed, [])
+    assert plain != spec_hash(AgentSpec(name="a", model="m", local_tools_in_model_step=False), [])
