@@ -240,6 +240,22 @@ def _settle_reply(reply: ModelReply, req: CallModelInput) -> None:
     )
 
 
+def _with_outcomes(err: ApplicationError, outcomes: list[ToolOutcome]) -> ApplicationError:
+    """``err`` with one more detail, ``{"tool_outcomes": [...]}``: the ``tools_first`` results.
+
+    The workflow records them from the step's failure (workflows/tools_first.py), so a model
+    that fails for good loses none of the calls that ran before it.
+    """
+    return ApplicationError(
+        err.message,
+        *err.details,
+        {"tool_outcomes": [o.model_dump(mode="json") for o in outcomes]},
+        type=err.type,
+        non_retryable=err.non_retryable,
+        next_retry_delay=err.next_retry_delay,
+    )
+
+
 def _over_room(req: CallModelInput) -> bool:
     """Whether the messages after ``req.counted_messages`` may be over ``req.token_room`` tokens.
 
@@ -337,6 +353,8 @@ class ModelActivities:
             raise
         except Exception as exc:  # noqa: BLE001 - every failure is classified for Temporal
             err = classify_error(exc, attempt, self._max_invalid)
+            if outcomes:  # the calls ran: their results are kept though the model failed
+                err = _with_outcomes(err, outcomes)
             bound.warning(
                 "model_step_failed",
                 latency_ms=round((time.perf_counter() - started) * 1000, 2),

@@ -114,6 +114,8 @@ class ModelStep:
                 ctx.emit("model_finished", reply=ModelReply(model=name))
                 if isinstance(e, Stop):
                     raise
+                if self.first is not None:  # calls that ran before the model failed
+                    self.first.settle_from_failure(e)
                 fallback = model_choice.next_model(models, index, e)
                 if fallback is None:
                     raise

@@ -21,9 +21,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any
+from typing import Any, cast
 
+from pydantic import ValidationError
 from temporalio import workflow
+from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     import workflows.activity_options as options
@@ -169,6 +171,27 @@ class ToolsFirst:
                 self._tools.record(rec, out, tools.get(call.name))
             self._fill(call.call_id, out.content)
         s.tools_first.clear()
+
+    def settle_from_failure(self, error: ActivityError) -> None:
+        """Record the held calls from a failed step's ``tool_outcomes`` detail, if it has one.
+
+        The step ran them, then the model failed (``activities.model._with_outcomes``); a step
+        that timed out or was cancelled has none, and the calls stay held.
+        """
+        cause = error.cause
+        if not self.ctx.s.tools_first or not isinstance(cause, ApplicationError):
+            return
+        for detail in cause.details:
+            if isinstance(detail, dict) and "tool_outcomes" in detail:
+                try:
+                    outcomes = [
+                        ToolOutcome.model_validate(o)
+                        for o in cast("list[Any]", detail["tool_outcomes"])
+                    ]
+                except (ValidationError, TypeError):
+                    return  # unreadable: the calls stay held and run again
+                self.settle(outcomes)
+                return
 
     async def flush(self) -> None:
         """Run the held calls now, as local activities, and fill their messages.

@@ -19,7 +19,7 @@ from activities.contracts import model_task_queue
 from tests.support.harness import TEST_TOOLS, Harness
 from workers import client as rc
 from workers import history as ih
-from workers.testing.scripted_model import ScriptedModel, text, tool_call
+from workers.testing.scripted_model import ScriptedModel, error, text, tool_call
 from workflows.models import RunState
 
 CALC = tool_call("calculator", {"expression": "6*7"})
@@ -213,3 +213,39 @@ async def test_a_key_in_a_held_calls_exception_is_redacted(
     raw = b"".join(ev.SerializeToString() for ev in history.events)
     assert key.encode() not in raw
     assert all(key not in json.dumps(r.body) for r in model.requests)
+
+
+async def test_a_model_that_fails_for_good_after_the_calls_ran_loses_none_of_their_results(
+    client: Client, tmp_path: Path
+):
+    """The step's failure carries the calls' outcomes; the run records them before it ends."""
+    model = ScriptedModel([CALC, error(400)])  # 400: rejected, not retried, no fallback
+    async with Harness(client, tmp_path, model) as h:
+        handle = await h.start("multiply")
+        res = await handle.result()
+        transcript = await handle.query("transcript")
+        history = await ih.fetch_history(client, handle.id)
+    assert res.status == "failed" and res.stopped_reason == "model step failed"
+    assert [(c.name, c.status) for c in res.tool_calls] == [("calculator", "ok")]
+    assert [m["content"] for m in transcript if m["role"] == "tool"] == ["42"]
+    assert scheduled(history)[1][1]["tools_first"]  # it rode the failed step
+    assert model.count == 2
+
+
+async def test_an_unparsable_reply_after_the_calls_ran_does_not_run_them_again(
+    client: Client, tmp_path: Path
+):
+    """The model is told its output was unreadable; the calls' results are already recorded."""
+    unreadable = error(500, "failed to parse tool call")  # llama.cpp's words (activities/model.py)
+    model = ScriptedModel([CALC, unreadable, unreadable, unreadable, text("42")])
+    agents = {"default": {"model_max_attempts": 3}}
+    async with Harness(client, tmp_path, model, agents=agents) as h:
+        handle = await h.start("multiply")
+        res = await handle.result()
+        history = await ih.fetch_history(client, handle.id)
+    assert res.status == "completed", res.stopped_reason
+    assert [(c.name, c.status) for c in res.tool_calls] == [("calculator", "ok")]
+    steps = scheduled(history)
+    assert [bool(inp.get("tools_first")) for _, inp in steps] == [False, True, False]
+    last = model.requests[-1].messages
+    assert [m["content"] for m in last if m["role"] == "tool"] == ["42"]
