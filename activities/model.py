@@ -240,6 +240,21 @@ def _settle_reply(reply: ModelReply, req: CallModelInput) -> None:
     )
 
 
+def _log_step(bound: Any, reply: ModelReply, batches: int) -> None:
+    """The ``model_step`` log event of a step that answered (tokens, cost, calls, streaming)."""
+    bound.info(
+        "model_step",
+        latency_ms=reply.latency_ms,
+        prompt_tokens=reply.usage.prompt_tokens,
+        completion_tokens=reply.usage.completion_tokens,
+        total_tokens=reply.usage.total_tokens,
+        cost_usd=reply.usage.cost_usd,
+        tool_calls=[c.name for c in reply.tool_calls],
+        streamed_chars=reply.streamed_chars,
+        stream_batches=batches,
+    )
+
+
 def _with_outcomes(err: ApplicationError, outcomes: list[ToolOutcome]) -> ApplicationError:
     """``err`` with one more detail, ``{"tool_outcomes": [...]}``: the ``tools_first`` results.
 
@@ -370,17 +385,7 @@ class ModelActivities:
         reply.tool_outcomes = outcomes
         reply.temperature = kwargs["temperature"]
         _settle_reply(reply, req)
-        bound.info(
-            "model_step",
-            latency_ms=reply.latency_ms,
-            prompt_tokens=reply.usage.prompt_tokens,
-            completion_tokens=reply.usage.completion_tokens,
-            total_tokens=reply.usage.total_tokens,
-            cost_usd=reply.usage.cost_usd,
-            tool_calls=[c.name for c in reply.tool_calls],
-            streamed_chars=reply.streamed_chars,
-            stream_batches=publisher.batches,
-        )
+        _log_step(bound, reply, publisher.batches)
         return reply
 
     async def _tools_first(self, req: CallModelInput) -> list[ToolOutcome]:
