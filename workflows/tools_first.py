@@ -203,7 +203,6 @@ class ToolsFirst:
         if not s.tools_first:
             return
         held, tools = list(s.tools_first), {t.name: t for t in self.ctx.pinned().tools}
-        s.tools_first.clear()
         running: dict[str, asyncio.Future[ToolOutcome | str]] = {}
         records: list[ToolCallRecord] = []
         for first in held:
@@ -221,7 +220,8 @@ class ToolsFirst:
                 self._tools.invoke(request, rec, tools.get(call.name), announce=False)
             )
         outcomes: dict[str, str] = {}
-        await self._tools.gather(running, records, outcomes, bounded=True)
+        await self._tools.gather(running, records, outcomes, bounded=True)  # Stop: drop() fills
+        s.tools_first.clear()
         for call_id, text in outcomes.items():
             self._fill(call_id, text)
 
