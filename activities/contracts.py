@@ -202,6 +202,9 @@ class ModelReply(BaseModel):
     workflow emits the rest, so a step's deltas always add up to its reply text)."""
     tool_outcomes: list[ToolOutcome] = Field(default_factory=lambda: list[ToolOutcome]())
     """Results of ``CallModelInput.tools_first``, one per call, in their order."""
+    tool_events_published: bool = False
+    """The step published the ``tool_finished`` events of ``tool_outcomes`` itself (the run was
+    watched: ``stream``), before it asked the model; the workflow does not emit them again."""
     model_skipped: bool = False
     """The step ran ``tools_first`` but did not call the model: with their results the transcript
     may be over the compaction budget (``CallModelInput.token_room``). The workflow compacts,

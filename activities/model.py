@@ -20,6 +20,7 @@ profile), which leaves plain JSON messages as they are.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -47,7 +48,7 @@ from activities.contracts import (
 )
 from activities.heartbeat import await_with_heartbeats
 from activities.mcp.config import canonical_tool_name
-from activities.streaming import DeltaPublisher, ReplyAssembler, ReplyCutOff
+from activities.streaming import DeltaPublisher, ReplyAssembler, ReplyCutOff, publish_events
 
 log = structlog.get_logger("activities.model")
 
@@ -255,16 +256,41 @@ def _log_step(bound: Any, reply: ModelReply, batches: int) -> None:
     )
 
 
-def _with_outcomes(err: ApplicationError, outcomes: list[ToolOutcome]) -> ApplicationError:
-    """``err`` with one more detail, ``{"tool_outcomes": [...]}``: the ``tools_first`` results.
+def _finished_event(first: StepToolCall, out: ToolOutcome) -> dict[str, Any]:
+    """The ``tool_finished`` event of a ``tools_first`` call, as the workflow would emit it."""
+    call = first.call
+    arguments: Any = out.arguments
+    if arguments is None:
+        arguments = call.arguments
+        if isinstance(arguments, str):
+            with contextlib.suppress(ValueError):
+                arguments = json.loads(arguments)
+    status = out.status if out.failure is None else ("timed_out" if out.timed_out else "error")
+    return {
+        "type": "tool_finished",
+        "turn": call.turn,
+        "tool_call_id": call.call_id,
+        "name": call.name,
+        "arguments": arguments,
+        "status": status,
+        "duration_ms": out.duration_ms if out.failure is None else None,
+        "result": out.content,
+    }
 
-    The workflow records them from the step's failure (workflows/tools_first.py), so a model
-    that fails for good loses none of the calls that ran before it.
+
+def _with_outcomes(
+    err: ApplicationError, outcomes: list[ToolOutcome], published: bool
+) -> ApplicationError:
+    """``err`` with one more detail: the ``tools_first`` results and whether they were published.
+
+    The detail is ``{"tool_outcomes": [...], "published": bool}``. The workflow records them
+    from the step's failure (workflows/tools_first.py), so a model that fails for good loses
+    none of the calls that ran before it.
     """
     return ApplicationError(
         err.message,
         *err.details,
-        {"tool_outcomes": [o.model_dump(mode="json") for o in outcomes]},
+        {"tool_outcomes": [o.model_dump(mode="json") for o in outcomes], "published": published},
         type=err.type,
         non_retryable=err.non_retryable,
         next_retry_delay=err.next_retry_delay,
@@ -343,9 +369,14 @@ class ModelActivities:
         """
         info = activity.info()
         attempt = info.attempt
-        outcomes = await self._tools_first(req) if req.tools_first else []
+        outcomes, published = await self._tools_first(req) if req.tools_first else ([], False)
         if outcomes and _over_room(req):
-            return ModelReply(model=req.model, tool_outcomes=outcomes, model_skipped=True)
+            return ModelReply(
+                model=req.model,
+                tool_outcomes=outcomes,
+                tool_events_published=published,
+                model_skipped=True,
+            )
         kwargs = _request_kwargs(req, _previous_error_type(info) == ERR_MODEL_OUTPUT_INVALID)
         bound = log.bind(
             run_id=req.run_id,
@@ -369,7 +400,7 @@ class ModelActivities:
         except Exception as exc:  # noqa: BLE001 - every failure is classified for Temporal
             err = classify_error(exc, attempt, self._max_invalid)
             if outcomes:  # the calls ran: their results are kept though the model failed
-                err = _with_outcomes(err, outcomes)
+                err = _with_outcomes(err, outcomes, published)
             bound.warning(
                 "model_step_failed",
                 latency_ms=round((time.perf_counter() - started) * 1000, 2),
@@ -382,14 +413,17 @@ class ModelActivities:
             raise err from None
         reply.latency_ms = round((time.perf_counter() - started) * 1000, 2)
         reply.memory = memory
-        reply.tool_outcomes = outcomes
+        reply.tool_outcomes, reply.tool_events_published = outcomes, published
         reply.temperature = kwargs["temperature"]
         _settle_reply(reply, req)
         _log_step(bound, reply, publisher.batches)
         return reply
 
-    async def _tools_first(self, req: CallModelInput) -> list[ToolOutcome]:
-        """Run ``req.tools_first`` and write their results into ``req.messages``.
+    async def _tools_first(self, req: CallModelInput) -> tuple[list[ToolOutcome], bool]:
+        """Run ``req.tools_first``; their results go into ``req.messages`` and the live stream.
+
+        Their ``tool_finished`` events are published only for a watched run (``req.stream``).
+        Returns the outcomes, in call order, and whether the events were published.
 
         Raises:
             ApplicationError: non-retryable ``ToolsUnavailable`` on a worker built without
@@ -409,7 +443,10 @@ class ModelActivities:
             else m
             for m in req.messages
         ]
-        return outcomes
+        published = req.stream and await publish_events(
+            [_finished_event(f, o) for f, o in zip(req.tools_first, outcomes, strict=True)]
+        )
+        return outcomes, published
 
     async def _plain(self, kwargs: dict[str, Any], req: CallModelInput) -> ModelReply:
         """One chat completion, not streamed (a step nobody watches).

@@ -51,6 +51,33 @@ def _now() -> str:
     return datetime.now(UTC).isoformat()
 
 
+async def publish_events(items: list[dict[str, Any]]) -> bool:
+    """Publish ``items`` (each with ``type`` and ``turn``) to the run's event stream now.
+
+    For events an activity knows before the workflow does: the results of the tool calls a model
+    step runs first (``tool_finished``, workflows/tools_first.py), published before the model is
+    asked, so a live view shows them before the step's text. Items are stamped ``at`` and
+    clipped as the workflow's own (``workflows.events.clip``), and redacted. Returns whether the
+    server took them; a failure is logged and never fails the step.
+    """
+    from workflows.events import clip
+
+    if not activity.info().workflow_id:
+        return False
+    try:
+        client = WorkflowStreamClient.from_within_activity(
+            batch_interval=timedelta(hours=1), max_retry_duration=timedelta(seconds=30)
+        )
+        for fields in items:
+            item = clip({"type": fields["type"], "turn": fields["turn"], "at": _now(), **fields})
+            client.topic(TOPIC).publish(redaction.current().value(item))
+        await client.flush()
+        return True
+    except Exception as exc:  # noqa: BLE001 - the stream is best effort; the step is not
+        log.warning("stream_publish_failed", error=str(exc))
+        return False
+
+
 class ReplyCutOff(Exception):
     """A reply that ended before the model finished it (no ``finish_reason``): cut off in transit.
 

@@ -126,7 +126,7 @@ class ModelStep:
                 index += 1
                 continue
             if self.first is not None:
-                self.first.settle(reply.tool_outcomes)
+                self.first.settle(reply.tool_outcomes, reply.tool_events_published)
             if reply.model_skipped:
                 ctx.emit("model_finished", reply=reply)
                 return reply

@@ -222,8 +222,13 @@ class ToolStep:
         self.record(rec, out, info)
         return out
 
-    def record(self, rec: ToolCallRecord, out: ToolOutcome, info: ToolInfo | None) -> None:
-        """Record the call's outcome (status, timing, files, arguments); emit ``tool_finished``."""
+    def record(
+        self, rec: ToolCallRecord, out: ToolOutcome, info: ToolInfo | None, announce: bool = True
+    ) -> None:
+        """Record the call's outcome (status, timing, files, arguments); emit ``tool_finished``.
+
+        ``announce``: emit it (not when the model step that ran the call published it).
+        """
         rec.status = out.status
         rec.duration_ms = out.duration_ms
         rec.result_chars = out.output_chars
@@ -233,7 +238,8 @@ class ToolStep:
             self.ctx.s.run_files.update(out.files)
         if out.arguments is not None:
             rec.arguments = out.arguments
-        self.finished(rec, out.content)
+        if announce:
+            self.finished(rec, out.content)
 
     async def _invoke_agent(
         self, call: ToolCallRequest, rec: ToolCallRecord, info: ToolInfo

@@ -146,8 +146,12 @@ class ToolsFirst:
         if s.tools_first and turn.needs_token_count(s, pinned.tools, _budget(self.ctx)):
             await self.flush()
 
-    def settle(self, outcomes: list[ToolOutcome]) -> None:
-        """Record the held calls from their outcomes and fill their ``tool`` messages."""
+    def settle(self, outcomes: list[ToolOutcome], published: bool = False) -> None:
+        """Record the held calls from their outcomes and fill their ``tool`` messages.
+
+        ``published``: the step published their ``tool_finished`` events (a watched run,
+        ``ModelReply.tool_events_published``); they are not emitted again.
+        """
         s = self.ctx.s
         if not s.tools_first:
             return
@@ -166,9 +170,10 @@ class ToolsFirst:
             if out.failure is not None:
                 rec.status = "timed_out" if out.timed_out else "error"
                 rec.reason = out.failure
-                self._tools.finished(rec, out.content)
+                if not published:
+                    self._tools.finished(rec, out.content)
             else:
-                self._tools.record(rec, out, tools.get(call.name))
+                self._tools.record(rec, out, tools.get(call.name), announce=not published)
             self._fill(call.call_id, out.content)
         s.tools_first.clear()
 
@@ -181,8 +186,9 @@ class ToolsFirst:
         cause = error.cause
         if not self.ctx.s.tools_first or not isinstance(cause, ApplicationError):
             return
-        for detail in cause.details:
-            if isinstance(detail, dict) and "tool_outcomes" in detail:
+        for raw in cause.details:
+            detail = cast("dict[str, Any]", raw) if isinstance(raw, dict) else {}
+            if "tool_outcomes" in detail:
                 try:
                     outcomes = [
                         ToolOutcome.model_validate(o)
@@ -190,7 +196,7 @@ class ToolsFirst:
                     ]
                 except (ValidationError, TypeError):
                     return  # unreadable: the calls stay held and run again
-                self.settle(outcomes)
+                self.settle(outcomes, published=detail.get("published") is True)
                 return
 
     async def flush(self) -> None:

@@ -249,3 +249,33 @@ async def test_an_unparsable_reply_after_the_calls_ran_does_not_run_them_again(
     assert [bool(inp.get("tools_first")) for _, inp in steps] == [False, True, False]
     last = model.requests[-1].messages
     assert [m["content"] for m in last if m["role"] == "tool"] == ["42"]
+
+
+async def test_a_watched_run_shows_the_held_results_before_the_steps_text(
+    client: Client, tmp_path: Path
+):
+    """The step publishes the calls' tool_finished before it asks the model; the run does not
+    emit them again (ModelReply.tool_events_published)."""
+    model = ScriptedModel([CALC, text("the answer is 42").with_chunk_delay(0.02)], chunk_chars=5)
+    async with Harness(client, tmp_path, model, worker=False) as h:
+        handle = await h.start("multiply")
+        # follow before a worker runs the first workflow task, so the run knows it is watched
+        watching = asyncio.ensure_future(_collect(rc.follow(client, handle.id)))
+        await asyncio.sleep(0.5)
+        await h.start_worker()
+        events = await asyncio.wait_for(watching, timeout=60)
+        res = await handle.result()
+    assert res.status == "completed"
+    kinds = [(e["type"], e.get("turn")) for e in events]
+    finished = [e for e in events if e["type"] == "tool_finished"]
+    assert len(finished) == 1
+    (fin,) = finished
+    assert (fin["name"], fin["status"], fin["result"], fin["turn"]) == ("calculator", "ok", "42", 1)
+    assert fin["tool_call_id"] == res.tool_calls[0].id
+    at = kinds.index(("tool_finished", 1))
+    assert kinds.index(("tool_started", 1)) < kinds.index(("model_started", 2)) < at
+    assert at < kinds.index(("text_delta", 2))  # the result before the step's text
+
+
+async def _collect(stream: Any) -> list[dict[str, Any]]:
+    return [ev async for ev in stream]
