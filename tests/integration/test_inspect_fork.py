@@ -223,3 +223,23 @@ async def test_fork_sets_the_parent_search_attribute(client: Client, tmp_path: P
                 await forked.terminate("test cleanup")
     assert value == original.id
     assert res.status == "completed"
+
+
+async def test_a_fork_after_a_step_that_ran_tool_calls_first_seeds_their_results(
+    client: Client, tmp_path: Path
+):
+    """calculator (local) rode step 2: its result is in the step's reply, not its input."""
+    model = ScriptedModel(
+        [tool_call("calculator", {"expression": "6*7"}), text("42"), text("forked 42")]
+    )
+    async with Harness(client, tmp_path, model) as h:
+        original = await h.start("multiply")
+        assert (await original.result()).status == "completed"
+        points = ih.fork_points(await ih.fetch_chain(client, original.id))
+        forked = await ih.fork(client, original.id, 2)
+        fres = await forked.result()
+    asked = model.requests[1].messages  # what the model saw at turn 2
+    assert [m["content"] for m in asked if m["role"] == "tool"] == ["42"]
+    assert points[2] == asked
+    assert model.requests[2].messages == asked  # the fork's first request: the same
+    assert fres.output == "forked 42"

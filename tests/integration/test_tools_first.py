@@ -131,6 +131,7 @@ async def test_big_results_of_held_calls_go_through_compaction_before_the_model(
         handle = await h.start("echo a lot")
         res = await handle.result()
         history = await ih.fetch_history(client, handle.id)
+        points = ih.fork_points(await ih.fetch_chain(client, handle.id))
     assert res.status == "completed", res.stopped_reason
     assert all(c.status == "ok" for c in res.tool_calls)
     from activities.tokens import count_messages
@@ -145,6 +146,10 @@ async def test_big_results_of_held_calls_go_through_compaction_before_the_model(
     ]
     skipped = [r for r in replies if r.get("model_skipped")]
     assert skipped and all(r["tool_outcomes"] and r["usage"]["total_tokens"] == 0 for r in skipped)
+    # a fork at any turn starts from what the model saw then (not from a skipped step)
+    assert [points[turn] for turn in sorted(points)] == [
+        r.messages for r in model.requests if r.tools
+    ]
     # the turn the skipped step would have been is not counted twice
     assert res.turns == sum(1 for r in replies if "tool_calls" in r and not r.get("model_skipped"))
 

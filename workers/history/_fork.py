@@ -25,12 +25,17 @@ def fork_points(
 ) -> dict[int, list[dict[str, Any]]]:
     """The messages the model saw at each model step: ``{turn: messages}`` (turns are 1-based).
 
-    Read from the ``CallModelInput`` of each ``model.complete`` ActivityTaskScheduled event;
-    payloads must be inline (see :func:`inline_payloads`). Turns whose input cannot be read are
-    left out.
+    Read from the ``CallModelInput`` of each ``model.complete`` ActivityTaskScheduled event (the
+    first of a turn, unless that step did not ask the model, ``ModelReply.model_skipped``: then
+    the next step of the turn, after compaction); payloads must be
+    inline (see :func:`inline_payloads`). The results of the tool calls a step ran first
+    (``CallModelInput.tools_first``: their ``tool`` messages are empty in the input) are filled in
+    from the step's ``ModelReply.tool_outcomes``. Turns whose input cannot be read are left out.
     """
     points: dict[int, list[dict[str, Any]]] = {}
+    skipped: set[int] = set()  # turns whose point is a step that did not ask the model
     for h in as_chain(histories):
+        results = _step_results(h.events, data_converter)
         for ev in h.events:
             if ev.event_type != EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
                 continue
@@ -39,9 +44,41 @@ def fork_points(
                 continue
             inp = first_object(data_converter, a.input)
             turn = inp.get("turn")
-            if isinstance(turn, int) and turn not in points:
-                points[turn] = list(inp.get("messages") or [])
+            if isinstance(turn, int) and (turn not in points or turn in skipped):
+                reply = results.get(ev.event_id, {})
+                messages = list(inp.get("messages") or [])
+                if inp.get("tools_first"):
+                    messages = _filled(messages, reply)
+                points[turn] = messages
+                if reply.get("model_skipped"):
+                    skipped.add(turn)
+                else:
+                    skipped.discard(turn)
     return points
+
+
+def _step_results(events: Any, data_converter: DataConverter) -> dict[int, dict[str, Any]]:
+    """The result of each completed activity, by its scheduled event id."""
+    out: dict[int, dict[str, Any]] = {}
+    for ev in events:
+        if ev.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
+            a = ev.activity_task_completed_event_attributes
+            out[a.scheduled_event_id] = first_object(data_converter, a.result)
+    return out
+
+
+def _filled(messages: list[dict[str, Any]], reply: dict[str, Any]) -> list[dict[str, Any]]:
+    """``messages`` with the empty ``tool`` messages of ``reply``'s ``tool_outcomes`` filled."""
+    texts = {
+        str(o.get("call_id")): str(o.get("content", ""))
+        for o in (as_dict(x) for x in reply.get("tool_outcomes") or [])
+    }
+    return [
+        {**m, "content": texts[m["tool_call_id"]]}
+        if m.get("role") == "tool" and not m.get("content") and m.get("tool_call_id") in texts
+        else m
+        for m in messages
+    ]
 
 
 def edit_seed(messages: list[dict[str, Any]], message: str) -> list[dict[str, Any]]:
