@@ -83,6 +83,7 @@ class PostgresMemoryStore:
         with self._lock, self._db.transaction():
             self._db.execute(cast(LiteralString, _schema(embedder.dim)))  # dim: an int
             self._backfill_norm()
+            self._merge_duplicates()
 
     def _backfill_norm(self) -> None:
         """Fill ``norm`` (:func:`text_key`) of rows written before the column existed."""
@@ -91,6 +92,33 @@ class PostgresMemoryStore:
             self._db.execute(
                 "UPDATE memory_items SET norm = %s WHERE rid = %s", (text_key(text), rid)
             )
+
+    def _merge_duplicates(self) -> None:
+        """Close live items whose text key another live item of their namespace already has.
+
+        Written before :meth:`put` stored a fact once (2026-11-26): the oldest stays, each later
+        copy is closed (``valid_to``) and points at it (``superseded_by``), as :meth:`supersede`
+        does. One indexed query when there is nothing to merge.
+        """
+        groups = self._db.execute(
+            "SELECT tenant, scope, norm FROM memory_items WHERE valid_to IS NULL "
+            "AND norm IS NOT NULL GROUP BY tenant, scope, norm HAVING count(*) > 1"
+        ).fetchall()
+        now = time.time()
+        for tenant, scope, norm in groups:
+            rows = self._db.execute(
+                "SELECT rid, body FROM memory_items WHERE tenant = %s AND scope = %s "
+                "AND norm = %s AND valid_to IS NULL ORDER BY created, rid FOR UPDATE",
+                (tenant, scope, norm),
+            ).fetchall()
+            kept = _item(rows[0][1])
+            for rid, body in rows[1:]:
+                copy = _item(body)
+                copy.valid_to, copy.superseded_by, copy.updated = now, kept.id, now
+                self._db.execute(
+                    "UPDATE memory_items SET body = %s, valid_to = %s WHERE rid = %s",
+                    (copy.model_dump_json(), now, rid),
+                )
 
     # ---------------------------------------------------------------- writing
 

@@ -95,6 +95,39 @@ class SqliteMemoryStore:
         with self._lock:
             _wal(self._db)
             sch.open_schema(self._db)
+            with self._tx():
+                self._merge_duplicates()
+
+    def _merge_duplicates(self) -> None:
+        """Close live items whose text key another live item of their namespace already has.
+
+        Written before :meth:`put` stored a fact once (2026-11-26): the oldest stays, each later
+        copy is closed (``valid_to``) and points at it (``superseded_by``), as :meth:`supersede`
+        does, and leaves the indexes. One indexed query when there is nothing to merge.
+        """
+        groups = sch.fetchall(
+            self._db,
+            "SELECT tenant, scope, norm FROM items WHERE valid_to IS NULL AND norm IS NOT NULL "
+            "GROUP BY tenant, scope, norm HAVING count(*) > 1",
+        )
+        now = time.time()
+        for tenant, scope, norm in groups:
+            rows = sch.fetchall(
+                self._db,
+                "SELECT rid, body FROM items WHERE tenant = ? AND scope = ? AND norm = ? "
+                "AND valid_to IS NULL ORDER BY created, rid",
+                (tenant, scope, norm),
+            )
+            kept = MemoryItem.model_validate_json(str(rows[0][1]))
+            for rid, body in rows[1:]:
+                copy = MemoryItem.model_validate_json(str(body))
+                copy.valid_to, copy.superseded_by, copy.updated = now, kept.id, now
+                sch.execute(
+                    self._db,
+                    "UPDATE items SET body = ?, valid_to = ? WHERE rid = ?",
+                    (copy.model_dump_json(), now, rid),
+                )
+                sch.unindex(self._db, int(rid))
 
     def _tx(self) -> AbstractContextManager[None]:
         """A write transaction taken at once (:func:`activities.memory.sqlite_schema.write_tx`)."""

@@ -155,3 +155,46 @@ def test_a_postgres_table_without_the_text_key_column_is_upgraded(postgres_url: 
         assert [i.id for i in store.list(a)] == [one.id]
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_copies_written_before_deduplication_are_merged_when_the_store_opens(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+):
+    """An older version stored each put (as ``_insert`` does): reopening keeps the oldest copy."""
+
+    def open_store() -> Any:
+        if backend == "sqlite":
+            return SqliteMemoryStore(tmp_path / "m.db", EMB)
+        return PostgresMemoryStore(request.getfixturevalue("postgres_url"), EMB)
+
+    a, b = ns("t1", "hank"), ns("t1", "iris")
+    old = open_store()
+    copies = [
+        MemoryItem(namespace=a, text="Hank's favourite module is shlex.py.", created=100.0 + i)
+        for i in range(3)
+    ]
+    other = MemoryItem(namespace=b, text=copies[0].text, created=50.0)  # another namespace
+    with old._lock:  # noqa: SLF001 - written as the version before deduplication wrote them
+        for item in [*copies, other]:
+            vec = EMB.embed([item.text])[0]
+            if backend == "sqlite":
+                with old._tx():  # noqa: SLF001
+                    old._insert(item, vec)  # noqa: SLF001
+            else:
+                old._insert(item, vec)  # noqa: SLF001
+    assert len(old.list(a)) == 3
+    old.close()
+    store = open_store()
+    try:
+        assert [i.id for i in store.list(a)] == [copies[0].id]  # the oldest stays
+        assert [i.id for i in store.list(b)] == [other.id]  # other namespaces untouched
+        for later in copies[1:]:
+            closed = store.get("t1", later.id)
+            assert closed is not None and closed.valid_to is not None
+            assert closed.superseded_by == copies[0].id
+        hits = store.search([a], "favourite module shlex", limit=5)
+        assert [h.item.id for h in hits] == [copies[0].id]
+        assert store.put(MemoryItem(namespace=a, text=copies[0].text)).id == copies[0].id
+    finally:
+        store.close()
