@@ -101,6 +101,8 @@ def started_id(body: dict[str, Any]) -> str:
     return body["run_id"]
 
 
+
+
 async def test_console_shows_a_run_live_and_approves_with_a_click(client: Client, tmp_path: Path):
     from playwright.async_api import async_playwright, expect
 

@@ -49,9 +49,7 @@ async def test_start_time_search_attributes_of_another_tenant_are_overwritten(
 
     def upserts(history) -> list[set[str]]:
         return [
-            set(
-                e.upsert_workflow_search_attributes_event_attributes.search_attributes.indexed_fields
-            )
+            set(e.upsert_workflow_search_attributes_event_attributes.search_attributes.indexed_fields)
             - {"TemporalChangeVersion"}
             for e in history.events
             if e.HasField("upsert_workflow_search_attributes_event_attributes")
