@@ -310,6 +310,21 @@ class ToolOutcome(BaseModel):
     """With ``failure``: the last attempt ran out of ``StepToolCall.timeout_seconds``."""
 
 
+def fill_tool_messages(
+    messages: list[dict[str, Any]], texts: dict[str, str]
+) -> list[dict[str, Any]]:
+    """``messages`` with the empty ``tool`` messages named in ``texts`` (call id -> text) filled.
+
+    The results of ``CallModelInput.tools_first``; every other message is left as it is.
+    """
+    return [
+        {**m, "content": texts[m["tool_call_id"]]}
+        if m.get("role") == "tool" and not m.get("content") and m.get("tool_call_id") in texts
+        else m
+        for m in messages
+    ]
+
+
 class StepToolCall(BaseModel):
     """One call of ``CallModelInput.tools_first``: a ``tool.invoke`` input and the tool's limits.
 

@@ -45,6 +45,7 @@ from activities.contracts import (
     ToolCallRequest,
     ToolOutcome,
     Usage,
+    fill_tool_messages,
 )
 from activities.heartbeat import await_with_heartbeats
 from activities.mcp.config import canonical_tool_name
@@ -436,13 +437,7 @@ class ModelActivities:
                 non_retryable=True,
             )
         outcomes = await await_with_heartbeats(self._tools(req.tools_first))
-        texts = {o.call_id: o.content for o in outcomes}
-        req.messages = [
-            {**m, "content": texts[m["tool_call_id"]]}
-            if m.get("role") == "tool" and m.get("tool_call_id") in texts and not m.get("content")
-            else m
-            for m in req.messages
-        ]
+        req.messages = fill_tool_messages(req.messages, {o.call_id: o.content for o in outcomes})
         published = req.stream and await publish_events(
             [_finished_event(f, o) for f, o in zip(req.tools_first, outcomes, strict=True)]
         )

@@ -308,7 +308,7 @@ class RuntimeActivities:
 
     async def _run_with_attempts(self, first: StepToolCall) -> ToolOutcome:
         # the spec's secrets are the call's, not the step's: redact them here (output, errors)
-        with _tool_span(first.call), redacting([*first.call.secrets, *ALWAYS_SECRET]) as r:
+        with _tool_span(first.call), redacting(first.call.secrets) as r:
             out = await self._attempts(first)
             if out.failure is not None:
                 out.failure, out.content = r.redact(out.failure), r.redact(out.content)

@@ -131,6 +131,13 @@ class Compaction(BaseModel):
     summarize: bool = False
     encoding: str | None = None
 
+    def budget_tokens(self) -> float:
+        """Tokens the transcript may hold before it is compacted (a float).
+
+        ``threshold`` of the usable window, ``context_window - output_reserve``.
+        """
+        return self.threshold * (self.context_window - self.output_reserve)
+
 
 class PlanSettings(BaseModel):
     """Settings of ``mode: plan`` (plan -> act -> observe -> replan; workflows/plan.py)."""

@@ -44,7 +44,7 @@ class CompactionStep:
         """
         s, pinned = self.ctx.s, self.ctx.pinned()
         comp = pinned.spec.compaction
-        budget = comp.threshold * (comp.context_window - comp.output_reserve)
+        budget = comp.budget_tokens()
         if turn.needs_token_count(s, pinned.tools, budget):
             await self._compact(await self._count_and_plan())
 

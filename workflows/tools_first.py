@@ -37,8 +37,8 @@ with workflow.unsafe.imports_passed_through():
         ToolCallRequest,
         ToolInfo,
         ToolOutcome,
+        fill_tool_messages,
     )
-    from workflows.compaction import token_upper_bound
     from workflows.models import ToolCallRecord
     from workflows.policy import evaluate, parse_arguments
     from workflows.run_context import RunContext
@@ -76,7 +76,9 @@ class ToolsFirst:
             return False
         if not isinstance(turn.before_model(s, spec.limits), turn.CallModel):
             return False
-        if spec.model in spec.rate_limits or turn.needs_token_count(s, pinned.tools, _budget(ctx)):
+        if spec.model in spec.rate_limits or turn.needs_token_count(
+            s, pinned.tools, spec.compaction.budget_tokens()
+        ):
             return False
         records, _ = self._tools.apply_policy(calls, tools)
         for call, rec in zip(calls, records, strict=True):
@@ -119,11 +121,6 @@ class ToolsFirst:
         if "task_queue" in opts:
             await self.flush()
             return None
-        tools_tokens = s.tools_tokens
-        if tools_tokens is None:
-            tools_tokens = sum(
-                token_upper_bound(t.openai_schema()) for t in self.ctx.pinned().tools
-            )
         note = render.tools_first_note(
             [(f.call.name, _shown(f.call.arguments)) for f in s.tools_first]
         )
@@ -131,7 +128,9 @@ class ToolsFirst:
         return inp.model_copy(
             update={
                 "tools_first": list(s.tools_first),
-                "token_room": int(_budget(self.ctx)) - sum(s.token_counts) - tools_tokens,
+                "token_room": int(self.ctx.pinned().spec.compaction.budget_tokens())
+                - sum(s.token_counts)
+                - turn.tools_tokens_bound(s, self.ctx.pinned().tools),
                 "counted_messages": len(s.token_counts),
             }
         )
@@ -143,7 +142,8 @@ class ToolsFirst:
         must see their results.)
         """
         s, pinned = self.ctx.s, self.ctx.pinned()
-        if s.tools_first and turn.needs_token_count(s, pinned.tools, _budget(self.ctx)):
+        budget = pinned.spec.compaction.budget_tokens()
+        if s.tools_first and turn.needs_token_count(s, pinned.tools, budget):
             await self.flush()
 
     def settle(self, outcomes: list[ToolOutcome], published: bool = False) -> None:
@@ -157,6 +157,7 @@ class ToolsFirst:
             return
         tools = {t.name: t for t in self.ctx.pinned().tools}
         by_id = {o.call_id: o for o in outcomes}
+        texts: dict[str, str] = {}
         for first in s.tools_first:
             call = first.call
             rec = self._record_of(call.call_id)
@@ -174,7 +175,8 @@ class ToolsFirst:
                     self._tools.finished(rec, out.content)
             else:
                 self._tools.record(rec, out, tools.get(call.name), announce=not published)
-            self._fill(call.call_id, out.content)
+            texts[call.call_id] = out.content
+        self._fill(texts)
         s.tools_first.clear()
 
     def settle_from_failure(self, error: ActivityError) -> None:
@@ -228,31 +230,21 @@ class ToolsFirst:
         outcomes: dict[str, str] = {}
         await self._tools.gather(running, records, outcomes, bounded=True)  # Stop: drop() fills
         s.tools_first.clear()
-        for call_id, text in outcomes.items():
-            self._fill(call_id, text)
+        self._fill(outcomes)
 
     def drop(self) -> None:
         """The run ends with calls still held: they never ran; their messages say so."""
         s = self.ctx.s
-        for first in s.tools_first:
-            text = turn.settle_failure(False, True, "the run ended first", 0).text
-            self._fill(first.call.call_id, text)
+        text = turn.settle_failure(False, True, "the run ended first", 0).text
+        self._fill({first.call.call_id: text for first in s.tools_first})
         s.tools_first.clear()
 
     def _record_of(self, call_id: str) -> ToolCallRecord:
         return next(r for r in reversed(self.ctx.s.tool_calls) if r.id == call_id)
 
-    def _fill(self, call_id: str, text: str) -> None:
-        for m in reversed(self.ctx.s.messages):
-            if m.get("role") == "tool" and m.get("tool_call_id") == call_id:
-                m["content"] = text
-                return
-
-
-def _budget(ctx: RunContext) -> float:
-    """The compaction budget in tokens (as :class:`workflows.compaction_step.CompactionStep`)."""
-    comp = ctx.pinned().spec.compaction
-    return comp.threshold * (comp.context_window - comp.output_reserve)
+    def _fill(self, texts: dict[str, str]) -> None:
+        """Write ``texts`` (call id -> result) into the held calls' empty ``tool`` messages."""
+        self.ctx.s.messages[:] = fill_tool_messages(self.ctx.s.messages, texts)
 
 
 def _shown(arguments: str | dict[str, Any]) -> dict[str, Any] | str:

@@ -168,12 +168,15 @@ def needs_token_count(data: RunData, tools: list[ToolInfo], budget: float) -> bo
     tool schemas, until counted) are bounded with :func:`token_upper_bound`.
     """
     new = data.messages[len(data.token_counts) :]
-    tools_counted = data.tools_tokens
-    if tools_counted is None:
-        tools_tokens = sum(token_upper_bound(t.openai_schema()) for t in tools)
-    else:
-        tools_tokens = tools_counted
-    return sum(data.token_counts) + tools_tokens + sum(token_upper_bound(m) for m in new) > budget
+    known = sum(data.token_counts) + tools_tokens_bound(data, tools)
+    return known + sum(token_upper_bound(m) for m in new) > budget
+
+
+def tools_tokens_bound(data: RunData, tools: list[ToolInfo]) -> int:
+    """Tokens of the tool schemas: counted (``data.tools_tokens``), else their upper bound."""
+    if data.tools_tokens is not None:
+        return data.tools_tokens
+    return sum(token_upper_bound(t.openai_schema()) for t in tools)
 
 
 # ------------------------------------------------------------------ tool calls

@@ -10,7 +10,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 from temporalio.converter import DataConverter
 
-from activities.contracts import MODEL_COMPLETE
+from activities.contracts import MODEL_COMPLETE, fill_tool_messages
 from workers.history._fetch import Histories, as_chain, fetch_chain, start_attributes
 from workers.history._payloads import DEFAULT_CONVERTER, as_dict, first_object, inline_payloads
 from workflows.models import RunRequest, RunResult
@@ -73,12 +73,7 @@ def _filled(messages: list[dict[str, Any]], reply: dict[str, Any]) -> list[dict[
         str(o.get("call_id")): str(o.get("content", ""))
         for o in (as_dict(x) for x in reply.get("tool_outcomes") or [])
     }
-    return [
-        {**m, "content": texts[m["tool_call_id"]]}
-        if m.get("role") == "tool" and not m.get("content") and m.get("tool_call_id") in texts
-        else m
-        for m in messages
-    ]
+    return fill_tool_messages(messages, texts)
 
 
 def edit_seed(messages: list[dict[str, Any]], message: str) -> list[dict[str, Any]]:
