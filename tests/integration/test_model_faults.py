@@ -3,6 +3,7 @@ the same request. Against the scripted model, a real HTTP server taught the faul
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -36,9 +37,14 @@ async def test_a_cut_off_stream_is_retried_never_taken_as_the_answer(
 ):
     # chunk 0 is the role, then 3 characters a chunk: the stream stops at "The note "
     model = ScriptedModel([text(FULL).cut(4), text(FULL)], chunk_chars=3)
-    async with Harness(client, tmp_path, model) as h:
+    async with Harness(client, tmp_path, model, worker=False) as h:
         handle = await h.start("save the note")
-        events: list[dict[str, Any]] = [ev async for ev in rc.follow(client, handle.id)]
+        # follow before a worker runs the first workflow task, so the step is scheduled watched
+        # (streamed); following after the worker started raced the first task
+        watching = asyncio.ensure_future(_collect(rc.follow(client, handle.id)))
+        await asyncio.sleep(0.5)
+        await h.start_worker()
+        events: list[dict[str, Any]] = await asyncio.wait_for(watching, timeout=60)
         res = await handle.result()
     assert res.status == "completed" and res.output == FULL
     assert [r.body.get("stream") for r in model.requests] == [True, True]
@@ -89,3 +95,7 @@ async def test_a_higher_temperature_only_after_unreadable_output_and_only_when_a
     assert temps == [0.2, 0.2, 0.5]
     hist = json.dumps((await handle.fetch_history()).to_json_dict())
     assert "ModelOutputInvalid" in hist
+
+
+async def _collect(stream: Any) -> list[dict[str, Any]]:
+    return [ev async for ev in stream]
