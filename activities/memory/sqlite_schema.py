@@ -10,7 +10,9 @@ indexes, ``ver``), and an item's ``rid`` is
 * ``codes``: the sign bits of each live item's embedding (``D / 8`` bytes, D rounded up to a
   multiple of 8), packed per namespace in blocks (``rids`` and ``bits`` blobs of ``cap`` slots,
   16 for a namespace's first block, doubling up to 1,024), written in place through SQLite's
-  incremental blob I/O; a removed item's slot gets rid 0. A KNN query reads one namespace's
+  incremental blob I/O; a removed item's slot gets rid 0 and goes on the namespace's free list
+  (``free_slots``), which the next item added to that namespace takes before a new slot. A KNN
+  query reads one namespace's
   blocks (about 1 MB for 25,000 items of 256 bits) and computes Hamming distances with numpy;
   ``items.slot`` says where an item's code is (``blk << 16 | i``);
 * ``items.emb``: the float32 embedding of each item, for re-ranking the Hamming candidates by
@@ -55,6 +57,9 @@ CREATE TABLE IF NOT EXISTS codes (
   nid INTEGER NOT NULL, blk INTEGER NOT NULL, cap INTEGER NOT NULL, n INTEGER NOT NULL,
   rids BLOB NOT NULL, bits BLOB NOT NULL, UNIQUE (nid, blk)
 );
+CREATE TABLE IF NOT EXISTS free_slots (
+  nid INTEGER NOT NULL, slot INTEGER NOT NULL, PRIMARY KEY (nid, slot)
+) WITHOUT ROWID;
 CREATE UNIQUE INDEX IF NOT EXISTS items_idem ON items(tenant, idem) WHERE idem IS NOT NULL;
 CREATE INDEX IF NOT EXISTS items_ns ON items(tenant, scope, created);
 CREATE INDEX IF NOT EXISTS items_norm ON items(tenant, scope, norm) WHERE valid_to IS NULL;
@@ -122,10 +127,25 @@ def open_schema(db: apsw.Connection) -> None:
                 "ALTER TABLE items RENAME TO items_v1; DROP INDEX IF EXISTS items_idem; "
                 "DROP INDEX IF EXISTS items_ns; DROP TABLE IF EXISTS items_fts",
             )
+        listed = "free_slots" in _tables(db)
         execute(db, SCHEMA)
         if old:
             _migrate_v1(db)
+        elif not listed:
+            _list_free_slots(db)
         execute(db, f"PRAGMA user_version = {VERSION}")
+
+
+def _list_free_slots(db: apsw.Connection) -> None:
+    """Put the removed items' slots of a file written before ``free_slots`` on its free list."""
+    for nid, blk, n, rids in fetchall(db, "SELECT nid, blk, n, rids FROM codes"):
+        used = np.frombuffer(bytes(rids) if isinstance(rids, bytes) else b"", dtype="<i8")
+        for i in np.flatnonzero(used[: _int(n)] == 0):
+            execute(
+                db,
+                "INSERT OR IGNORE INTO free_slots(nid, slot) VALUES (?, ?)",
+                (_int(nid), _int(blk) << 16 | int(i)),
+            )
 
 
 def _migrate_v1(db: apsw.Connection) -> None:
@@ -223,6 +243,19 @@ def _block(db: apsw.Connection, nid: int, width: int) -> tuple[int, int, int]:
     return db.last_insert_rowid(), blk, 0
 
 
+def _free_slot(db: apsw.Connection, nid: int) -> tuple[int, int, int] | None:
+    """``(rowid, blk, i)`` of a removed item's slot in namespace ``nid``, taken off the free list."""
+    for slot, rowid in fetchall(
+        db,
+        "SELECT f.slot, c.rowid FROM free_slots f JOIN codes c ON c.nid = f.nid "
+        "AND c.blk = f.slot >> 16 WHERE f.nid = ? ORDER BY f.slot LIMIT 1",
+        (nid,),
+    ):
+        execute(db, "DELETE FROM free_slots WHERE nid = ? AND slot = ?", (nid, _int(slot)))
+        return _int(rowid), _int(slot) >> 16, _int(slot) & 0xFFFF
+    return None
+
+
 def _write(db: apsw.Connection, rowid: int, column: str, offset: int, data: bytes) -> None:
     blob = db.blob_open("main", "codes", column, rowid, True)
     try:
@@ -236,10 +269,10 @@ def index(db: apsw.Connection, rid: int, text: str, vec: np.ndarray) -> None:
     """Add live item ``rid`` (its ``items`` row written) to the words, codes and live count."""
     nid, code = rid >> NS_BITS, bits(vec)
     execute(db, "INSERT INTO items_fts(rowid, text) VALUES (?, ?)", (rid, text))
-    rowid, blk, n = _block(db, nid, len(code))
+    rowid, blk, n = _free_slot(db, nid) or _block(db, nid, len(code))
     _write(db, rowid, "rids", n * 8, rid.to_bytes(8, "little", signed=True))
     _write(db, rowid, "bits", n * len(code), code)
-    execute(db, "UPDATE codes SET n = n + 1 WHERE rowid = ?", (rowid,))
+    execute(db, "UPDATE codes SET n = max(n, ?) WHERE rowid = ?", (n + 1, rowid))
     execute(db, "UPDATE items SET slot = ? WHERE rid = ?", (blk << 16 | n, rid))
     execute(db, "UPDATE namespaces SET live = live + 1, ver = ver + 1 WHERE nid = ?", (nid,))
 
@@ -255,6 +288,7 @@ def unindex(db: apsw.Connection, rid: int) -> None:
         (nid, rid),
     ):
         _write(db, _int(rowid), "rids", (_int(slot) & 0xFFFF) * 8, bytes(8))
+        execute(db, "INSERT INTO free_slots(nid, slot) VALUES (?, ?)", (nid, _int(slot)))
     execute(db, "UPDATE items SET slot = NULL WHERE rid = ?", (rid,))
     execute(db, "UPDATE namespaces SET live = live - 1, ver = ver + 1 WHERE nid = ?", (nid,))
 

@@ -165,3 +165,46 @@ def test_a_second_connection_sees_another_ones_writes_by_meaning(tmp_path: Path)
     assert old.id in ids and len(ids) == 3
     one.close()
     two.close()
+
+
+def test_a_removed_items_slot_is_taken_by_the_next_item(tmp_path: Path):
+    from activities.memory import sqlite_schema as sch
+
+    path, a = tmp_path / "m.db", Namespace(tenant_id="t", scope="user:a")
+    store = SqliteMemoryStore(path, EMB)
+    items = [
+        store.put(MemoryItem(namespace=a, text=f"note {i} on topic {i * 3}")) for i in range(20)
+    ]
+    db = store._db  # noqa: SLF001 - the index tables themselves
+    nid = sch.namespace_id(db, "t", "user:a", create=False)
+    assert nid is not None
+
+    def slots() -> int:
+        return int(
+            str(db.execute("SELECT sum(n) FROM codes WHERE nid = ?", (nid,)).fetchall()[0][0])
+        )
+
+    assert slots() == 20
+    for it in items[:5]:
+        store.delete("t", it.id)
+    fresh = [
+        store.put(MemoryItem(namespace=a, text=f"the boat number {i} is red")) for i in range(5)
+    ]
+    assert slots() == 20  # the five freed slots were taken, none added
+    rids, codes = sch.codes(db, nid)
+    assert len(rids) == 20 and codes.shape[0] == 20
+    assert store.search([a], "the boat number 3 is red", 1)[0].item.id == fresh[3].id
+    assert all(h.item.id not in {i.id for i in items[:5]} for h in store.search([a], "note", 50))
+    # a file written before the free list: its removed items' slots are listed when it opens
+    store.delete("t", items[5].id)
+    store.delete("t", items[6].id)
+    db.execute("DROP TABLE free_slots")
+    store.close()
+    store = SqliteMemoryStore(path, EMB)
+    db = store._db  # noqa: SLF001
+    listed = db.execute("SELECT count(*) FROM free_slots WHERE nid = ?", (nid,)).fetchall()[0][0]
+    assert listed == 2
+    store.put(MemoryItem(namespace=a, text="one more note"))
+    assert slots() == 20
+    assert len(sch.codes(db, nid)[0]) == 19
+    store.close()
