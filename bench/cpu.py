@@ -34,11 +34,11 @@ from bench.infra import (
     converter_choice,
     counting_responder,
     dev_server,
-    proc_cpu_seconds,
     spawn_worker,
     workdir,
     write_bench_spec,
 )
+from bench.machine import proc_cpu_seconds
 from bench.scenarios import (
     Options,
     _err,

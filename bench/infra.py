@@ -1,21 +1,21 @@
-"""Shared machinery of the benchmarks: dev server, scripted model, worker subprocesses, histories.
+"""Shared machinery of the benchmarks: dev server, scripted model, worker subprocesses, runs.
 
 Every scenario starts its own in-memory dev server (``workers.local.dev_server.start_dev_server``:
 the pip-installed ``temporal server start-dev`` with the search attributes and dynamic config of
 ``temporal-dev.yml``), its own :class:`~workers.testing.scripted_model.ScriptedModel` and its own
 worker subprocess(es) (``python -m bench.worker_proc``), and stops all of them when it ends.
+The machine and its CPU accounting are in :mod:`bench.machine`, what is read back from histories
+in :mod:`bench.events`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime as dt
 import gc
 import json
 import math
 import os
-import platform
 import re
 import signal
 import subprocess
@@ -23,19 +23,17 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
-from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
 from workers.testing.scripted_model import Reply, ScriptedModel, text, tool_call
 
 ROOT = Path(__file__).resolve().parent.parent
-CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 # ------------------------------------------------------------------------------------ numbers
 
@@ -65,141 +63,6 @@ def dist(values: Sequence[float], scale: float = 1.0, digits: int = 1) -> dict[s
         "p95": r(percentile(xs, 95)),
         "max": r(max(xs)),
     }
-
-
-# ------------------------------------------------------------------------------------ machine
-
-
-def machine_info() -> dict[str, Any]:
-    """nproc, memory, CPU model, load, Python and package versions, date."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    def ver(name: str) -> str | None:
-        try:
-            return version(name)
-        except PackageNotFoundError:
-            return None
-
-    mem_gib = None
-    with contextlib.suppress(OSError, ValueError, IndexError):
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                mem_gib = round(int(line.split()[1]) / 1024 / 1024, 1)
-    cpu = None
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    temporal_cli = None
-    with contextlib.suppress(Exception):
-        from workers.local.dev_server import temporal_binary
-
-        out = subprocess.run(
-            [str(temporal_binary()), "--version"], capture_output=True, text=True, timeout=10
-        )
-        temporal_cli = out.stdout.strip()
-    return {
-        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "host": platform.node(),
-        "nproc": os.cpu_count(),
-        "cpu": cpu,
-        "memory_gib": mem_gib,
-        "loadavg_at_start": [round(x, 2) for x in os.getloadavg()],
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "temporalio": ver("temporalio"),
-        "temporal_cli": temporal_cli,
-        "openai": ver("openai"),
-        "temporalio_openai_agents": ver("temporalio-openai-agents"),
-        "openai_agents": ver("openai-agents"),
-        "pydantic": ver("pydantic"),
-    }
-
-
-def proc_cpu_seconds(pid: int) -> float | None:
-    """user+system CPU seconds of a process (Linux /proc), None if unreadable."""
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = raw[raw.rindex(")") + 2 :].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
-
-
-def child_pids_matching(word: str) -> list[int]:
-    """Pids of this process's children whose command line contains ``word``."""
-    me = os.getpid()
-    out = []
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            stat = (d / "stat").read_text()
-            ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
-            if ppid != me:
-                continue
-            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except (OSError, ValueError):
-            continue
-        if word in cmd:
-            out.append(int(d.name))
-    return out
-
-
-def machine_cpu_seconds() -> tuple[float, float] | None:
-    """(busy, total) CPU seconds of the whole machine since boot, from /proc/stat."""
-    try:
-        first = Path("/proc/stat").read_text().splitlines()[0].split()
-    except (OSError, IndexError):
-        return None
-    vals = [int(x) for x in first[1:9]]
-    total = sum(vals)
-    idle = vals[3] + vals[4]
-    return (total - idle) / CLK_TCK, total / CLK_TCK
-
-
-class CpuMeter:
-    """CPU seconds used by a set of processes between :meth:`start` and :meth:`stop`.
-
-    Also the whole machine's busy share and what other processes (other engineers' tests, a
-    model server...) used meanwhile: the benchmark shares 2 cores with them.
-    """
-
-    def __init__(self, pids: dict[str, int | None]) -> None:
-        self.pids = {k: v for k, v in pids.items() if v}
-        self._t0 = 0.0
-        self._c0: dict[str, float | None] = {}
-
-    def start(self) -> None:
-        """Take the starting readings."""
-        self._t0 = time.monotonic()
-        self._c0 = {k: proc_cpu_seconds(p) for k, p in self.pids.items()}
-        self._self0 = time.process_time()
-        self._m0 = machine_cpu_seconds()
-
-    def stop(self) -> dict[str, Any]:
-        """CPU seconds and percentages of one core per process since :meth:`start`."""
-        wall = time.monotonic() - self._t0
-        out: dict[str, Any] = {"wall_s": round(wall, 2)}
-        for k, p in self.pids.items():
-            c1 = proc_cpu_seconds(p)
-            c0 = self._c0.get(k)
-            if c0 is not None and c1 is not None:
-                out[f"{k}_cpu_s"] = round(c1 - c0, 2)
-                out[f"{k}_cpu_pct"] = round(100 * (c1 - c0) / wall, 1) if wall > 0 else None
-        bench = time.process_time() - self._self0
-        out["bench_process_cpu_s"] = round(bench, 2)
-        out["bench_process_cpu_pct"] = round(100 * bench / wall, 1) if wall > 0 else None
-        m1 = machine_cpu_seconds()
-        if self._m0 and m1 and wall > 0:
-            busy = m1[0] - self._m0[0]
-            total = m1[1] - self._m0[1]
-            ours = bench + sum(out.get(f"{k}_cpu_s", 0) for k in self.pids)
-            out["machine_busy_pct"] = round(100 * busy / total, 1) if total > 0 else None
-            out["other_processes_cpu_pct"] = round(100 * max(0.0, busy - ours) / wall, 1)
-        out["loadavg_1m_end"] = round(os.getloadavg()[0], 2)
-        return out
 
 
 # ------------------------------------------------------------------------------------ converter
@@ -500,152 +363,6 @@ def workdir(prefix: str) -> Any:
     """A temporary folder for one scenario (spec file, worker logs)."""
     with tempfile.TemporaryDirectory(prefix=f"bench-{prefix}-") as d:
         yield Path(d)
-
-
-# ------------------------------------------------------------------------------------ histories
-
-
-def ts(event: Any) -> float:
-    """Event time in seconds since the epoch."""
-    return event.event_time.seconds + event.event_time.nanos / 1e9
-
-
-def _payload_sizes(event: Any) -> list[int]:
-    sizes: list[int] = []
-    for attr in (
-        "workflow_execution_started_event_attributes",
-        "activity_task_scheduled_event_attributes",
-        "activity_task_completed_event_attributes",
-        "workflow_execution_completed_event_attributes",
-        "workflow_execution_continued_as_new_event_attributes",
-        "marker_recorded_event_attributes",
-    ):
-        if not event.HasField(attr):
-            continue
-        a = getattr(event, attr)
-        for fld in ("input", "result"):
-            if hasattr(a, fld) and a.HasField(fld):
-                sizes += [p.ByteSize() for p in getattr(a, fld).payloads]
-    return sizes
-
-
-async def fetch_chain(
-    client: Client, workflow_id: str, first_run_id: str | None
-) -> list[dict[str, Any]]:
-    """Every run of a continue-as-new chain, first first: run id, events, size, biggest payload."""
-    out = []
-    run_id = first_run_id
-    seen = 0
-    while run_id and seen < 1000:
-        seen += 1
-        h = client.get_workflow_handle(workflow_id, run_id=run_id)
-        hist = await h.fetch_history()
-        desc = await h.describe()
-        info = desc.raw_description.workflow_execution_info
-        events = list(hist.events)
-        payloads = [s for e in events for s in _payload_sizes(e)]
-        nxt = None
-        last = events[-1] if events else None
-        if last is not None and last.HasField(
-            "workflow_execution_continued_as_new_event_attributes"
-        ):
-            nxt = last.workflow_execution_continued_as_new_event_attributes.new_execution_run_id
-        out.append(
-            {
-                "run_id": run_id,
-                "events": events,
-                "event_count": len(events),
-                "history_size_bytes": int(info.history_size_bytes)
-                or sum(e.ByteSize() for e in events),
-                "max_payload_bytes": max(payloads) if payloads else 0,
-                "payload_bytes_total": sum(payloads),
-                "status": desc.status.name if desc.status else None,
-                "last_event": EventType.Name(last.event_type) if last is not None else None,
-            }
-        )
-        run_id = nxt
-    return out
-
-
-def activity_types(events: Iterable[Any]) -> dict[int, str]:
-    """Scheduled event id -> activity type name."""
-    return {
-        e.event_id: e.activity_task_scheduled_event_attributes.activity_type.name
-        for e in events
-        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
-    }
-
-
-def model_scheduled_times(events: Sequence[Any], model_type: str) -> list[float]:
-    """Times at which the model activity was scheduled (one per turn)."""
-    return [
-        ts(e)
-        for e in events
-        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
-        and e.activity_task_scheduled_event_attributes.activity_type.name == model_type
-    ]
-
-
-def phase_breakdown(events: Sequence[Any]) -> dict[str, list[float]]:
-    """Seconds per phase over a history: activity dispatch/execution per type, workflow tasks.
-
-    * ``<type>.dispatch``: activity scheduled -> started (server matching + worker poll).
-    * ``<type>.exec``: started -> completed (the activity's own code, as the server sees it).
-    * ``wft.dispatch``: workflow task scheduled -> started.
-    * ``wft.process``: workflow task started -> completed (the worker running workflow code,
-      converting payloads, and the RPC).
-    * ``wft.after_activity``: activity completed -> next workflow task started (the hop a
-      result takes back into the workflow).
-    """
-    types = activity_types(events)
-    sched_t: dict[int, float] = {}
-    started_t: dict[int, float] = {}
-    wft_sched: dict[int, float] = {}
-    wft_start: dict[int, float] = {}
-    phases: dict[str, list[float]] = {}
-    last_activity_done: float | None = None
-
-    def add(k: str, v: float) -> None:
-        phases.setdefault(k, []).append(v)
-
-    for e in events:
-        t = ts(e)
-        et = e.event_type
-        if et == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
-            sched_t[e.event_id] = t
-        elif et == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
-            sid = e.activity_task_started_event_attributes.scheduled_event_id
-            started_t[sid] = t
-            if sid in sched_t:
-                add(f"{types.get(sid, '?')}.dispatch", t - sched_t[sid])
-        elif et == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
-            sid = e.activity_task_completed_event_attributes.scheduled_event_id
-            if sid in started_t:
-                add(f"{types.get(sid, '?')}.exec", t - started_t[sid])
-            last_activity_done = t
-        elif et == EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED:
-            wft_sched[e.event_id] = t
-        elif et == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED:
-            sid = e.workflow_task_started_event_attributes.scheduled_event_id
-            wft_start[e.event_id] = t
-            if sid in wft_sched:
-                add("wft.dispatch", t - wft_sched[sid])
-            if last_activity_done is not None:
-                add("wft.after_activity", t - last_activity_done)
-                last_activity_done = None
-        elif et == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
-            st = e.workflow_task_completed_event_attributes.started_event_id
-            if st in wft_start:
-                add("wft.process", t - wft_start[st])
-    return phases
-
-
-def count_activities(events: Iterable[Any]) -> dict[str, int]:
-    """How many activities of each type were scheduled."""
-    out: dict[str, int] = {}
-    for name in activity_types(events).values():
-        out[name] = out.get(name, 0) + 1
-    return out
 
 
 # ------------------------------------------------------------------------------------ runs

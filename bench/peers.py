@@ -35,20 +35,20 @@ from typing import Any
 from temporalio.api.enums.v1 import EventType, TaskQueueKind
 from temporalio.client import Client, WorkflowExecutionStatus
 
+from bench.events import fetch_chain
 from bench.infra import (
-    CpuMeter,
     DevServer,
     converter_choice,
     counting_responder,
     dev_server,
     dist,
-    fetch_chain,
     list_closed,
     spawn_worker,
     wait_all_closed,
     workdir,
     write_bench_spec,
 )
+from bench.machine import CpuMeter
 from bench.scenarios import (
     Options,
     _err,
@@ -367,7 +367,9 @@ async def scenario_peers(opts: Options) -> dict[str, Any]:
         "per_turn": {"turns_per_run": LONG_TURNS, "runs": long_runs, "model_latency_s": 0.0},
     }
     only = [x for x in os.environ.get("BENCH_PEERS_IMPLS", "").split(",") if x]
-    impls = [i for i in IMPLS if not (i == "plugin" and plugin_missing()) and (not only or i in only)]
+    impls = [
+        i for i in IMPLS if not (i == "plugin" and plugin_missing()) and (not only or i in only)
+    ]
     if "plugin" not in impls:
         out["plugin"] = {"skipped": plugin_missing()}
     for impl in impls:

@@ -20,7 +20,8 @@ from rich.console import Console, Group
 from rich.table import Table
 
 from bench.evals import table_evals
-from bench.infra import jsonable, machine_info
+from bench.infra import jsonable
+from bench.machine import machine_info
 from bench.scenarios import SCENARIOS, Options
 
 DEFAULT_ORDER = [
@@ -356,7 +357,9 @@ def table_encryption(r: dict[str, Any]) -> Table:
         return t
     for k in ("plain", "encrypted"):
         d = r.get(k) or {}
-        t.add_row(k, _v(d.get("worker_cpu_ms_per_turn"), " ms", 2), _v(d.get("ms_per_turn_p50"), " ms"))
+        t.add_row(
+            k, _v(d.get("worker_cpu_ms_per_turn"), " ms", 2), _v(d.get("ms_per_turn_p50"), " ms")
+        )
     ratio = r.get("encrypted_over_plain") or {}
     t.add_row("encrypted / plain", _v(ratio.get("worker_cpu_per_turn"), "x", 3),
               _v(ratio.get("ms_per_turn"), "x", 3))  # fmt: skip

@@ -20,27 +20,23 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
 
 from bench.evals import scenario_evals
+from bench.events import count_activities, fetch_chain, model_scheduled_times, phase_breakdown, ts
 from bench.infra import (
-    CpuMeter,
     DevServer,
     WorkerProc,
     converter_choice,
-    count_activities,
     counting_responder,
     dev_server,
     dist,
-    fetch_chain,
     list_closed,
     max_in_flight,
-    model_scheduled_times,
     percentile,
-    phase_breakdown,
     spawn_worker,
-    ts,
     wait_all_closed,
     workdir,
     write_bench_spec,
 )
+from bench.machine import CpuMeter
 from workers.client import start_run
 from workers.config import Settings
 from workers.testing.scripted_model import ScriptedModel
