@@ -18,8 +18,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from bench.common import Options
 from bench.infra import write_bench_spec
-from bench.scenarios import Options
 from workers import client as rc
 from workers.config import Settings
 from workers.testing.env import start_local_env

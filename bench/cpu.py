@@ -29,6 +29,14 @@ from typing import Any
 
 from temporalio.client import Client
 
+from bench.common import (
+    Options,
+    _err,
+    _plugin_client,
+    _settings,
+    plugin_missing,
+    start_impl,
+)
 from bench.infra import (
     WorkerProc,
     converter_choice,
@@ -39,14 +47,6 @@ from bench.infra import (
     write_bench_spec,
 )
 from bench.machine import proc_cpu_seconds
-from bench.scenarios import (
-    Options,
-    _err,
-    _plugin_client,
-    _settings,
-    plugin_missing,
-    start_impl,
-)
 from workers.testing.scripted_model import ScriptedModel
 
 TURNS = 5

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.common import Options, _err, _settings, _start_ours
 from bench.cpu import pin
 from bench.infra import (
     WorkerProc,
@@ -31,7 +32,6 @@ from bench.infra import (
     write_bench_spec,
 )
 from bench.machine import proc_cpu_seconds
-from bench.scenarios import Options, _err, _settings, _start_ours
 from workers.client import connect
 from workers.payloads.encryption import new_key_line
 from workers.testing.scripted_model import ScriptedModel

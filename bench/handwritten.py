@@ -5,7 +5,7 @@ through an activity (the ``openai`` client against the same chat-completions end
 same ``calculator`` tool offered) and runs each tool call as an activity, until the model answers
 with text. No spec, no policy, no approvals, no budgets, no events, no redaction, no search
 attributes: the floor under ``AgentRun``'s worker CPU for the same model and tool calls
-(``bench.scenarios.scenario_cpu``).
+(``bench.cpu.scenario_cpu``).
 """
 
 from __future__ import annotations

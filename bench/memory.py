@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.scenarios import Options, _err
+from bench.common import Options, _err
 
 SENT = re.compile(r"(?<=[.!?])\s+")
 

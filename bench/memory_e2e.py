@@ -34,6 +34,7 @@ from rich.console import Console
 
 from bench.evals import model_reachable
 from bench.infra import dev_server, workdir
+from bench.memory import _data, _lines, load_bfcl_chats
 
 console = Console()
 PROMPT = (
@@ -44,8 +45,6 @@ PROMPT = (
 
 def questions(per_scenario: int | None) -> list[dict[str, Any]]:
     """The BFCL v4 memory questions to ask, ``per_scenario`` of each scenario (None: all)."""
-    from bench.memory import _data, _lines  # bench.memory imports bench.scenarios, which imports us
-
     d = _data()
     truth = {x["id"]: x["ground_truth"] for x in _lines(d / "possible_answer/BFCL_v4_memory.json")}
     seen: dict[str, int] = {}
@@ -70,7 +69,6 @@ def load_store(db: Path) -> int:
     """Put the earlier chats' user turns into the store at ``db``; returns the item count."""
     from activities.memory import WordLlamaEmbedder
     from activities.memory.sqlite_store import SqliteMemoryStore
-    from bench.memory import load_bfcl_chats
 
     store = SqliteMemoryStore(db, WordLlamaEmbedder())
     n = load_bfcl_chats(store)

@@ -35,6 +35,14 @@ from typing import Any
 from temporalio.api.enums.v1 import EventType, TaskQueueKind
 from temporalio.client import Client, WorkflowExecutionStatus
 
+from bench.common import (
+    Options,
+    _err,
+    _plugin_client,
+    _settings,
+    plugin_missing,
+    start_impl,
+)
 from bench.events import fetch_chain
 from bench.infra import (
     DevServer,
@@ -49,14 +57,6 @@ from bench.infra import (
     write_bench_spec,
 )
 from bench.machine import CpuMeter
-from bench.scenarios import (
-    Options,
-    _err,
-    _plugin_client,
-    _settings,
-    plugin_missing,
-    start_impl,
-)
 from workers.history import billable_actions
 from workers.testing.scripted_model import ScriptedModel
 

@@ -19,10 +19,11 @@ from typing import Any
 from rich.console import Console, Group
 from rich.table import Table
 
+from bench.common import Options
 from bench.evals import table_evals
 from bench.infra import jsonable
 from bench.machine import machine_info
-from bench.scenarios import SCENARIOS, Options
+from bench.scenarios import SCENARIOS
 
 DEFAULT_ORDER = [
     "peers", "history", "overhead", "throughput", "cpu", "crash", "tuning", "fairness", "rate_limit", "evals",

@@ -12,7 +12,7 @@ import statistics
 import time
 from typing import Any
 
-from bench.scenarios import Options
+from bench.common import Options
 
 
 def _pcts(xs: list[float]) -> dict[str, float]:
