@@ -129,6 +129,22 @@ def _latency(count: int, queries: int = 200) -> dict[str, Any]:
     }
 
 
+def _extraction_responder(body: dict[str, Any]) -> Any:
+    """The scripted model of the consolidation lag: one fact (``<name> likes tea``) per run.
+
+    The consolidation workflow's extraction request gets that fact, from the run's ``I am
+    <name>.``; a run's own model step gets ``Noted.``.
+    """
+    from workers.testing.scripted_model import text
+
+    msgs = body["messages"]
+    if "You keep long-term memory" in str(msgs[0].get("content")):
+        who = re.search(r"I am (\w+)", str(msgs[-1].get("content")))
+        fact = f"{who.group(1) if who else 'someone'} likes tea"
+        return text(json.dumps({"facts": [{"text": fact, "replaces": None}]}))
+    return text("Noted.")
+
+
 async def _consolidation_lag(runs: int = 5) -> dict[str, Any]:
     import asyncio
     import uuid
@@ -139,22 +155,17 @@ async def _consolidation_lag(runs: int = 5) -> dict[str, Any]:
     from workers import client as rc
     from workers.config import Settings
     from workers.testing.env import start_local_env
-    from workers.testing.scripted_model import ScriptedModel, text
+    from workers.testing.scripted_model import ScriptedModel
     from workers.worker import build_worker
     from workflows.models import RunRequest
-
-    def responder(body: dict[str, Any]) -> Any:
-        msgs = body["messages"]
-        if "You keep long-term memory" in str(msgs[0].get("content")):
-            who = re.search(r"I am (\w+)", str(msgs[-1].get("content")))
-            fact = f"{who.group(1) if who else 'someone'} likes tea"
-            return text(json.dumps({"facts": [{"text": fact, "replaces": None}]}))
-        return text("Noted.")
 
     env = await start_local_env()
     lags: list[float] = []
     try:
-        with tempfile.TemporaryDirectory() as tmp, ScriptedModel(responder=responder) as model:
+        with (
+            tempfile.TemporaryDirectory() as tmp,
+            ScriptedModel(responder=_extraction_responder) as model,
+        ):
             d = Path(tmp)
             spec = d / "agents.yml"
             spec.write_text(yaml.safe_dump({"agents": {"default": {

@@ -31,6 +31,7 @@ from typing import Any
 
 import yaml
 from rich.console import Console
+from temporalio.client import Client
 
 from bench.evals import model_reachable
 from bench.infra import dev_server, workdir
@@ -97,10 +98,8 @@ def spec_yaml(model: str, workspace: Path) -> str:
 
 async def scenario_memory_e2e(opts: Any) -> dict[str, Any]:
     """Ask each question twice (with and without memory); returns the shares and per-run rows."""
-    from workers import client as rc
     from workers.config import Settings, load_settings
     from workers.worker import build_workers
-    from workflows.models import RunRequest
 
     base = load_settings()
     model = model_reachable(base.openai_base_url)
@@ -127,51 +126,21 @@ async def scenario_memory_e2e(opts: Any) -> dict[str, Any]:
                 memory_url=f"sqlite://{db}",
             )
             gate = asyncio.Semaphore(2)
-
-            async def ask(q: dict[str, Any], agent: str) -> None:
-                async with gate:
-                    t0 = time.monotonic()
-                    h = await rc.start_run(
-                        srv.client,
-                        RunRequest(
-                            input=q["question"],
-                            agent=agent,
-                            tenant_id="bench",
-                            principal_id=q["scenario"],
-                        ),
-                        task_queue=settings.task_queue,
-                    )
-                    res = await asyncio.wait_for(h.result(), 600)
-                    st = await rc.state(srv.client, h.id)  # what the last model step was given
-                    rows.append(
-                        {
-                            "id": q["id"],
-                            "agent": agent,
-                            "status": res.status,
-                            "correct": answered(res.output, q["answers"]),
-                            "memory_items": len(st.memory),
-                            "tokens": res.usage.total_tokens,
-                            "seconds": round(time.monotonic() - t0, 1),
-                        }
-                    )
-
             t0 = time.monotonic()
             async with contextlib.AsyncExitStack() as stack:
                 for w in build_workers(srv.client, settings):
                     await stack.enter_async_context(w)
                 await asyncio.gather(
-                    *(ask(q, a) for q in qs for a in ("with_memory", "without_memory"))
+                    *(
+                        _ask(srv.client, settings.task_queue, gate, q, a, rows)
+                        for q in qs
+                        for a in ("with_memory", "without_memory")
+                    )
                 )
             wall = time.monotonic() - t0
     out: dict[str, Any] = {"model": model, "questions": len(qs), "items": items}
     for agent in ("with_memory", "without_memory"):
-        mine = [r for r in rows if r["agent"] == agent]
-        out[agent] = {
-            "correct": sum(r["correct"] for r in mine),
-            "share": round(sum(r["correct"] for r in mine) / max(1, len(mine)), 3),
-            "tokens_per_run": round(sum(r["tokens"] for r in mine) / max(1, len(mine))),
-            "completed": sum(r["status"] == "completed" for r in mine),
-        }
+        out[agent] = _agent_figures([r for r in rows if r["agent"] == agent])
     out["wall_s"] = round(wall, 1)
     out["runs"] = sorted(rows, key=lambda r: (r["id"], r["agent"]))
     console.print(
@@ -182,3 +151,56 @@ async def scenario_memory_e2e(opts: Any) -> dict[str, Any]:
         highlight=False,
     )
     return out
+
+
+async def _ask(
+    client: Client,
+    task_queue: str,
+    gate: asyncio.Semaphore,
+    q: dict[str, Any],
+    agent: str,
+    rows: list[dict[str, Any]],
+) -> None:
+    """Ask question ``q`` of ``agent`` (one run, once ``gate`` lets it); its row goes to ``rows``.
+
+    The row: status, whether the answer is right, the memory items the model step was given, total
+    tokens and the run's seconds.
+    """
+    from workers import client as rc
+    from workflows.models import RunRequest
+
+    async with gate:
+        t0 = time.monotonic()
+        h = await rc.start_run(
+            client,
+            RunRequest(
+                input=q["question"],
+                agent=agent,
+                tenant_id="bench",
+                principal_id=q["scenario"],
+            ),
+            task_queue=task_queue,
+        )
+        res = await asyncio.wait_for(h.result(), 600)
+        st = await rc.state(client, h.id)  # what the last model step was given
+        rows.append(
+            {
+                "id": q["id"],
+                "agent": agent,
+                "status": res.status,
+                "correct": answered(res.output, q["answers"]),
+                "memory_items": len(st.memory),
+                "tokens": res.usage.total_tokens,
+                "seconds": round(time.monotonic() - t0, 1),
+            }
+        )
+
+
+def _agent_figures(mine: list[dict[str, Any]]) -> dict[str, Any]:
+    """One agent's answers right (count and share), mean tokens per run, runs completed."""
+    return {
+        "correct": sum(r["correct"] for r in mine),
+        "share": round(sum(r["correct"] for r in mine) / max(1, len(mine)), 3),
+        "tokens_per_run": round(sum(r["tokens"] for r in mine) / max(1, len(mine))),
+        "completed": sum(r["status"] == "completed" for r in mine),
+    }
