@@ -31,31 +31,7 @@ from typing import Any
 import yaml
 from temporalio.client import Client
 
-from bench.events import (  # re-exported: they were defined here before bench/events.py
-    activity_types,
-    count_activities,
-    fetch_chain,
-    model_scheduled_times,
-    phase_breakdown,
-    ts,
-)
-from bench.machine import (  # re-exported: they were defined here before bench/machine.py
-    CLK_TCK,
-    CpuMeter,
-    child_pids_matching,
-    machine_cpu_seconds,
-    machine_info,
-    proc_cpu_seconds,
-)
 from workers.testing.scripted_model import Reply, ScriptedModel, text, tool_call
-
-__all__ = [
-    "CLK_TCK", "ROOT", "CpuMeter", "DevServer", "WorkerProc", "activity_types", "child_pids_matching",
-    "connect_with", "converter_choice", "count_activities", "counting_responder", "dev_server", "dist",
-    "fetch_chain", "jsonable", "list_closed", "machine_cpu_seconds", "machine_info", "max_in_flight",
-    "model_scheduled_times", "percentile", "phase_breakdown", "proc_cpu_seconds", "release_client",
-    "spawn_worker", "ts", "wait_all_closed", "workdir", "write_bench_spec",
-]  # fmt: skip
 
 ROOT = Path(__file__).resolve().parent.parent
 

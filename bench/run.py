@@ -31,7 +31,6 @@ from bench.infra import jsonable
 from bench.machine import machine_info
 from bench.scenarios import SCENARIOS
 from bench.summary import machine_table, summary_table
-from bench.tables import TUNING_NAMES as TUNING_NAMES  # re-exported: defined here before
 from bench.tables import (
     table_cpu,
     table_crash,

@@ -1,45 +1,24 @@
 """The benchmark scenarios by name (:data:`SCENARIOS`), as `python -m bench.run --only` takes them.
 
-Each scenario is a coroutine function taking :class:`bench.common.Options` and returning a
-JSON-able dict; it starts and stops its own servers and workers. What they share is in
-:mod:`bench.common` (whose names, defined here before, this module still exports).
+Each scenario is a coroutine function taking :class:`bench.common.Options` and returning a JSON-able
+dict; it starts and stops its own servers and workers. What they share is in :mod:`bench.common`.
 """
 
 from __future__ import annotations
 
 from bench.code_mode import scenario_code_mode
-from bench.common import (  # re-exported: they were defined here before bench/common.py
-    MODEL_TYPE,
-    TOOL_TYPE,
-    Options,
-    _err,
-    _plugin_client,
-    _settings,
-    _start_ours,
-    plugin_missing,
-    start_impl,
-)
 from bench.cpu import scenario_cpu
 from bench.crash import scenario_crash
 from bench.encryption import scenario_encryption
 from bench.evals import scenario_evals
-from bench.history import MIB, scenario_history, scenario_history_inline
+from bench.history import scenario_history, scenario_history_inline
 from bench.memory import scenario_memory
 from bench.memory_e2e import scenario_memory_e2e
 from bench.models import scenario_fairness, scenario_rate_limit
-from bench.overhead import FAST_TRANSFER, scenario_overhead
+from bench.overhead import scenario_overhead
 from bench.peers import scenario_peers
 from bench.sandbox import scenario_sandbox
 from bench.throughput import scenario_throughput, scenario_tuning
-
-__all__ = [
-    "FAST_TRANSFER", "MIB", "MODEL_TYPE", "SCENARIOS", "TOOL_TYPE", "Options", "_err", "_plugin_client",
-    "_settings", "_start_ours", "plugin_missing", "scenario_code_mode", "scenario_cpu", "scenario_crash",
-    "scenario_encryption", "scenario_evals", "scenario_fairness", "scenario_history",
-    "scenario_history_inline", "scenario_memory", "scenario_memory_e2e", "scenario_overhead",
-    "scenario_peers", "scenario_rate_limit", "scenario_sandbox", "scenario_throughput",
-    "scenario_tuning", "start_impl",
-]  # fmt: skip
 
 SCENARIOS = {
     "peers": scenario_peers,
