@@ -18,7 +18,7 @@ import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import structlog
@@ -31,6 +31,10 @@ from workers.config import PROJECT_ROOT, Settings, load_settings
 from workers.logging_setup import configure_logging
 from workers.testing.scripted_model import ScriptedModel, text, tool_call
 from workflows.models import RunRequest, RunState
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import ReadableSpan
+    from opentelemetry.trace import SpanContext
 
 ACTIVITY_EVENTS = ("model_step", "tool_call")
 
@@ -61,6 +65,12 @@ def events(stream: io.StringIO, *names: str) -> list[dict[str, Any]]:
         if not names or ev.get("event") in names:
             out.append(ev)
     return out
+
+
+def span_context(span: ReadableSpan) -> SpanContext:
+    """The ids of a finished span (its context is set once it has ended)."""
+    assert span.context is not None
+    return span.context
 
 
 def traced_settings(tmp_path: Path, address: str, otel: str = "console") -> Settings:
@@ -122,11 +132,11 @@ async def test_a_traced_run_has_workflow_and_activity_spans_in_one_trace(
     assert (tool_span.attributes or {}).get("toolCallID") == res.tool_calls[0].id
 
     # one trace, rooted at the client's StartWorkflow span
-    trace_ids = {s.context.trace_id for s in run_spans}
+    trace_ids = {span_context(s).trace_id for s in run_spans}
     assert len(trace_ids) == 1
     (root,) = by_name["StartWorkflow:AgentRun"]
     assert root.parent is None
-    spans_by_id = {s.context.span_id: s for s in run_spans}
+    spans_by_id = {span_context(s).span_id: s for s in run_spans}
 
     def ancestors(span: Any) -> list[str]:
         names = []
@@ -192,7 +202,7 @@ async def test_a_run_started_without_a_client_span_still_gets_one_trace(
         "RunActivity:model.complete",
         "RunTool:read_file",
     } <= names
-    assert len({s.context.trace_id for s in spans}) == 1
+    assert len({span_context(s).trace_id for s in spans}) == 1
     (wf,) = [s for s in spans if s.name == "RunWorkflow:AgentRun"]
     assert wf.parent is None
 
@@ -232,13 +242,15 @@ async def test_a_worker_restart_mid_run_keeps_one_workflow_span(
         and names.count("StartActivity:model.complete") == 2
     )
     assert names.count("RunActivity:tool.invoke") == 1
-    assert len({s.context.trace_id for s in spans}) == 1
-    ids = {s.context.span_id for s in spans}
+    assert len({span_context(s).trace_id for s in spans}) == 1
+    ids = {span_context(s).span_id for s in spans}
     assert all(
         s.parent is None or s.parent.span_id in ids for s in spans
     )  # every parent was exported
     (wf,) = [s for s in spans if s.name == "RunWorkflow:AgentRun"]
     (tool_run,) = [s for s in spans if s.name == "RunActivity:tool.invoke"]
+    assert wf.start_time is not None and wf.end_time is not None  # set once a span has ended
+    assert tool_run.start_time is not None
     assert wf.start_time < tool_run.start_time < wf.end_time  # the span covers the whole run
     assert not [r for r in caplog.records if r.getMessage() == "Failed to detach context"]
 
