@@ -18,23 +18,20 @@ import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pytest
 import structlog
 from temporalio.client import Client
 
 from tests.support.harness import Harness
+from tests.support.spans import span_context, span_end, span_start
 from workers import client as rc
 from workers import telemetry
 from workers.config import PROJECT_ROOT, Settings, load_settings
 from workers.logging_setup import configure_logging
 from workers.testing.scripted_model import ScriptedModel, text, tool_call
 from workflows.models import RunRequest, RunState
-
-if TYPE_CHECKING:
-    from opentelemetry.sdk.trace import ReadableSpan
-    from opentelemetry.trace import SpanContext
 
 ACTIVITY_EVENTS = ("model_step", "tool_call")
 
@@ -65,12 +62,6 @@ def events(stream: io.StringIO, *names: str) -> list[dict[str, Any]]:
         if not names or ev.get("event") in names:
             out.append(ev)
     return out
-
-
-def span_context(span: ReadableSpan) -> SpanContext:
-    """The ids of a finished span (its context is set once it has ended)."""
-    assert span.context is not None
-    return span.context
 
 
 def traced_settings(tmp_path: Path, address: str, otel: str = "console") -> Settings:
@@ -244,14 +235,11 @@ async def test_a_worker_restart_mid_run_keeps_one_workflow_span(
     assert names.count("RunActivity:tool.invoke") == 1
     assert len({span_context(s).trace_id for s in spans}) == 1
     ids = {span_context(s).span_id for s in spans}
-    assert all(
-        s.parent is None or s.parent.span_id in ids for s in spans
-    )  # every parent was exported
+    # every parent was exported
+    assert all(s.parent is None or s.parent.span_id in ids for s in spans)
     (wf,) = [s for s in spans if s.name == "RunWorkflow:AgentRun"]
     (tool_run,) = [s for s in spans if s.name == "RunActivity:tool.invoke"]
-    assert wf.start_time is not None and wf.end_time is not None  # set once a span has ended
-    assert tool_run.start_time is not None
-    assert wf.start_time < tool_run.start_time < wf.end_time  # the span covers the whole run
+    assert span_start(wf) < span_start(tool_run) < span_end(wf)  # the span covers the whole run
     assert not [r for r in caplog.records if r.getMessage() == "Failed to detach context"]
 
 
