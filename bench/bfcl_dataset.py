@@ -150,7 +150,7 @@ def agents_yaml(names: list[str]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Write ``evals/bfcl/cases.jsonl`` and ``functions.json``; prints what it wrote."""
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     ap.add_argument("--per-category", type=int, default=15, help="cases per category (15)")
     args = ap.parse_args(argv)
     cases, functions = build(args.per_category)

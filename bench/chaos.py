@@ -332,7 +332,9 @@ async def chaos(args: argparse.Namespace, workdir: Path, fleet: Fleet) -> dict[s
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """Command-line options (also read from ``CHAOS_ARGS`` by ``make chaos``)."""
-    ap = argparse.ArgumentParser(prog="python -m bench.chaos", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m bench.chaos", description=(__doc__ or "").split("\n")[0]
+    )
     ap.add_argument("--runs", type=int, default=None, help="runs (default 200; --quick: 30)")
     ap.add_argument("--quick", action="store_true", help="30 runs")
     ap.add_argument("--rate", type=float, default=1.0, help="runs started per second")

@@ -38,6 +38,7 @@ from bench.common import (
     start_impl,
 )
 from bench.infra import (
+    ROOT,
     WorkerProc,
     converter_choice,
     counting_responder,
@@ -97,7 +98,7 @@ async def _measure(
                         spec_file=spec if kind == "ours" else None,
                         name=f"cpu-{impl}",
                         payload_dir=d / "payloads",
-                        **({"root": baseline} if impl == "baseline" and baseline else {}),
+                        root=baseline if impl == "baseline" and baseline else ROOT,
                     )
                 for w in workers.values():
                     await w.wait_ready(120)
@@ -150,7 +151,7 @@ async def scenario_cpu(opts: Options) -> dict[str, Any]:
     """Worker CPU per 5-turn run, all workers side by side (zero-latency model)."""
     runs = 60 if opts.quick else 150
     reps = 3 if opts.quick else 5
-    baseline = Path(opts.baseline).resolve() if getattr(opts, "baseline", None) else None
+    baseline = Path(opts.baseline).resolve() if opts.baseline else None
     impls = ["hand", "ours"] + (["baseline"] if baseline else [])
     if not plugin_missing():
         impls.append("plugin")

@@ -55,11 +55,11 @@ async def _crash_once(
                 pc = await _plugin_client(srv, model.base_url) if impl == "plugin" else None
                 try:
                     await w1.wait_ready()
-                    h = await (
-                        _start_ours(srv.client, tq, 2)
-                        if impl == "ours"
-                        else _start_plugin(pc, tq, 2)
-                    )  # type: ignore[arg-type]
+                    if impl == "ours":
+                        h = await _start_ours(srv.client, tq, 2)
+                    else:
+                        assert pc is not None  # impl == "plugin"
+                        h = await _start_plugin(pc, tq, 2)
                     while model.count < 1:
                         await asyncio.sleep(0.01)
                     first = model.requests[0]

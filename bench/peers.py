@@ -84,7 +84,7 @@ _COMMAND_EVENTS = {
 }
 
 
-def _name(et: int) -> str:
+def _name(et: EventType.ValueType) -> str:
     return EventType.Name(et).removeprefix("EVENT_TYPE_")
 
 

@@ -138,7 +138,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     """The command line: ``--quick``, ``--only``, ``--extended``, ``--baseline``, ``--out``."""
-    p = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(
+        prog="python -m bench.run", description=(__doc__ or "").split("\n")[0]
+    )
     p.add_argument("--quick", action="store_true", help="smaller sizes (about 3 minutes)")
     p.add_argument(
         "--only",

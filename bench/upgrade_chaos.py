@@ -301,7 +301,7 @@ async def collect(client: Any, load: Load) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     """Run one session, print the figures; exit 0 when ``ok``."""
     ap = argparse.ArgumentParser(
-        prog="python -m bench.upgrade_chaos", description=__doc__.split("\n")[0]
+        prog="python -m bench.upgrade_chaos", description=(__doc__ or "").split("\n")[0]
     )
     ap.add_argument("--runs", type=int, default=200, help="runs in all (200)")
     ap.add_argument(

@@ -17,13 +17,13 @@ from tests.record_histories import _save
 from tests.support.harness import Harness
 from workers.eval_client import start_suite
 from workers.testing.env import start_local_env
-from workers.testing.scripted_model import ScriptedModel, text, tool_call
+from workers.testing.scripted_model import Reply, ScriptedModel, text, tool_call
 
 OUT = Path(__file__).parent / "histories" / "evals" / "eval_suite.json"
 SUITE_ID = "hist-eval-suite"
 
 
-def responder(body: dict) -> object:
+def responder(body: dict) -> Reply:
     """Deploy once then answer; other questions get ``Paris``."""
     user = next(m["content"] for m in body["messages"] if m["role"] == "user")
     if "deploy" in user:

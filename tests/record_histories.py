@@ -52,9 +52,10 @@ async def _until(
     last: RunState | None = None
     for _ in range(int(timeout / 0.05)):
         try:
-            last = await handle.query("state", result_type=RunState)
-            if pred(last):
-                return last
+            state: RunState = await handle.query("state", result_type=RunState)
+            last = state
+            if pred(state):
+                return state
         except Exception:  # noqa: BLE001 - the first workflow task may not have run yet
             pass
         await asyncio.sleep(0.05)

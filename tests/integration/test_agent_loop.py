@@ -126,7 +126,7 @@ async def test_rate_limit_then_success_honours_retry_after(client, tmp_path):
     assert res.output == "ok after waiting"
     first, second = model.requests
     # Temporal's first retry interval is 1 s; the server's retry-after of 2 s was honoured
-    assert second.received_at - first.replied_at >= 1.8
+    assert first.replied_at is not None and second.received_at - first.replied_at >= 1.8
 
 
 async def test_unauthorised_ends_failed_with_the_servers_message(client, tmp_path):

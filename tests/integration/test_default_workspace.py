@@ -59,6 +59,6 @@ async def test_missing_workspace_elsewhere_fails_saying_how_to_create_it(client,
     finally:
         model.stop()
     assert res.status == "failed"
-    assert "does not exist" in (res.error or "") and f"mkdir -p {elsewhere}" in res.error
+    assert "does not exist" in (res.error or "") and f"mkdir -p {elsewhere}" in (res.error or "")
     assert not elsewhere.exists()
     assert model.requests == []

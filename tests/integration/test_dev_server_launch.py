@@ -113,8 +113,10 @@ async def test_start_restart_and_persist(tmp_path: Path, servers: list) -> None:
     attrs = await registered_attrs(client)
     for name, kind in EXPECTED_TYPES.items():
         assert attrs.get(name) == kind, name
+    ui_url = cfg.ui_url
+    assert ui_url is not None
     assert await asyncio.to_thread(
-        lambda: urllib.request.urlopen(cfg.ui_url, timeout=5).status
+        lambda: urllib.request.urlopen(ui_url, timeout=5).status
     ) == 200  # fmt: skip
 
     # A run with typed search attributes; no worker needed, it just stays RUNNING.

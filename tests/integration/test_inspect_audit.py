@@ -103,7 +103,8 @@ async def test_audit_lists_tool_calls_decisions_and_the_ignored_signal(
     assert decisions[2].comment == "freeze week" and decisions[2].tool_call_id == second
     times = [iso(d.time) for d in decisions]
     assert times == sorted(times)
-    assert [e.tool_call_id for e in a.ignored] == [first]
+    [only_ignored] = a.ignored
+    assert isinstance(only_ignored, ih.DecisionEntry) and only_ignored.tool_call_id == first
     # the workflow's decisions and the audit's accepted ones agree (who, what, call)
     assert [(d.principal_id, d.decision, d.tool_call_id) for d in final.decisions] == [
         (d.who, d.decision, d.tool_call_id) for d in decisions if d.accepted
@@ -259,7 +260,9 @@ def test_audit_of_stored_interrupt_and_partial_chain():
     assert a.model_steps[-1].completed_at is None and a.model_steps[0].status == "completed"
     last = ih.audit(ih.load_history_file(HISTORIES / "continue_as_new.json"))
     assert not last.chain_complete and last.status == "completed"
-    assert last.timeline[0].continued_from and last.timeline[0].turn == 4
+    started = last.timeline[0]
+    assert isinstance(started, ih.RunStartedEntry)
+    assert started.continued_from and started.turn == 4
 
 
 def test_audit_of_a_watched_run_leaves_out_the_stream_signals():
@@ -269,7 +272,7 @@ def test_audit_of_a_watched_run_leaves_out_the_stream_signals():
     assert "__temporal_workflow_stream_publish" in names  # the text deltas reached the run
     a = ih.audit(history)
     assert a.signals == [] and a.status == "completed"
-    assert [s.content for s in a.model_steps][-1] == a.result.output
+    assert a.result is not None and [s.content for s in a.model_steps][-1] == a.result.output
 
 
 def test_cli_audit_file_json():

@@ -85,7 +85,8 @@ async def test_fork_reproduces_the_transcript_up_to_turn_k_and_records_lineage(
     assert fstate.parent_run_id == original.id
     fa = ih.audit(fork_chain)
     assert (fa.parent_run_id, fa.fork_turn) == (original.id, 2)
-    assert fa.timeline[0].seeded_messages == 4
+    started = fa.timeline[0]
+    assert isinstance(started, ih.RunStartedEntry) and started.seeded_messages == 4
     assert f"forked from {original.id} at turn 2" in ih.render_audit_text(fa)
 
     # edited last user message and another model

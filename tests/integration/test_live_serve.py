@@ -42,6 +42,16 @@ async def read_sse(resp: aiohttp.ClientResponse) -> list[tuple[str | None, str, 
     return out
 
 
+def ids_of(msgs: list[tuple[str | None, str, str]]) -> list[int]:
+    """The ids of the ``message`` events, each of which has one."""
+    ids: list[int] = []
+    for i, e, _ in msgs:
+        if e == "message":
+            assert i is not None, "a message event without an id"
+            ids.append(int(i))
+    return ids
+
+
 def events_of(msgs: list[tuple[str | None, str, str]]) -> list[dict[str, Any]]:
     return [json.loads(d) for _, e, d in msgs if e == "message"]
 
@@ -64,7 +74,7 @@ async def test_sse_stream_resumes_after_last_event_id(client: Client, tmp_path: 
                 async with http.get(f"{url}/runs/{run_id}/events") as resp:
                     assert resp.headers["Content-Type"].startswith("text/event-stream")
                     full = await read_sse(resp)
-                ids = [int(i) for i, e, _ in full if e == "message"]
+                ids = ids_of(full)
                 assert ids == list(range(len(ids)))
                 assert full[-1][1] == "end"
                 evs = events_of(full)
@@ -74,7 +84,7 @@ async def test_sse_stream_resumes_after_last_event_id(client: Client, tmp_path: 
                     f"{url}/runs/{run_id}/events", headers={"Last-Event-ID": str(cut)}
                 ) as resp:
                     rest = await read_sse(resp)
-                assert [int(i) for i, e, _ in rest if e == "message"] == ids[cut + 1 :]
+                assert ids_of(rest) == ids[cut + 1 :]
                 assert events_of(rest) == evs[cut + 1 :]
                 async with http.get(f"{url}/runs/{run_id}/events?from=x") as resp:
                     assert resp.status == 400 and "from" in (await resp.json())["error"]
@@ -99,8 +109,6 @@ async def test_sse_stream_resumes_after_last_event_id(client: Client, tmp_path: 
 def started_id(body: dict[str, Any]) -> str:
     assert body["run_id"].startswith("run-") and body["web_ui"].endswith(body["run_id"])
     return body["run_id"]
-
-
 
 
 async def test_console_shows_a_run_live_and_approves_with_a_click(client: Client, tmp_path: Path):

@@ -9,7 +9,7 @@ from temporalio.client import Client
 
 from tests.support.harness import Harness, until_state
 from workers import client as rc
-from workers.testing.scripted_model import ScriptedModel, text, tool_call
+from workers.testing.scripted_model import Reply, ScriptedModel, text, tool_call
 
 CODE = "text = open('README.md').read()\nprint(len(text.split()))"
 
@@ -91,7 +91,7 @@ async def test_a_file_one_call_writes_is_read_by_the_next_from_the_payload_store
     write = "open('out.csv', 'w').write('a,b\\n1,2\\n3,4\\n')"
     read = "print(sum(1 for _ in open('out.csv')))"
 
-    def responder(body: dict) -> object:
+    def responder(body: dict) -> Reply:
         tools = [m for m in body["messages"] if m["role"] == "tool"]
         if not tools:
             return tool_call("run_python", {"code": write})

@@ -98,6 +98,7 @@ def _payloads_in(msg: Message) -> Iterator[Payload]:
     for fd, value in msg.ListFields():
         if fd.type != fd.TYPE_MESSAGE:
             continue
+        assert fd.message_type is not None  # set on every message field
         if fd.message_type.GetOptions().map_entry:
             if fd.message_type.fields_by_name["value"].type == fd.TYPE_MESSAGE:
                 for v in value.values():

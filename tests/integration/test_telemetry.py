@@ -25,6 +25,7 @@ import structlog
 from temporalio.client import Client
 
 from tests.support.harness import Harness
+from tests.support.spans import span_context, span_end, span_start
 from workers import client as rc
 from workers import telemetry
 from workers.config import PROJECT_ROOT, Settings, load_settings
@@ -122,11 +123,11 @@ async def test_a_traced_run_has_workflow_and_activity_spans_in_one_trace(
     assert (tool_span.attributes or {}).get("toolCallID") == res.tool_calls[0].id
 
     # one trace, rooted at the client's StartWorkflow span
-    trace_ids = {s.context.trace_id for s in run_spans}
+    trace_ids = {span_context(s).trace_id for s in run_spans}
     assert len(trace_ids) == 1
     (root,) = by_name["StartWorkflow:AgentRun"]
     assert root.parent is None
-    spans_by_id = {s.context.span_id: s for s in run_spans}
+    spans_by_id = {span_context(s).span_id: s for s in run_spans}
 
     def ancestors(span: Any) -> list[str]:
         names = []
@@ -192,7 +193,7 @@ async def test_a_run_started_without_a_client_span_still_gets_one_trace(
         "RunActivity:model.complete",
         "RunTool:read_file",
     } <= names
-    assert len({s.context.trace_id for s in spans}) == 1
+    assert len({span_context(s).trace_id for s in spans}) == 1
     (wf,) = [s for s in spans if s.name == "RunWorkflow:AgentRun"]
     assert wf.parent is None
 
@@ -232,14 +233,13 @@ async def test_a_worker_restart_mid_run_keeps_one_workflow_span(
         and names.count("StartActivity:model.complete") == 2
     )
     assert names.count("RunActivity:tool.invoke") == 1
-    assert len({s.context.trace_id for s in spans}) == 1
-    ids = {s.context.span_id for s in spans}
-    assert all(
-        s.parent is None or s.parent.span_id in ids for s in spans
-    )  # every parent was exported
+    assert len({span_context(s).trace_id for s in spans}) == 1
+    ids = {span_context(s).span_id for s in spans}
+    # every parent was exported
+    assert all(s.parent is None or s.parent.span_id in ids for s in spans)
     (wf,) = [s for s in spans if s.name == "RunWorkflow:AgentRun"]
     (tool_run,) = [s for s in spans if s.name == "RunActivity:tool.invoke"]
-    assert wf.start_time < tool_run.start_time < wf.end_time  # the span covers the whole run
+    assert span_start(wf) < span_start(tool_run) < span_end(wf)  # the span covers the whole run
     assert not [r for r in caplog.records if r.getMessage() == "Failed to detach context"]
 
 

@@ -207,9 +207,8 @@ async def test_a_run_waiting_for_approval_shows_the_pending_call_and_is_listed_a
         sa = desc.typed_search_attributes
         assert sa.get(SA_STATUS) == "awaiting_approval"
         assert sa.get(SA_PRINCIPAL) == "bob" and sa.get(SA_AGENT) == agent
-        assert (
-            sa.get(SA_TOKENS) is not None and sa.get(SA_TOKENS) > 0
-        )  # the first model step's tokens
+        tokens = sa.get(SA_TOKENS)
+        assert tokens is not None and tokens > 0  # the first model step's tokens
         assert (
             await desc.static_summary()
             == f"agent {agent} (task) for bob@acme: [waiting] deploy to prod"

@@ -12,9 +12,9 @@ import pytest
 @pytest.fixture(scope="session")
 def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """A PostgreSQL 16 server with pgvector for the session (pgserver's own build, local socket)."""
-    import pgserver
+    from pgserver.postgres_server import get_server
 
-    srv = pgserver.get_server(tmp_path_factory.mktemp("pg"), cleanup_mode="stop")
+    srv = get_server(tmp_path_factory.mktemp("pg"), cleanup_mode="stop")
     try:
         yield srv
     finally:

@@ -14,6 +14,7 @@ import jwt
 import pytest
 from aiohttp import web
 from cryptography.hazmat.primitives.asymmetric import rsa
+from jwt.algorithms import RSAAlgorithm
 from temporalio.client import Client
 
 from tests.support.harness import CHROMIUM, CHROMIUM_ARGS, Harness, until_state
@@ -101,7 +102,7 @@ async def test_another_origin_in_chromium_cannot_approve_start_send_or_interrupt
                 await page.goto(f"{url}/?token={TOKEN}")
                 assert page.url == f"{url}/"
                 cookies = await page.context.cookies()
-                assert any(c["name"] == "agent_console" and c["httpOnly"] for c in cookies)
+                assert any(c.get("name") == "agent_console" and c.get("httpOnly") for c in cookies)
                 await page.goto(evil_url)
                 deadline = time.monotonic() + 20
                 while not (await page.title()).startswith("done:"):
@@ -261,7 +262,7 @@ def test_token_mode_refuses_a_non_loopback_bind_and_the_token_file_is_private(tm
 async def test_oidc_bearer_tokens_are_checked_against_the_jwks(client: Client, tmp_path: Path):
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     other = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    jwk = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(key.public_key()))
+    jwk = json.loads(RSAAlgorithm.to_jwk(key.public_key()))
     jwks = web.Application()
 
     async def _keys(_r: web.Request) -> web.Response:

@@ -190,7 +190,7 @@ def test_the_demo_key_file_is_used_when_the_setting_is_unset_and_off_turns_it_of
     assert created and path.stat().st_mode & 0o777 == 0o600
     assert load_or_create_key_file(path) == (path, False)  # kept, never replaced
     setting = load_settings().encryption_keys
-    assert setting == str(path.resolve())
+    assert setting is not None and setting == str(path.resolve())
     codec = codec_from_setting(setting)
     assert codec is not None and len(load_keys(setting)) == 1
     monkeypatch.setenv("AGENT_ENCRYPTION_KEYS", "off")

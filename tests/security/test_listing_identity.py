@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import cast
 
 from temporalio.client import Client
-from temporalio.common import SearchAttributePair, TypedSearchAttributes
+from temporalio.common import RawValue, SearchAttributePair, TypedSearchAttributes
 
 from tests.support.harness import Harness
 from workers.testing.scripted_model import ScriptedModel, text
@@ -20,7 +21,7 @@ async def _start(client: Client, h: Harness, tenant: str, principal: str):
     req = RunRequest(agent="default", input="hi", tenant_id="acme", principal_id="alice")
     return await client.start_workflow(
         AgentRun.run,
-        req,
+        cast("RawValue", req),  # run() takes its input raw and decodes it as a RunRequest
         id=f"spoof-{tenant}-{principal}-{h.task_queue}",
         task_queue=h.task_queue,
         search_attributes=TypedSearchAttributes(
@@ -49,7 +50,9 @@ async def test_start_time_search_attributes_of_another_tenant_are_overwritten(
 
     def upserts(history) -> list[set[str]]:
         return [
-            set(e.upsert_workflow_search_attributes_event_attributes.search_attributes.indexed_fields)
+            set(
+                e.upsert_workflow_search_attributes_event_attributes.search_attributes.indexed_fields
+            )
             - {"TemporalChangeVersion"}
             for e in history.events
             if e.HasField("upsert_workflow_search_attributes_event_attributes")

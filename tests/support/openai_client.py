@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 import openai
+from openai.types.chat import (
+    ChatCompletionAssistantMessageParam,
+    ChatCompletionMessage,
+    ChatCompletionMessageFunctionToolCall,
+    ChatCompletionToolParam,
+)
 
 from workers.testing.scripted_model import ScriptedModel
 
-TOOLS = [
+TOOLS: list[ChatCompletionToolParam] = [
     {
         "type": "function",
         "function": {
@@ -26,3 +34,18 @@ async def ask(client: openai.AsyncOpenAI, content: str = "hi", **kwargs):
     return await client.chat.completions.create(
         model="any", messages=[{"role": "user", "content": content}], **kwargs
     )
+
+
+def function_call(
+    message: ChatCompletionMessage, index: int = 0
+) -> ChatCompletionMessageFunctionToolCall:
+    """Tool call ``index`` of ``message``, which must be there and be a function call."""
+    assert message.tool_calls is not None
+    call = message.tool_calls[index]
+    assert isinstance(call, ChatCompletionMessageFunctionToolCall)
+    return call
+
+
+def assistant_param(message: ChatCompletionMessage) -> ChatCompletionAssistantMessageParam:
+    """``message`` sent back in the next request: its JSON, which is an assistant message."""
+    return cast(ChatCompletionAssistantMessageParam, message.model_dump(exclude_none=True))

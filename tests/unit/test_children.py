@@ -33,7 +33,8 @@ def test_task_argument():
 def test_budget_share_of_what_is_left():
     used = Usage(total_tokens=400, cost_usd=0.4)
     lim = child_limits(used, 1000, 1.0, 2)
-    assert lim.max_total_tokens == 300 and abs(lim.max_cost_usd - 0.3) < 1e-9
+    assert lim.max_total_tokens == 300
+    assert lim.max_cost_usd is not None and abs(lim.max_cost_usd - 0.3) < 1e-9
     assert child_limits(used, None, None, 3).max_total_tokens is None
     assert child_limits(Usage(total_tokens=5000), 1000, None, 1).max_total_tokens == 1
 

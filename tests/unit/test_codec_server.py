@@ -141,6 +141,7 @@ def test_codec_server_module_runs_and_stops(tmp_path: Path):
         text=True,
     )
     try:
+        assert proc.stderr is not None
         line = proc.stderr.readline()
         assert f"codec_server_started url=http://127.0.0.1:{port}" in line, line
 

@@ -23,7 +23,9 @@ def test_no_plan_at_or_under_threshold() -> None:
     msgs = [sys_(), user("task"), asst("a"), user("more")]
     toks = [100, 100, 100, 100]
     # usable = 1000 - 200 = 800; budget = 0.5 * 800 = 400; total = 400 + tools 0
-    args = dict(tools_tokens=0, context_window=1000, output_reserve=200, threshold=0.5)
+    args: dict[str, Any] = dict(
+        tools_tokens=0, context_window=1000, output_reserve=200, threshold=0.5
+    )
     assert plan_compaction(msgs, toks, **args) is None
     assert plan_compaction(msgs, [100, 100, 100, 99], **args) is None
     # one more token, or tools counted, tips it over

@@ -117,5 +117,5 @@ def test_a_bad_value_names_the_field(clean_env: pytest.MonkeyPatch):
 
 def test_every_field_documents_its_variable():
     for name, (field, *_rest) in VARIABLES.items():
-        assert Settings.model_fields[field].description.startswith(f"{name}: ")
+        assert (Settings.model_fields[field].description or "").startswith(f"{name}: ")
     assert len(Settings.model_fields) == len(VARIABLES)

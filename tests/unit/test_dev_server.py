@@ -14,6 +14,7 @@ import yaml
 from temporalio.common import SearchAttributeIndexedValueType
 
 from workers.local import dev_config
+from workers.local.dev_config import SearchAttributeType
 from workers.local.dev_server import (
     DevConfigError,
     DevServerConfig,
@@ -29,7 +30,7 @@ from workers.local.dev_server import (
 REPO = Path(__file__).resolve().parents[2]
 SHIPPED = REPO / "temporal-dev.yml"
 
-EXPECTED_ATTRS = {
+EXPECTED_ATTRS: dict[str, SearchAttributeType] = {
     "AgentName": "Keyword",
     "TenantId": "Keyword",
     "PrincipalId": "Keyword",

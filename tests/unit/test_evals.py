@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 
 import pytest
 
@@ -260,12 +261,12 @@ def test_bfcl_tools_record_calls_and_check_required_arguments() -> None:
     assert "calculate_triangle_area" in NAMES
     ok = asyncio.run(
         REGISTRY.invoke(
-            "calculate_triangle_area", {"base": 10, "height": 5}, ToolContext(workspace=".")
+            "calculate_triangle_area", {"base": 10, "height": 5}, ToolContext(workspace=Path("."))
         )
     )
     assert ok.status == "ok" and json.loads(ok.content)["arguments"] == {"base": 10, "height": 5}
     bad = asyncio.run(
-        REGISTRY.invoke("calculate_triangle_area", {"base": 10}, ToolContext(workspace="."))
+        REGISTRY.invoke("calculate_triangle_area", {"base": 10}, ToolContext(workspace=Path(".")))
     )
     assert bad.status == "error" and "height" in bad.content
 

@@ -26,6 +26,7 @@ IMPLEMENTATIONS = {
 @pytest.mark.parametrize("declared", DECLARATIONS, ids=lambda f: f.__name__)
 def test_each_declaration_has_an_implementation_of_the_same_name_and_types(declared):
     name = activity._Definition.must_from_callable(declared).name
+    assert name is not None  # declared activities are named (not dynamic)
     impl = IMPLEMENTATIONS[name]
     assert activity._Definition.must_from_callable(impl).name == name
     assert _type_hints_from_func(declared) == _type_hints_from_func(impl)
@@ -33,6 +34,7 @@ def test_each_declaration_has_an_implementation_of_the_same_name_and_types(decla
 
 async def test_the_worker_registers_every_declared_activity(client, tmp_path):
     worker = build_worker(client, Settings(spec_file=str(tmp_path / "none.yml")), task_queue="tq-x")
+    assert worker._activity_worker is not None  # noqa: SLF001 - the worker has activities
     registered = set(worker._activity_worker._activities)  # noqa: SLF001 - the worker's own table
     assert {activity._Definition.must_from_callable(d).name for d in DECLARATIONS} <= registered
 

@@ -13,6 +13,7 @@ import signal
 import socket
 import sys
 from pathlib import Path
+from typing import Literal
 
 import pytest
 
@@ -229,7 +230,7 @@ def fallback_setup(tmp_path, monkeypatch):
     return calls, builds
 
 
-def _start(tmp_path, lines, mode="auto"):
+def _start(tmp_path, lines, mode: Literal["auto", "source", "prebuilt"] = "auto"):
     return ms.start_server(
         tmp_path / "cache",
         "127.0.0.1",

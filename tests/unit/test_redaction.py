@@ -11,6 +11,11 @@ from typing import Any
 
 import pytest
 from temporalio.exceptions import ApplicationError
+from temporalio.worker import (
+    ActivityInboundInterceptor,
+    ActivityOutboundInterceptor,
+    ExecuteActivityInput,
+)
 
 from activities import redaction
 from activities.contracts import ToolOutcome
@@ -80,28 +85,27 @@ def test_redact_error_keeps_type_retryability_and_redacts_the_chain():
     assert implicit.__cause__ is not None and KEY not in str(implicit.__cause__)
 
 
-class _Next:
-    """The end of the interceptor chain: records heartbeats, returns or raises as told."""
+class _Next(ActivityInboundInterceptor, ActivityOutboundInterceptor):
+    """The end of both interceptor chains: records heartbeats, returns or raises as told."""
 
-    def __init__(self, outcome: Any) -> None:
+    def __init__(self, outcome: Any) -> None:  # nothing comes after it: no ``next``
         self.outcome = outcome
         self.beats: list[Any] = []
 
-    def init(self, outbound: Any) -> None:
+    def init(self, outbound: ActivityOutboundInterceptor) -> None:
         self.outbound = outbound
 
     def heartbeat(self, *details: Any) -> None:
         self.beats.append(details)
 
-    async def execute_activity(self, input: Any) -> Any:
+    async def execute_activity(self, input: ExecuteActivityInput) -> Any:
         if isinstance(self.outcome, BaseException):
             raise self.outcome
         return self.outcome
 
 
-class _Input:
-    def __init__(self, *args: Any) -> None:
-        self.args = args
+def _input(*args: Any) -> ExecuteActivityInput:
+    return ExecuteActivityInput(fn=lambda: None, args=args, executor=None, headers={})
 
 
 class _Req:
@@ -112,19 +116,20 @@ def test_interceptor_redacts_results_errors_and_heartbeats():
     nxt = _Next(f"result with tok-123456 and {KEY}")
     inbound = RedactingInterceptor().intercept_activity(nxt)
     inbound.init(nxt)
-    assert asyncio.run(inbound.execute_activity(_Input(_Req()))) == (
+    assert asyncio.run(inbound.execute_activity(_input(_Req()))) == (
         "result with [REDACTED] and [REDACTED]"
     )
+    assert isinstance(inbound.next, _Next)
     inbound.next.outbound.heartbeat({"note": KEY})  # what activity.heartbeat() reaches
     assert nxt.beats == [({"note": "[REDACTED]"},)]
     nxt.outcome = OSError(f"disk full near {KEY}")
     with pytest.raises(ApplicationError) as exc:
-        asyncio.run(inbound.execute_activity(_Input(_Req())))
+        asyncio.run(inbound.execute_activity(_input(_Req())))
     assert (exc.value.message, exc.value.type) == ("disk full near [REDACTED]", "OSError")
     assert exc.value.__suppress_context__  # the original is never printed with it
     nxt.outcome = asyncio.CancelledError()
     with pytest.raises(asyncio.CancelledError):
-        asyncio.run(inbound.execute_activity(_Input(_Req())))
+        asyncio.run(inbound.execute_activity(_input(_Req())))
 
 
 def test_logging_filter_redacts_message_args_extra_and_traceback():

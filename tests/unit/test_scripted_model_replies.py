@@ -101,7 +101,8 @@ async def test_429_raises_rate_limit_error_with_retry_after():
                 await ask(client)
     assert info.value.status_code == 429
     assert info.value.response.headers["retry-after"] == "1"
-    assert info.value.body["code"] == "rate_limit_exceeded"
+    body = info.value.body
+    assert isinstance(body, dict) and body["code"] == "rate_limit_exceeded"
 
 
 async def test_401_raises_authentication_error():
@@ -143,7 +144,8 @@ async def test_script_exhaustion_and_default():
             with pytest.raises(openai.InternalServerError) as info:
                 await ask(client)
     assert "exhausted" in info.value.message
-    assert info.value.body["code"] == "script_exhausted"
+    body = info.value.body
+    assert isinstance(body, dict) and body["code"] == "script_exhausted"
 
     with ScriptedModel(["first"], default=text("again")) as m:
         async with client_for(m) as client:

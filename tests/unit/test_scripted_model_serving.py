@@ -14,8 +14,9 @@ from pathlib import Path
 
 import openai
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
 
-from tests.support.openai_client import TOOLS, ask, client_for
+from tests.support.openai_client import TOOLS, ask, assistant_param, client_for, function_call
 from workers.testing.scripted_model import (
     Reply,
     ScriptedModel,
@@ -38,12 +39,14 @@ async def test_responder_mode_runs_a_tool_loop():
 
     with ScriptedModel(responder=responder) as m:
         async with client_for(m) as client:
-            messages = [{"role": "user", "content": "list the files"}]
+            messages: list[ChatCompletionMessageParam] = [
+                {"role": "user", "content": "list the files"}
+            ]
             first = await client.chat.completions.create(model="x", messages=messages, tools=TOOLS)
-            call = first.choices[0].message.tool_calls[0]
+            call = function_call(first.choices[0].message)
             assert call.function.name == "list_files"
             messages += [
-                first.choices[0].message.model_dump(exclude_none=True),
+                assistant_param(first.choices[0].message),
                 {"role": "tool", "tool_call_id": call.id, "content": "a.txt"},
             ]
             second = await client.chat.completions.create(model="x", messages=messages, tools=TOOLS)
@@ -69,16 +72,16 @@ async def test_async_responder_and_responder_failure():
 async def test_per_conversation_scripts_under_concurrency():
     scripts = {f"[run-{i}]": [tool_call("step", {"run": i}), text(f"answer {i}")] for i in range(4)}
 
-    async def conversation(client: openai.AsyncOpenAI, i: int) -> str:
-        messages = [
+    async def conversation(client: openai.AsyncOpenAI, i: int) -> str | None:
+        messages: list[ChatCompletionMessageParam] = [
             {"role": "system", "content": "you are a test"},
             {"role": "user", "content": f"[run-{i}] do the thing"},
         ]
         first = await client.chat.completions.create(model="x", messages=messages)
-        call = first.choices[0].message.tool_calls[0]
+        call = function_call(first.choices[0].message)
         assert json.loads(call.function.arguments) == {"run": i}
         messages += [
-            first.choices[0].message.model_dump(exclude_none=True),
+            assistant_param(first.choices[0].message),
             {"role": "tool", "tool_call_id": call.id, "content": "ok"},
         ]
         second = await client.chat.completions.create(model="x", messages=messages)
@@ -90,7 +93,8 @@ async def test_per_conversation_scripts_under_concurrency():
             with pytest.raises(openai.InternalServerError) as info:
                 await ask(client, "no marker here")
     assert answers == [f"answer {i}" for i in range(4)]
-    assert info.value.body["code"] == "no_script_for_conversation"
+    body = info.value.body
+    assert isinstance(body, dict) and body["code"] == "no_script_for_conversation"
     assert m.remaining == 0
     # Tool call ids are unique across conversations.
     ids = [
@@ -109,9 +113,11 @@ async def test_delays_overlap_for_concurrent_requests():
     assert [r.choices[0].message.content for r in results] == ["slow"] * 5
     assert 0.5 <= elapsed < 2.0, elapsed
     concurrent = m.requests[1:]
+    replied = [r.replied_at for r in concurrent if r.replied_at is not None]
+    assert len(replied) == len(concurrent)
     # Every request arrived before the first one was answered: they were all in flight together.
-    assert max(r.received_at for r in concurrent) < min(r.replied_at for r in concurrent)
-    assert all(r.duration >= 0.5 for r in concurrent)
+    assert max(r.received_at for r in concurrent) < min(replied)
+    assert all(r.duration is not None and r.duration >= 0.5 for r in concurrent)
 
 
 async def test_latency_applies_to_every_reply():
@@ -120,7 +126,7 @@ async def test_latency_applies_to_every_reply():
             await ask(client)
             with pytest.raises(openai.InternalServerError):
                 await ask(client)
-    assert all(r.duration >= 0.2 for r in m.requests)
+    assert all(r.duration is not None and r.duration >= 0.2 for r in m.requests)
 
 
 async def test_many_concurrent_requests_with_responder():
@@ -161,7 +167,7 @@ async def test_recorded_requests_contain_tools_and_messages():
         {"role": "user", "content": "hello"},
     ]
     assert req.headers["authorization"] == "Bearer test"
-    assert req.received_at <= req.replied_at
+    assert req.replied_at is not None and req.received_at <= req.replied_at
     assert req.reply == text("ok")
 
 
@@ -219,13 +225,13 @@ def test_invalid_construction():
     with pytest.raises(ValueError):
         ScriptedModel(latency=-1)
     with pytest.raises(TypeError):
-        ScriptedModel([42])
+        ScriptedModel([42])  # pyright: ignore[reportArgumentType] - not a Reply on purpose: the TypeError is the point
     with pytest.raises(ValueError):
         error(200)
     with pytest.raises(ValueError):
         text("x", delay=-0.1)
     with pytest.raises(TypeError):
-        tool_call("x", 3)
+        tool_call("x", 3)  # pyright: ignore[reportArgumentType] - bad arguments on purpose: the TypeError is the point
     assert text("x").with_delay(0.25).delay == 0.25
 
 
@@ -240,6 +246,7 @@ def test_cli_serves_a_tool_then_answer_responder():
         text=True,
     )
     try:
+        assert proc.stdout is not None and proc.stderr is not None
         line = proc.stdout.readline()
         assert "serving" in line, line + proc.stderr.read()
         base_url = line.split(" at ")[1].split()[0]
@@ -247,13 +254,13 @@ def test_cli_serves_a_tool_then_answer_responder():
         first = client.chat.completions.create(
             model="x", messages=[{"role": "user", "content": "go"}]
         )
-        call = first.choices[0].message.tool_calls[0]
+        call = function_call(first.choices[0].message)
         assert call.function.name == "ls"
         second = client.chat.completions.create(
             model="x",
             messages=[
                 {"role": "user", "content": "go"},
-                first.choices[0].message.model_dump(exclude_none=True),
+                assistant_param(first.choices[0].message),
                 {"role": "tool", "tool_call_id": call.id, "content": "a"},
             ],
         )

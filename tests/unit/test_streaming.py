@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+from typing import Any, cast
 
 import httpx2
 import openai
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
 
 from activities.contracts import ERR_MODEL_OUTPUT_INVALID, ERR_MODEL_UNAVAILABLE
 from activities.model import classify_error
@@ -14,12 +16,14 @@ from activities.streaming import ReplyAssembler
 from workers.testing.scripted_model import ScriptedModel, text, tool_calls
 from workflows.events import clip
 
-MESSAGES = [{"role": "user", "content": "read two files"}]
+MESSAGES: list[dict[str, Any]] = [{"role": "user", "content": "read two files"}]
 
 
 async def stream_of(model: ScriptedModel, **kw):
     client = model.openai_client()
-    stream = await client.chat.completions.create(model="m", messages=MESSAGES, stream=True, **kw)
+    # The runtime's plain-dict messages; MESSAGES is one user message, a valid request.
+    messages = cast("list[ChatCompletionMessageParam]", MESSAGES)
+    stream = await client.chat.completions.create(model="m", messages=messages, stream=True, **kw)
     return [c async for c in stream]
 
 
@@ -42,6 +46,7 @@ async def test_assembler_joins_text_and_tool_call_deltas_by_index():
     ]
     assert [c.id for c in out.tool_calls] == ["call_1", "call_2"]
     assert out.finish_reason == "tool_calls" and out.model == "scripted"
+    assert chunks[-1].usage is not None
     assert out.usage.total_tokens == chunks[-1].usage.total_tokens > 0
 
 

@@ -36,7 +36,8 @@ def test_pid_alone_stays_readable_by_kill(tmp_path):
     pid_file = tmp_path / "dev.pid"
     sv.write_pid_file(pid_file, 4321)
     assert pid_file.read_text() == "4321\n"
-    assert sv.read_pid_file(pid_file).pid == 4321
+    read = sv.read_pid_file(pid_file)
+    assert read is not None and read.pid == 4321
     assert sv.read_pid_file(tmp_path / "missing.pid") is None
     (tmp_path / "bad.pid").write_text("not a pid\n")
     assert sv.read_pid_file(tmp_path / "bad.pid") is None

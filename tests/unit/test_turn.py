@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any, Literal
 
 import pytest
 from temporalio.api.failure.v1 import ApplicationFailureInfo, Failure, TimeoutFailureInfo
@@ -135,7 +136,9 @@ def test_the_policy_settles_a_denied_call_and_keeps_the_others_pending():
     assert settled is None and rec.status == "pending" and rec.arguments == "{not json"
 
 
-def _verdict(decision: str, comment: str | None = None) -> Decision:
+def _verdict(
+    decision: Literal["approve", "reject", "timeout"], comment: str | None = None
+) -> Decision:
     return Decision(tool_call_id="c", decision=decision, principal_id="p", at="t", comment=comment)
 
 
@@ -147,7 +150,8 @@ def test_a_person_s_verdict_settles_the_call_with_the_text_the_model_is_told():
     assert turn.settle_by_verdict(_verdict("reject", "too risky")) == turn.Settled(
         "rejected", "A person rejected this tool call; it was not run. Reason: too risky"
     )
-    assert turn.settle_by_verdict(None).text.endswith("Reason: no reason given")
+    settled = turn.settle_by_verdict(None)
+    assert settled is not None and settled.text.endswith("Reason: no reason given")
 
 
 def test_a_failed_tool_activity_settles_as_cancelled_timed_out_or_error():
@@ -183,7 +187,9 @@ def test_timeouts_are_recognised_by_their_type_not_their_message():
 
 def test_why_a_decision_cannot_be_taken():
     policy = Policy(approvers=["alice"])
-    kw = dict(decided={"c1": "approve"}, waiting={"c2": ["alice"]}, known={"c1", "c2", "c3"})
+    kw: dict[str, Any] = dict(
+        decided={"c1": "approve"}, waiting={"c2": ["alice"]}, known={"c1", "c2", "c3"}
+    )
     problem = turn.decision_problem
     assert (
         problem("c1", "alice", policy=policy, **kw) == "tool call c1 was already decided (approve)"
