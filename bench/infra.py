@@ -77,7 +77,7 @@ def converter_choice(settings: Any) -> tuple[Any, str]:
     from temporalio.contrib.pydantic import pydantic_data_converter
 
     try:
-        from workers.payloads import converter as conv  # type: ignore[attr-defined]
+        from workers.payloads import converter as conv
     except ImportError:
         return (
             pydantic_data_converter,

@@ -81,7 +81,7 @@ async def _run(names: list[str], opts: Options) -> dict[str, Any]:
         t0 = time.monotonic()
         try:
             if name == "tuning":
-                results[name] = await SCENARIOS[name](opts, reuse=results.get("throughput"))  # type: ignore[call-arg]
+                results[name] = await SCENARIOS[name](opts, reuse=results.get("throughput"))
             else:
                 results[name] = await SCENARIOS[name](opts)
         except Exception as e:  # noqa: BLE001 - one scenario failing must not lose the others

@@ -57,7 +57,7 @@ class AgentRunV2(AgentRun):
     """Build v2's workflow code: a 1 ms timer before every model step (replay-incompatible)."""
 
     @workflow.init
-    def __init__(self, raw: RawValue = None) -> None:  # type: ignore[assignment]
+    def __init__(self, raw: RawValue = None) -> None:  # pyright: ignore[reportArgumentType] - the SDK's default
         """As ``AgentRun``'s, with the model step wrapped in a timer first."""
         super().__init__(raw)
         step = self._model.step
@@ -66,10 +66,10 @@ class AgentRunV2(AgentRun):
             await workflow.sleep(timedelta(milliseconds=1))
             return await step()
 
-        self._model.step = timer_first  # type: ignore[method-assign]
+        self._model.step = timer_first
 
     @workflow.run
-    async def run(self, raw: RawValue = None) -> RunResult:  # type: ignore[assignment]
+    async def run(self, raw: RawValue = None) -> RunResult:  # pyright: ignore[reportArgumentType] - the SDK's default
         """As ``AgentRun.run``."""
         return await super().run(raw)
 

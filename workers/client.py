@@ -288,7 +288,7 @@ async def decide(
     """
     upd = DecideUpdate(
         tool_call_id=tool_call_id,
-        decision=decision,  # type: ignore[arg-type]  # a str from callers; pydantic validates the Literal
+        decision=decision,  # pyright: ignore[reportArgumentType] - a str from callers; pydantic validates the Literal
         principal_id=principal_id,
         arguments=arguments,
         reason=reason,

@@ -98,7 +98,7 @@ class AgentRun(RunHandlers):
     """One agent run. Signals, update and queries are listed in docs/contract.md."""
 
     @workflow.init
-    def __init__(self, raw: RawValue = None) -> None:  # type: ignore[assignment] - the SDK's default
+    def __init__(self, raw: RawValue = None) -> None:  # pyright: ignore[reportArgumentType] - the SDK's default
         """Decode the start input once (see :meth:`run`) and build the steps; no command here."""
         now = workflow.now()
         self._input = decode(raw, RunRequest, "start input")
@@ -117,7 +117,7 @@ class AgentRun(RunHandlers):
     # ------------------------------------------------------------------ run
 
     @workflow.run
-    async def run(self, raw: RawValue = None) -> RunResult:  # type: ignore[assignment] - the SDK's default
+    async def run(self, raw: RawValue = None) -> RunResult:  # pyright: ignore[reportArgumentType] - the SDK's default
         """Run the agent loop; returns :class:`RunResult` (never raises for business outcomes).
 
         ``raw`` is the start input, decoded here as a :class:`RunRequest`: one that is missing or

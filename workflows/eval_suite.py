@@ -122,14 +122,14 @@ class EvalSuite:
     """An evaluation suite. Query ``progress`` returns :class:`SuiteProgress` at any time."""
 
     @workflow.init
-    def __init__(self, raw: RawValue = None) -> None:  # type: ignore[assignment] - the SDK's default
+    def __init__(self, raw: RawValue = None) -> None:  # pyright: ignore[reportArgumentType] - the SDK's default
         self._req = decode(raw, SuiteRequest, "start input")
         self._records: list[RunRecord] = []
         self._decided: dict[tuple[str, str], str] = {}
         self._done = False
 
     @workflow.run
-    async def run(self, raw: RawValue = None) -> SuiteProgress:  # type: ignore[assignment] - the SDK's default
+    async def run(self, raw: RawValue = None) -> SuiteProgress:  # pyright: ignore[reportArgumentType] - the SDK's default
         """Run every (case, variant, repeat) and score it; returns the records.
 
         Raises:

@@ -30,7 +30,7 @@ import openai
 from pydantic import BaseModel, Field
 from temporalio import activity
 
-from activities.memory.items import MemoryItem, Namespace, Provenance, scope
+from activities.memory.items import MemoryItem, Namespace, Provenance, ScopeKind, scope
 from activities.memory.store_url import default_store
 from activities.redaction import redactor_for
 
@@ -231,8 +231,8 @@ class MemoryActivities:
         return written
 
 
-def scopes_for(kinds: Sequence[str], principal_id: str, agent: str, run_id: str) -> list[str]:
+def scopes_for(kinds: Sequence[ScopeKind], principal_id: str, agent: str, run_id: str) -> list[str]:
     """The scopes of ``kinds`` for a run (``user`` first: the consolidation target)."""
     ids = {"user": principal_id, "agent": agent, "thread": run_id}
     order = sorted(kinds, key=["user", "agent", "thread"].index)
-    return [scope(k, ids[k]) for k in order]  # type: ignore[arg-type]
+    return [scope(k, ids[k]) for k in order]

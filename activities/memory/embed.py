@@ -89,7 +89,7 @@ class WordLlamaEmbedder:
         with self._lock:
             if self._model is None:
                 self._model = self._load()
-        out = self._model.embed(texts, norm=True)  # type: ignore[attr-defined] - wordllama API
+        out = self._model.embed(texts, norm=True)  # pyright: ignore[reportAttributeAccessIssue, reportUnknownMemberType, reportUnknownVariableType] - wordllama API
         return np.asarray(out, dtype=np.float32).reshape(len(texts), self.dim)
 
 

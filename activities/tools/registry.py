@@ -306,7 +306,7 @@ def tool(
             local=local,
         )
         (registry or REGISTRY).register(tool_def)
-        f.__tool__ = tool_def  # type: ignore[attr-defined] - functions take attributes at run time
+        f.__tool__ = tool_def  # pyright: ignore[reportFunctionMemberAccess] - functions take attributes at run time
         return f
 
     return decorate(fn) if fn is not None else decorate

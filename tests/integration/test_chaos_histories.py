@@ -50,7 +50,7 @@ class Recording(AgentRun):
     """The real workflow, noting when it upserts search attributes and asks for approvals."""
 
     @workflow.init
-    def __init__(self, raw: RawValue = None) -> None:  # type: ignore[assignment]
+    def __init__(self, raw: RawValue = None) -> None:  # pyright: ignore[reportArgumentType] - the SDK's default
         super().__init__(raw)
         ctx, model, tools = self._ctx, self._model, self._tools
         upsert, step, await_approvals = (
@@ -73,12 +73,12 @@ class Recording(AgentRun):
                 SEEN.append((f"pending {cid}", workflow.now(), workflow.unsafe.is_replaying()))
             await await_approvals()
 
-        ctx.upsert_search_attributes = upsert_seen  # type: ignore[method-assign]
-        model.step = step_seen  # type: ignore[method-assign]
-        tools._await_approvals = approvals_seen  # type: ignore[method-assign]
+        ctx.upsert_search_attributes = upsert_seen
+        model.step = step_seen
+        tools._await_approvals = approvals_seen
 
     @workflow.run
-    async def run(self, raw: RawValue = None) -> RunResult:  # type: ignore[assignment]
+    async def run(self, raw: RawValue = None) -> RunResult:  # pyright: ignore[reportArgumentType] - the SDK's default
         return await super().run(raw)
 
 

@@ -27,13 +27,13 @@ class RecordingRun(AgentRun):
     """The real workflow, with every ``emit`` call kept in a list."""
 
     @workflow.init
-    def __init__(self, raw: RawValue = None) -> None:  # type: ignore[assignment]
+    def __init__(self, raw: RawValue = None) -> None:  # pyright: ignore[reportArgumentType] - the SDK's default
         super().__init__(raw)
         self.emitted: list[dict[str, Any]] = []
-        self._ctx.emit = self._record  # type: ignore[method-assign]
+        self._ctx.emit = self._record
 
     @workflow.run
-    async def run(self, raw: RawValue = None) -> RunResult:  # type: ignore[assignment]
+    async def run(self, raw: RawValue = None) -> RunResult:  # pyright: ignore[reportArgumentType] - the SDK's default
         return await super().run(raw)
 
     def _record(self, type: str, **fields: Any) -> None:

@@ -59,7 +59,7 @@ class TimerBeforeEachModelStep(AgentRun):
     step. It adds a command the recorded histories do not have, so replay must fail."""
 
     @workflow.init
-    def __init__(self, raw: RawValue = None) -> None:  # type: ignore[assignment]
+    def __init__(self, raw: RawValue = None) -> None:  # pyright: ignore[reportArgumentType] - the SDK's default
         super().__init__(raw)
         step = self._model.step
 
@@ -67,10 +67,10 @@ class TimerBeforeEachModelStep(AgentRun):
             await workflow.sleep(timedelta(milliseconds=1))
             return await step()
 
-        self._model.step = timer_first  # type: ignore[method-assign]
+        self._model.step = timer_first
 
     @workflow.run
-    async def run(self, raw: RawValue = None) -> RunResult:  # type: ignore[assignment]
+    async def run(self, raw: RawValue = None) -> RunResult:  # pyright: ignore[reportArgumentType] - the SDK's default
         return await super().run(raw)
 
 
@@ -79,7 +79,7 @@ class CountsTokensFirst(AgentRun):
     """A rewrite registered under the same name that schedules a different activity first."""
 
     @workflow.run
-    async def run(self, raw: RawValue = None) -> RunResult:  # type: ignore[assignment]
+    async def run(self, raw: RawValue = None) -> RunResult:  # pyright: ignore[reportArgumentType] - the SDK's default
         await workflow.execute_activity(
             TOKENS_COUNT,
             CountTokensInput(model="x", messages=[]),

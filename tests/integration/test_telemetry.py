@@ -67,7 +67,7 @@ def events(stream: io.StringIO, *names: str) -> list[dict[str, Any]]:
 def traced_settings(tmp_path: Path, address: str, otel: str = "console") -> Settings:
     return Settings(
         temporal_address=address,
-        otel=otel,  # type: ignore[arg-type]
+        otel=otel,  # pyright: ignore[reportArgumentType] - a str on purpose: Settings validates it
         payload_store="none",
         state_dir=str(tmp_path / "state"),
     )

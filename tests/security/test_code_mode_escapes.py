@@ -27,7 +27,7 @@ def runner(tmp_path: Path) -> CodeRunner:
 
 
 async def step(runner: CodeRunner, script: str, **kw: object) -> CodeStepOutput:
-    inp = CodeStepInput(script=script, tools=["read_file"], now=NOW, **kw)  # type: ignore[arg-type]
+    inp = CodeStepInput(script=script, tools=["read_file"], now=NOW, **kw)  # pyright: ignore[reportArgumentType] - each test passes the fields it overrides
     return await runner.step(inp)
 
 

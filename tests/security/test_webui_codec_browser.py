@@ -56,13 +56,13 @@ async def _wait_http(url: str, proc: subprocess.Popen[bytes]) -> None:
             await asyncio.sleep(0.2)
 
 
-def _note_decode(response, into: list[int]) -> None:  # type: ignore[no-untyped-def]  # playwright Response
+def _note_decode(response, into: list[int]) -> None:
     """Record the status of the Web UI's ``POST .../decode`` calls (not their CORS preflights)."""
     if "/decode" in response.url and response.request.method == "POST":
         into.append(response.status)
 
 
-async def _page_text(page, url: str, want: str, seconds: float = 20) -> str:  # type: ignore[no-untyped-def]  # playwright Page
+async def _page_text(page, url: str, want: str, seconds: float = 20) -> str:
     """The page's text once ``want`` shows (or after ``seconds``), reloading until then."""
     await page.goto(url)
     deadline = time.monotonic() + seconds

@@ -29,12 +29,12 @@ class _Client:
 @pytest.mark.parametrize("status", [RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED])
 def test_an_unanswered_listing_raises_instead_of_dropping_the_attributes(status):
     with pytest.raises(RPCError):
-        asyncio.run(rc.search_attributes_registered(_Client(status)))  # type: ignore[arg-type]
+        asyncio.run(rc.search_attributes_registered(_Client(status)))  # pyright: ignore[reportArgumentType] - a stand-in with the one client method used
 
 
 def test_a_refused_listing_means_no_attributes():
     refused = _Client(RPCStatusCode.PERMISSION_DENIED)
-    assert asyncio.run(rc.search_attributes_registered(refused)) is False  # type: ignore[arg-type]
+    assert asyncio.run(rc.search_attributes_registered(refused)) is False  # pyright: ignore[reportArgumentType] - a stand-in with the one client method used
 
 
 class _Listing:
@@ -60,10 +60,10 @@ def test_a_registered_answer_is_kept_and_a_missing_one_is_asked_again():
 
     ok = _ListingClient(list(SEARCH_ATTRIBUTES))
     for _ in range(3):
-        assert asyncio.run(rc.search_attributes_registered(ok)) is True  # type: ignore[arg-type]
+        assert asyncio.run(rc.search_attributes_registered(ok)) is True  # pyright: ignore[reportArgumentType] - a stand-in with the one client method used
     assert ok.operator_service.calls == 1  # a burst of starts asks the server once
 
     missing = _ListingClient([])
     for _ in range(2):
-        assert asyncio.run(rc.search_attributes_registered(missing)) is False  # type: ignore[arg-type]
+        assert asyncio.run(rc.search_attributes_registered(missing)) is False  # pyright: ignore[reportArgumentType] - a stand-in with the one client method used
     assert missing.operator_service.calls == 2  # registering them later is seen at once

@@ -141,7 +141,7 @@ def test_plan_is_deterministic() -> None:
     msgs, toks = random_transcript(random.Random(7))
     a = plan_for(msgs, toks, 1000, threshold=0.5)
     b = plan_for(copy.deepcopy(msgs), list(toks), 1000, threshold=0.5)
-    assert a is not None and a.model_dump() == b.model_dump()  # type: ignore[union-attr]
+    assert a is not None and b is not None and a.model_dump() == b.model_dump()
 
 
 # --- units ----------------------------------------------------------------------------------

@@ -41,4 +41,4 @@ async def test_the_worker_registers_every_declared_activity(client, tmp_path):
 
 async def test_a_declaration_never_runs():
     with pytest.raises(NotImplementedError, match="declaration only"):
-        await DECLARATIONS[1](None)  # type: ignore[arg-type]
+        await DECLARATIONS[1](None)  # pyright: ignore[reportArgumentType] - no input on purpose: a declaration never runs

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Literal
 
 import pytest
 
@@ -30,8 +31,13 @@ def adopted(text: str | None = None) -> PlanView:
     return P.adopt(None, P.parse_plan(text or diamond(), AGENTS, TOOLS, 8))
 
 
-def run(view: PlanView, step_id: str, status: str = "ok", result: str = "done") -> PlanView:
-    return P.finish_step(P.start_step(view, step_id), step_id, status, result)  # type: ignore[arg-type]
+def run(
+    view: PlanView,
+    step_id: str,
+    status: Literal["ok", "failed", "rejected"] = "ok",
+    result: str = "done",
+) -> PlanView:
+    return P.finish_step(P.start_step(view, step_id), step_id, status, result)
 
 
 def test_diamond_runs_a_then_b_and_c_together_then_d():

@@ -133,7 +133,7 @@ def test_content_parts(encoding: str | None) -> None:
 
 def test_non_mapping_message_raises() -> None:
     with pytest.raises(TypeError, match="mapping"):
-        count_messages(["hello"], [], "gpt-4o")  # type: ignore[list-item]
+        count_messages(["hello"], [], "gpt-4o")  # pyright: ignore[reportArgumentType] - a str message on purpose: the TypeError is the point
 
 
 # --- the activity ---------------------------------------------------------------------------

@@ -56,7 +56,7 @@ def _default(field: FieldInfo) -> str:
     if field.is_required():
         return "required"
     if field.default_factory is not None:
-        value = field.default_factory()  # type: ignore[call-arg]  # factories here take no data
+        value = field.default_factory()  # pyright: ignore[reportCallIssue] - factories here take no data
     else:
         value = field.default
     if isinstance(value, enum.Enum):

@@ -53,8 +53,8 @@ def run(
         input=request,
         tenant_id=tenant,
         principal_id=principal,
-        mode=mode,  # type: ignore[arg-type]  # a plain str from typer; pydantic validates the Literal
-        limits={"max_turns": max_turns, "max_seconds": max_seconds},  # type: ignore[arg-type]  # pydantic validates the dict into LimitsOverride
+        mode=mode,
+        limits={"max_turns": max_turns, "max_seconds": max_seconds},  # pyright: ignore[reportArgumentType] - pydantic validates the dict into LimitsOverride
         model=model,
     )
 

@@ -107,7 +107,7 @@ async def _start(request: web.Request) -> web.Response:
     req = RunRequest(
         agent=body.agent,
         input=body.input,
-        mode=body.mode,  # type: ignore[arg-type] - a str from the form; RunRequest validates it
+        mode=body.mode,
         principal_id=ident.principal_id,
         tenant_id=tenant,
     )

@@ -116,7 +116,7 @@ def on_closed(w: Walk, at: At) -> None:
     attempts = w.started_attempts.get(attrs.scheduled_event_id, 0)
     latency = ms_between(sched, at.ev)
     if isinstance(entry, ModelStepEntry):
-        entry.status = status  # type: ignore[assignment]  # model steps take the tool statuses' subset only
+        entry.status = status  # pyright: ignore[reportAttributeAccessIssue] - model steps take the tool statuses' subset only
         entry.attempts, entry.latency_ms, entry.error = attempts, latency, error
         entry.completed_at = iso(at.ev)
         if result:

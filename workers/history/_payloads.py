@@ -62,7 +62,7 @@ def _repeated(fd: FieldDescriptor) -> bool:
     flag = getattr(fd, "is_repeated", None)  # protobuf >= 5.28; ``label`` is gone in 7
     if flag is not None:
         return bool(flag)
-    return fd.label == FieldDescriptor.LABEL_REPEATED  # type: ignore[attr-defined] - protobuf stubs lack the label constants
+    return fd.label == FieldDescriptor.LABEL_REPEATED  # pyright: ignore[reportAttributeAccessIssue] - protobuf stubs lack the label constants
 
 
 def payloads_in(msg: Message) -> Iterator[Payloads]:

@@ -52,8 +52,8 @@ def _decision_entry(
     """A decision entry for payload ``p`` (its ``tool_call_id`` and ``principal_id``)."""
     return DecisionEntry(
         **at.mark,
-        via=via,  # type: ignore[arg-type]  # a str from the history; pydantic validates the Literal
-        decision=decision,  # type: ignore[arg-type]  # a str from the history; pydantic validates the Literal
+        via=via,  # pyright: ignore[reportArgumentType] - a str from the history; pydantic validates the Literal
+        decision=decision,  # pyright: ignore[reportArgumentType] - a str from the history; pydantic validates the Literal
         tool_call_id=str(p.get("tool_call_id", "")),
         who=str(p.get("principal_id", "anonymous")),
         identity=identity,

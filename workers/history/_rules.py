@@ -57,7 +57,7 @@ def status_after_decision(decision: str, principal_id: str, at: str) -> str:
     """
     verdict = Decision(
         tool_call_id="",
-        decision=decision,  # type: ignore[arg-type]  # a str from the history; pydantic validates the Literal
+        decision=decision,  # pyright: ignore[reportArgumentType] - a str from the history; pydantic validates the Literal
         principal_id=principal_id,
         at=at,
     )

@@ -111,7 +111,7 @@ def spawn(
     creationflags = 0  # Popen's defaults: 0 and no new session
     if detach and os.name == "nt":  # pragma: no cover - not exercised here
         creationflags = (
-            subprocess.CREATE_NEW_PROCESS_GROUP | subprocess.DETACHED_PROCESS  # type: ignore[attr-defined] - Windows-only flags
+            subprocess.CREATE_NEW_PROCESS_GROUP | subprocess.DETACHED_PROCESS
         )
     with open(log_path, "ab") as log_fh:
         return subprocess.Popen(  # noqa: S603

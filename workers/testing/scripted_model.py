@@ -365,12 +365,12 @@ class ScriptedModel:
                 return self._next_from(self._script, "the script")
             marker = conversation_marker(self._scripts, body, self._default is not None)
             if marker is None:
-                return self._default  # type: ignore[return-value]  # not None: conversation_marker was told there is a default
+                return self._default  # pyright: ignore[reportReturnType] - not None: conversation_marker was told there is a default
             return self._next_from(self._scripts[marker], f"the script for {marker!r}")
 
     def _render(self, reply: Reply, body: dict[str, Any]) -> web.Response:
         """The non-streamed response of ``reply``."""
-        return self._respond(reply, body, None)  # type: ignore[return-value]  # without a request _respond returns the Response
+        return self._respond(reply, body, None)  # pyright: ignore[reportReturnType] - without a request _respond returns the Response
 
     def _respond(
         self, reply: Reply, body: dict[str, Any], request: web.Request | None

@@ -334,7 +334,7 @@ def _run_logged(
 
     def report(text: str) -> None:
         seen["at"] = time.monotonic()
-        progress(f"building llama-server: {text}")  # type: ignore[misc]  # checked not None before the thread starts
+        progress(f"building llama-server: {text}")  # pyright: ignore[reportOptionalCall] - checked not None before the thread starts
 
     def heartbeat() -> None:
         while not done.wait(5.0):
