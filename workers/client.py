@@ -279,7 +279,7 @@ async def decide(
     it exists (:mod:`workers.decision_keys`), None sends it unsigned.
 
     A request the run made outside a workflow task (seen through a query on a worker that had to
-    rebuild the run) is refused until it is in the run's history (workflows/decisions.py, revision 3);
+    rebuild the run) is refused until it is in the run's history (workflows/handlers.py, revision 3);
     that refusal is retried for up to ``NOT_IN_HISTORY_RETRY_SECONDS`` (0.25 s apart).
 
     Raises:

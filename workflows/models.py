@@ -401,7 +401,7 @@ class RunData(BaseModel):
     parked: list[tuple[str, ApproveSignal | RejectSignal, datetime]] = Field(
         default_factory=list[tuple[str, ApproveSignal | RejectSignal, datetime]],
         exclude=True,
-        description="decisions held (workflows/decisions.py)",
+        description="decisions held (workflows/handlers.py, Decisions)",
     )
 
 

@@ -27,8 +27,8 @@ with workflow.unsafe.imports_passed_through():
     import workflows.state as state
     from activities.contracts import ModelReply
     from activities.spec import PinnedSpec
-    from workflows.decisions import Decisions
     from workflows.events import RunEvents
+    from workflows.handlers import Decisions
     from workflows.models import IgnoredSignal, LiveStatus, RunData, RunRequest, RunStatus
 
 if TYPE_CHECKING:
@@ -86,7 +86,7 @@ class RunContext:
     Attributes:
         s: the run state (replaced as a whole when a continued run takes its carry back).
         events: the run's event stream (:mod:`workflows.events`).
-        decisions: approvals and rejections as they arrive (:mod:`workflows.decisions`).
+        decisions: approvals and rejections as they arrive (:class:`workflows.handlers.Decisions`).
         outside_task: whether this activation runs outside a workflow task (revision 3).
     """
 

@@ -40,7 +40,7 @@ def _shared(data: RunData, view: type[RunState] | type[RunResult]) -> dict[str, 
 def run_state(data: RunData, held: list[IgnoredSignal] | None = None) -> RunState:
     """Answer of the ``state`` query: every field of RunState read from the run state.
 
-    ``held`` are decisions held for calls not known yet (workflows/decisions.py), shown as ignored.
+    ``held`` are decisions held for calls not known yet (workflows/handlers.py, Decisions), shown as ignored.
     """
     fields: dict[str, Any] = {
         **_shared(data, RunState),
