@@ -96,7 +96,11 @@ async def _build(args: argparse.Namespace) -> tuple[Any, Worker]:
             encryption_keys=os.environ.get("AGENT_ENCRYPTION_KEYS") or None,
             # make chaos gives its workers a memory store and a state folder of its own
             memory_url=os.environ.get("AGENT_MEMORY_URL") or None,
-            **({"state_dir": os.environ["AGENT_STATE_DIR"]} if os.environ.get("AGENT_STATE_DIR") else {}),
+            **(
+                {"state_dir": os.environ["AGENT_STATE_DIR"]}
+                if os.environ.get("AGENT_STATE_DIR")
+                else {}
+            ),
             # AGENT_WORKFLOW_SANDBOX=true: measure what running without the sandbox buys
             workflow_sandbox=os.environ.get("AGENT_WORKFLOW_SANDBOX", "").lower() in ("1", "true"),
             **({"payload_dir": args.payload_dir} if args.payload_dir else {}),

@@ -268,7 +268,9 @@ class RunContext:
         """
         if self.rev3():  # only events in history (a timer, a timeout) end the run on time
             deadline = self._deadline
-            fired = deadline is not None and deadline.done() and self._deadline_waits == self.s.waits
+            fired = (
+                deadline is not None and deadline.done() and self._deadline_waits == self.s.waits
+            )
             return fired or self.deadline_hit
         return self.remaining_seconds() <= 0
 
@@ -291,7 +293,10 @@ class RunContext:
         """
         cause: BaseException | None = e.cause
         while self.rev5() and cause is not None:
-            if isinstance(cause, ActivityTimeoutError) and cause.type == TimeoutType.SCHEDULE_TO_CLOSE:
+            if (
+                isinstance(cause, ActivityTimeoutError)
+                and cause.type == TimeoutType.SCHEDULE_TO_CLOSE
+            ):
                 self.deadline_hit = True
                 return True
             cause = getattr(cause, "cause", None)

@@ -249,7 +249,12 @@ async def test_a_bare_client_run_gets_search_attributes_and_is_listed(
             await asyncio.sleep(0.05)
         assert found == [handle.id]
         r = await agentctl(
-            "list", "--status", "completed", "--limit", "200", env=agentctl_env(h, dev_server_address)
+            "list",
+            "--status",
+            "completed",
+            "--limit",
+            "200",
+            env=agentctl_env(h, dev_server_address),
         )
     assert r.returncode == 0, r.stderr
     line = next(ln for ln in r.stdout.splitlines() if ln.startswith(handle.id))

@@ -45,7 +45,12 @@ async def test_run_json_prints_only_the_result_and_exit_codes(
     async with Harness(client, tmp_path, model) as h:
         ok = await agentctl("run", "[ok] do it", "--json", env=agentctl_env(h, dev_server_address))
         limited = await agentctl(
-            "run", "[limit] go", "--json", "--max-turns", "2", env=agentctl_env(h, dev_server_address)
+            "run",
+            "[limit] go",
+            "--json",
+            "--max-turns",
+            "2",
+            env=agentctl_env(h, dev_server_address),
         )
     assert ok.returncode == 0, ok.stderr
     res = RunResult.model_validate_json(ok.stdout)

@@ -128,7 +128,9 @@ async def test_decision_for_a_request_seen_outside_a_task(
         acts_task = asyncio.ensure_future(acts.run())
         w1 = _spawn_workflow_worker(h, dev_server_address, tmp_path / "worker.log")
         w2 = build_worker(  # answers the queries
-            client, h.settings, activities=local_activities(runtime_activities(h.settings)),
+            client,
+            h.settings,
+            activities=local_activities(runtime_activities(h.settings)),
             no_remote_activities=True,
         )
         w2_task: asyncio.Future[None] | None = None

@@ -57,6 +57,8 @@ def test_four_processes_put_into_one_file_and_identical_text_is_stored_once(tmp_
     from activities.memory.sqlite_store import SqliteMemoryStore
 
     store = SqliteMemoryStore(db, WordLlamaEmbedder())
-    hits = store.search([Namespace(tenant_id="t", scope="user:shared")], "shared fact number 7", limit=50)
+    hits = store.search(
+        [Namespace(tenant_id="t", scope="user:shared")], "shared fact number 7", limit=50
+    )
     texts = [h.item.text for h in hits]
     assert texts.count("the shared fact number 7") == 1

@@ -83,11 +83,14 @@ def agent_spec_markdown() -> str:
     """``docs/agent-spec.md``: every model reachable from :class:`activities.spec.AgentSpec`."""
     from activities.spec import AgentSpec
 
-    out = [HEADER, "# Agent spec reference\n\n",
-           "The fields of an agent in `agents/agents.yml`, from the pydantic models that "
-           "`activities/spec.py` exports (defined in `activities/spec_agent.py`, "
-           "`activities/spec_settings.py` and `activities/spec_policy.py`). "
-           "Unknown fields are refused.\n"]
+    out = [
+        HEADER,
+        "# Agent spec reference\n\n",
+        "The fields of an agent in `agents/agents.yml`, from the pydantic models that "
+        "`activities/spec.py` exports (defined in `activities/spec_agent.py`, "
+        "`activities/spec_settings.py` and `activities/spec_policy.py`). "
+        "Unknown fields are refused.\n",
+    ]
     seen: list[type[BaseModel]] = []
     todo: list[type[BaseModel]] = [AgentSpec]
     while todo:
@@ -98,8 +101,10 @@ def agent_spec_markdown() -> str:
         out.append(f"\n## `{model.__name__}`\n\n{_summary(model.__doc__)}\n\n")
         out.append("| field | type | default | meaning |\n|---|---|---|---|\n")
         for name, field in model.model_fields.items():
-            out.append(f"| `{name}` | {_cell(_type_name(field.annotation))} | {_cell(_default(field))}"
-                       f" | {_cell(field.description or '')} |\n")
+            out.append(
+                f"| `{name}` | {_cell(_type_name(field.annotation))} | {_cell(_default(field))}"
+                f" | {_cell(field.description or '')} |\n"
+            )
             todo.extend(m for m in _nested(field.annotation) if m not in seen)
     return "".join(out)
 
@@ -113,7 +118,11 @@ def _param_row(param: Any) -> str:
     """One table row for a command's argument or option."""
     if _is_option(param):
         names = ", ".join(f"`{o}`" for o in [*param.opts, *param.secondary_opts])
-        default = "" if param.default is None or param.is_flag and not param.default else repr(param.default)
+        default = (
+            ""
+            if param.default is None or param.is_flag and not param.default
+            else repr(param.default)
+        )
         return f"| {names} | {_cell(param.help or '')} | {_cell(default)} |\n"
     required = "required" if param.required else "optional"
     return f"| `{(param.name or '').upper()}` | argument ({required}) | |\n"
@@ -125,9 +134,13 @@ def cli_markdown() -> str:
 
     group = typer.main.get_command(app)
     commands: dict[str, Any] = getattr(group, "commands", {})
-    out = [HEADER, "# `agentctl` reference\n\n", f"{_summary(group.help)}\n\n",
-           "Exit status: 0 the run completed (or the command succeeded), 1 the run ended otherwise "
-           "or the command failed, 2 a usage error, 3 the Temporal server cannot be reached.\n"]
+    out = [
+        HEADER,
+        "# `agentctl` reference\n\n",
+        f"{_summary(group.help)}\n\n",
+        "Exit status: 0 the run completed (or the command succeeded), 1 the run ended otherwise "
+        "or the command failed, 2 a usage error, 3 the Temporal server cannot be reached.\n",
+    ]
     for name, cmd in commands.items():
         out.append(f"\n## `agentctl {name}`\n\n{(cmd.help or '').strip()}\n\n")
         params = [p for p in cmd.params if not (_is_option(p) and p.hidden)]

@@ -35,7 +35,9 @@ __all__ = [
 STATIC = Path(__file__).parent / "static"
 B = TypeVar("B", bound=BaseModel)
 CLIENT_KEY = web.AppKey("client", Client)
-WEB_UI_KEY = web.AppKey[Callable[[str], str]]("web_ui")  # a Callable is no class: typed by subscript
+WEB_UI_KEY = web.AppKey[Callable[[str], str]](
+    "web_ui"
+)  # a Callable is no class: typed by subscript
 QUEUE_KEY = web.AppKey("task_queue", str)
 AUTH_KEY = web.AppKey("auth", ca.Authenticator)
 SIGNER_KEY = web.AppKey("signer", Ed25519PrivateKey)

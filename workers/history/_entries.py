@@ -57,7 +57,9 @@ class RunStartedEntry(_Entry):
     continued_from: str | None = Field(
         None, description="previous execution's run id (continue-as-new)"
     )
-    turn: int = Field(default=0, description="turns already taken when it started (continue-as-new)")
+    turn: int = Field(
+        default=0, description="turns already taken when it started (continue-as-new)"
+    )
 
 
 _E = TypeVar("_E", bound=_Entry)

@@ -76,7 +76,9 @@ class DevServerConfig(BaseModel):
 
     ip: str = Field(default="127.0.0.1", description="Address the frontend gRPC service binds to.")
     port: int = Field(default=7233, ge=1, le=65535, description="Frontend gRPC port.")
-    ui_port: int = Field(default=8233, ge=1, le=65535, description="Web UI port (unused when headless).")
+    ui_port: int = Field(
+        default=8233, ge=1, le=65535, description="Web UI port (unused when headless)."
+    )
     namespace: str = Field(
         default="default",
         pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,254}$",

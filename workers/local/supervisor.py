@@ -110,9 +110,7 @@ def spawn(
     """
     creationflags = 0  # Popen's defaults: 0 and no new session
     if detach and os.name == "nt":  # pragma: no cover - not exercised here
-        creationflags = (
-            subprocess.CREATE_NEW_PROCESS_GROUP | subprocess.DETACHED_PROCESS
-        )
+        creationflags = subprocess.CREATE_NEW_PROCESS_GROUP | subprocess.DETACHED_PROCESS
     with open(log_path, "ab") as log_fh:
         return subprocess.Popen(  # noqa: S603
             args,
