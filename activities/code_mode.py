@@ -8,7 +8,7 @@ network), a read-only ``/usr``, the seccomp filter of :mod:`activities.sandbox.s
 environment and rlimits. The interpreter alone is never the boundary.
 
 The workflow steps the script (workflows/code_mode.py); this module is the activity that runs
-one step, :meth:`CodeRunner.step` (``code.step``):
+one step, :meth:`CodeRunner.code_step` (``code.step``):
 
 * first step: start the script; later steps: load the snapshot the previous step returned and
   resume it with the results of the calls it asked for;
@@ -272,7 +272,7 @@ class CodeRunner:
         self._folder = folder
 
     @activity.defn(name=CODE_STEP)
-    async def step(self, inp: CodeStepInput) -> CodeStepOutput:
+    async def code_step(self, inp: CodeStepInput) -> CodeStepOutput:
         """Run the script up to its next batch of tool calls, or its end.
 
         From its start (``snapshot`` None), or from ``snapshot`` resumed with ``results``.

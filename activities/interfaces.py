@@ -4,15 +4,17 @@ Workflow code references these declarations (``workflow.execute_activity(model_c
 "go to definition" lands on a typed signature and the result type comes from it, while workflow
 modules import no activity implementation (no HTTP client, tool registry or MCP library in the
 sandbox or in a client that only starts runs). The worker registers the implementations, which
-carry the same names and types; ``tests/unit/test_interfaces.py`` checks that they match.
+carry the same Temporal names, Python names and types (grep ``tool_invoke`` and you find the
+declaration, its options in :mod:`workflows.activity_options` and the implementation);
+``tests/unit/test_interfaces.py`` checks that they match.
 
 | declaration | implementation |
 |---|---|
-| :func:`spec_resolve` | :meth:`activities.runtime.RuntimeActivities.resolve_spec` |
-| :func:`model_complete` | :meth:`activities.model.ModelActivities.complete` |
-| :func:`tool_invoke` | :meth:`activities.runtime.RuntimeActivities.invoke_tool` |
-| :func:`tokens_count` | :func:`activities.tokens.count_tokens` |
-| :func:`code_step` | :meth:`activities.code_mode.CodeRunner.step` |
+| :func:`spec_resolve` | :meth:`activities.runtime.RuntimeActivities.spec_resolve` |
+| :func:`model_complete` | :meth:`activities.model.ModelActivities.model_complete` |
+| :func:`tool_invoke` | :meth:`activities.runtime.RuntimeActivities.tool_invoke` |
+| :func:`tokens_count` | :func:`activities.tokens.tokens_count` |
+| :func:`code_step` | :meth:`activities.code_mode.CodeRunner.code_step` |
 """
 
 from __future__ import annotations

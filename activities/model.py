@@ -323,7 +323,7 @@ def _previous_error_type(info: activity.Info) -> str | None:
 
 
 class ModelActivities:
-    """Holds the OpenAI-compatible client of one worker; ``complete`` is the activity.
+    """Holds the OpenAI-compatible client of one worker; ``model_complete`` is the activity.
 
     Args:
         base_url: the endpoint, e.g. ``http://127.0.0.1:8110/v1`` (``OPENAI_BASE_URL``).
@@ -362,7 +362,7 @@ class ModelActivities:
         return refs
 
     @activity.defn(name=MODEL_COMPLETE)
-    async def complete(self, req: CallModelInput) -> ModelReply:
+    async def model_complete(self, req: CallModelInput) -> ModelReply:
         """Call the model once; returns a :class:`ModelReply`.
 
         Raises:

@@ -104,7 +104,7 @@ class RuntimeActivities:
         await self.mcp_pool.aclose()
 
     @activity.defn(name=SPEC_RESOLVE)
-    async def resolve_spec(self, req: ResolveSpecInput) -> PinnedSpec:
+    async def spec_resolve(self, req: ResolveSpecInput) -> PinnedSpec:
         """Read, validate and hash one agent of the spec file.
 
         MCP servers' tool lists are read here, once, and pinned with the spec.
@@ -243,7 +243,7 @@ class RuntimeActivities:
             raise ApplicationError(msg, type=ERR_MCP_UNAVAILABLE) from None
 
     @activity.defn(name=TOOL_INVOKE)
-    async def invoke_tool(self, req: InvokeToolInput) -> ToolOutcome:
+    async def tool_invoke(self, req: InvokeToolInput) -> ToolOutcome:
         """Run one tool call; heartbeats while it runs and honours cancellation.
 
         Business errors (bad arguments, unknown tool, a ``ToolError``) come back as

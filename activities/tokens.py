@@ -66,7 +66,7 @@ __all__ = [
     "TokenEncoder",
     "count_messages",
     "count_message",
-    "count_tokens",
+    "tokens_count",
     "count_tools",
     "encoding_for",
     "encoding_name_for",
@@ -426,7 +426,7 @@ ERR_TOKEN_ENCODING_UNKNOWN = "TokenEncodingUnknown"
 
 
 @activity.defn(name=TOKENS_COUNT)
-async def count_tokens(req: CountTokensInput) -> TokenCounts:
+async def tokens_count(req: CountTokensInput) -> TokenCounts:
     """Activity ``tokens.count``: :func:`count_messages` over the request, off the event loop.
 
     Building an encoding the first time takes about a second (o200k_base has 200k ranks), and

@@ -29,6 +29,7 @@ from temporalio.common import (
     TypedSearchAttributes,
 )
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
+from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.contracts import fairness_key
@@ -46,6 +47,7 @@ from workflows.agent_run import (
     AgentRun,
 )
 from workflows.events import TOPIC as EVENTS_TOPIC
+from workflows.handlers import DECISION_NOT_YET_RECORDED
 from workflows.models import (
     ApproveSignal,
     DecideResult,
@@ -180,7 +182,9 @@ async def start_run(
         )
     return await client.start_workflow(
         AgentRun.run,
-        cast("RawValue", req),  # run() takes its input raw and decodes it as a RunRequest
+        # the request goes as a plain RunRequest payload; run() is typed RawValue so that the
+        # workflow gets it undecoded and decodes it itself (a bad input fails the run, not its task)
+        cast("RawValue", req),
         id=workflow_id,
         task_queue=task_queue,
         # the run's workflow tasks are dispatched fairly between tenants (README "Fairness")
@@ -250,10 +254,8 @@ async def pending_call_ids(client: Client, run_id: str) -> list[str]:
     return [p.tool_call_id for p in st.pending_approvals]
 
 
-NOT_IN_HISTORY = "is not recorded in the run's history yet"
-"""The ``decide`` validator's words for a request not yet in history (workflows/handlers.py)."""
 NOT_IN_HISTORY_RETRY_SECONDS = 10.0
-"""How long :func:`decide` retries a decision refused with :data:`NOT_IN_HISTORY`."""
+"""How long :func:`decide` retries a decision refused as ``DecisionNotYetRecorded``."""
 
 
 async def decide(
@@ -316,7 +318,7 @@ async def decide(
 async def _decide_when_recorded(
     h: WorkflowHandle[Any, RunResult], upd: DecideUpdate
 ) -> DecideResult:
-    """Send update ``decide`` to ``h``; a :data:`NOT_IN_HISTORY` refusal is retried 0.25 s apart.
+    """Send update ``decide`` to ``h``; a ``DecisionNotYetRecorded`` refusal is retried 0.25 s apart.
 
     Retries for up to :data:`NOT_IN_HISTORY_RETRY_SECONDS`, then re-raises that refusal.
 
@@ -328,7 +330,11 @@ async def _decide_when_recorded(
         try:
             return await h.execute_update(AgentRun.decide, upd)
         except WorkflowUpdateFailedError as e:
-            if NOT_IN_HISTORY not in str(e.cause) or asyncio.get_running_loop().time() > deadline:
+            cause = e.cause
+            not_yet = (
+                isinstance(cause, ApplicationError) and cause.type == DECISION_NOT_YET_RECORDED
+            )
+            if not not_yet or asyncio.get_running_loop().time() > deadline:
                 raise
         await asyncio.sleep(0.25)
 

@@ -30,7 +30,7 @@ from activities.redaction import RedactingInterceptor
 from activities.runtime import RuntimeActivities
 from activities.spec import SpecError, load_rate_limits, load_spec_file
 from activities.storage import LocalStorageDriver
-from activities.tokens import count_tokens
+from activities.tokens import tokens_count
 from activities.tools import load_tool_modules
 from activities.tools.sandbox_tools import configure as configure_sandbox
 from workers.config import STATE_DIR_DEFAULT, Settings, load_settings
@@ -116,7 +116,7 @@ def build_model_workers(
     for name, rps in sorted(limits.items()):
         options: dict[str, Any] = dict(
             task_queue=model_task_queue(settings.task_queue, name),
-            activities=[model.complete],
+            activities=[model.model_complete],
             interceptors=[RedactingInterceptor()],  # secrets redacted, as on the main queue
             max_concurrent_activities=WorkerTuning.max_concurrent_activities,
             max_task_queue_activities_per_second=rps,
@@ -173,7 +173,7 @@ def local_activities(runtime: RuntimeActivities) -> list[Any]:
     fails: ``build_worker(client, settings, activities=local_activities(runtime),
     no_remote_activities=True)`` (the Temporal worker option that polls no activity tasks).
     """
-    return [runtime.resolve_spec, runtime.invoke_tool]
+    return [runtime.spec_resolve, runtime.tool_invoke]
 
 
 def _all_activities(settings: Settings, runtime: RuntimeActivities) -> list[Any]:
@@ -192,11 +192,11 @@ def _all_activities(settings: Settings, runtime: RuntimeActivities) -> list[Any]
     memory = MemoryActivities(settings.openai_base_url, settings.openai_api_key, settings.state_dir)
     code = CodeRunner(Path(settings.state_dir).expanduser() / "code-mode")
     return [
-        model.complete,
-        runtime.resolve_spec,
-        runtime.invoke_tool,
-        count_tokens,
-        code.step,
+        model.model_complete,
+        runtime.spec_resolve,
+        runtime.tool_invoke,
+        tokens_count,
+        code.code_step,
         evals.score,
         evals.judge,
         memory.handoff,
@@ -232,7 +232,7 @@ def build_worker(
         codec=codec_from_setting(settings.encryption_keys),
     )
     runtime = runtime or runtime_activities(settings)
-    activities: list[Any] = [runtime.invoke_tool]
+    activities: list[Any] = [runtime.tool_invoke]
     workflows: list[Any] = []
     if not tools_only:
         activities = _all_activities(settings, runtime)

@@ -1,8 +1,11 @@
 """Every activity the run schedules: its input and its options, built in one place from the pinned spec.
 
-Each function returns ``(input, options)`` for ``workflow.execute_activity`` with the activity's
+Each builder returns ``(input, options)`` for ``workflow.execute_activity`` with the activity's
 declaration in :mod:`activities.interfaces` (stable names ``spec.resolve``, ``model.complete``,
-``tool.invoke``, ``tokens.count``; the result type comes from the declaration). Timeouts are
+``tool.invoke``, ``tokens.count``; the result type comes from the declaration). One name per
+activity: the builder here, the declaration and the worker's implementation are all called
+``spec_resolve``, ``model_complete``, ``tool_invoke`` or ``tokens_count``. :func:`execute_local`
+runs ``spec.resolve`` or a local tool's ``tool.invoke`` as a local activity. Timeouts are
 seconds of the spec; heartbeat timeouts let a dead worker cost seconds, not minutes
 (docs/temporal-facts.md). Every activity carries the run's tenant as its fairness key
 (:func:`workflows.model_choice.tenant_priority`); a rate-limited model's steps go to that model's
@@ -16,6 +19,7 @@ from typing import Any, TypedDict
 
 from temporalio import workflow
 from temporalio.common import Priority, RetryPolicy
+from temporalio.exceptions import ActivityError, FailureError
 
 import workflows.render as render
 from activities.contracts import (
@@ -65,7 +69,7 @@ class LocalActivityOptions(TypedDict, total=False):
     summary: str
 
 
-def resolve_spec(req: RunRequest, workflow_rev: int) -> tuple[ResolveSpecInput, ActivityOptions]:
+def spec_resolve(req: RunRequest, workflow_rev: int) -> tuple[ResolveSpecInput, ActivityOptions]:
     """Input and options of ``spec.resolve``: 30 s per attempt, 3 attempts.
 
     ``workflow_rev`` is echoed into the pinned spec, so the run's history records it.
@@ -118,7 +122,7 @@ def _model_retry(spec: Any, summary_of: int | None) -> RetryPolicy:
     )
 
 
-def model_step(
+def model_complete(
     pinned: PinnedSpec,
     req: RunRequest,
     turn: int,
@@ -181,7 +185,7 @@ def runs_local(info: ToolInfo | None) -> bool:
 
 
 def as_local(opts: ActivityOptions) -> LocalActivityOptions:
-    """Local-activity options from :func:`tool_call`'s or :func:`resolve_spec`'s options.
+    """Local-activity options from :func:`tool_invoke`'s or :func:`spec_resolve`'s options.
 
     A local activity has no heartbeat, queue or priority of its own (it runs on the workflow's
     worker within the workflow task); its timeouts and retry policy are kept, and retries past
@@ -199,7 +203,37 @@ def as_local(opts: ActivityOptions) -> LocalActivityOptions:
     return out
 
 
-def tool_call(
+async def execute_local(activity: Any, arg: Any, opts: ActivityOptions) -> Any:
+    """``workflow.execute_local_activity(activity, arg, **as_local(opts))``; returns its result.
+
+    A local activity's failure can reach the workflow unwrapped (the ``ApplicationError`` the
+    activity raised, seen with ``spec.resolve`` under temporalio 1.35), where an activity's always
+    arrives as an ``ActivityError`` whose ``cause`` is that error. ``AgentRun`` reads ``e.cause`` of
+    an ``ActivityError`` (invalid spec, MCP server unavailable, a tool that timed out), so the
+    first form is wrapped into the second.
+
+    Raises:
+        ActivityError: the local activity failed (its ``cause`` is the activity's own error).
+    """
+    try:
+        return await workflow.execute_local_activity(activity, arg, **as_local(opts))
+    except ActivityError:
+        raise
+    except FailureError as e:
+        name = getattr(activity, "__temporal_activity_definition", None)
+        wrapped = ActivityError(
+            str(e),
+            scheduled_event_id=0,
+            started_event_id=0,
+            identity="",
+            activity_type=getattr(name, "name", None) or str(activity),
+            activity_id="",
+            retry_state=None,
+        )
+        raise wrapped from e
+
+
+def tool_invoke(
     pinned: PinnedSpec,
     req: RunRequest,
     turn: int,
@@ -249,7 +283,7 @@ def tool_attempts(info: ToolInfo | None) -> int:
     return info.max_attempts if info else 1
 
 
-def count_tokens(
+def tokens_count(
     pinned: PinnedSpec,
     req: RunRequest,
     messages: list[dict[str, Any]],

@@ -39,7 +39,6 @@ with workflow.unsafe.imports_passed_through():
     from workflows.handlers import RunHandlers
     from workflows.handoff import HandoffStep
     from workflows.inbound import Invalid, decode
-    from workflows.local_activity import execute_local
     from workflows.model_step import ModelStep
     from workflows.models import WORKFLOW_NAME, RunData, RunRequest, RunResult, RunStatus
     from workflows.planning import PlanStep
@@ -120,8 +119,9 @@ class AgentRun(RunHandlers):
     async def run(self, raw: RawValue = None) -> RunResult:  # pyright: ignore[reportArgumentType] - the SDK's default
         """Run the agent loop; returns :class:`RunResult` (never raises for business outcomes).
 
-        ``raw`` is the start input, decoded here as a :class:`RunRequest`: one that is missing or
-        invalid ends the run ``failed`` with the validation error (workflows/inbound.py).
+        ``raw`` is the start input, already decoded by :meth:`__init__` as a :class:`RunRequest`:
+        one that is missing or invalid ends the run ``failed`` with the validation error
+        (workflows/inbound.py).
         """
         req = self._input
         if isinstance(req, Invalid):
@@ -191,10 +191,10 @@ class AgentRun(RunHandlers):
         in_step = workflow.patched(PATCH_TOOLS_IN_STEP)
         try:
             if workflow.patched(PATCH_V4):
-                inp, opts = options.resolve_spec(req, WORKFLOW_REV)
-                pinned = await execute_local(spec_resolve, inp, **options.as_local(opts))
+                inp, opts = options.spec_resolve(req, WORKFLOW_REV)
+                pinned = await options.execute_local(spec_resolve, inp, opts)
             else:  # runs started before revision 4 (their spec.resolve is an activity)
-                inp, opts = options.resolve_spec(req, 3)
+                inp, opts = options.spec_resolve(req, 3)
                 pinned = await workflow.execute_activity(spec_resolve, inp, **opts)
         except ActivityError as e:
             mcp = isinstance(e.cause, ApplicationError) and e.cause.type == ERR_MCP_UNAVAILABLE

@@ -58,7 +58,7 @@ class CompactionStep:
         comp = pinned.spec.compaction
         known, tools_known = s.token_counts, s.tools_tokens
         new = s.messages[len(known) :]
-        inp, opts = options.count_tokens(
+        inp, opts = options.tokens_count(
             pinned, self.ctx.req(), new, tools_known is None, len(s.messages)
         )
         counts = await workflow.execute_activity(tokens_count, inp, **opts)
@@ -108,7 +108,7 @@ class CompactionStep:
     async def _summarize(self, dropped: list[dict[str, Any]]) -> str | None:
         """A model step of its own that summarises the dropped messages (None if it fails)."""
         s = self.ctx.s
-        inp, opts = options.model_step(
+        inp, opts = options.model_complete(
             self.ctx.pinned(),
             self.ctx.req(),
             s.turn,

@@ -60,6 +60,8 @@ if TYPE_CHECKING:
 M = TypeVar("M", bound=BaseModel)
 DECISION_REFUSED = "DecisionRefused"
 """Error type of a ``decide`` the validator refused: not retryable, the message says why."""
+DECISION_NOT_YET_RECORDED = "DecisionNotYetRecorded"
+"""Error type of a ``decide`` for a request made outside a workflow task: retry (client.decide does)."""
 
 
 def _refused(problem: str) -> ApplicationError:
@@ -168,7 +170,7 @@ class Decisions:
 
     # ------------------------------------------------------------ held (revision 3)
 
-    def settle(self) -> bool:
+    def release_held(self) -> bool:
         """Confirm requests made outside a task once time moved; apply or drop held signals.
 
         Called where the run waits for a person (from the wait's condition, see
@@ -302,7 +304,7 @@ class RunHandlers:
         if upd.tool_call_id in s.unconfirmed:
             raise ApplicationError(
                 f"tool call {upd.tool_call_id} is not recorded in the run's history yet; retry",
-                type="DecisionNotYetRecorded",
+                type=DECISION_NOT_YET_RECORDED,
             )
         problem = decisions.problem(
             upd.tool_call_id, upd.principal_id, upd.roles

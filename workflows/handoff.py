@@ -73,7 +73,7 @@ class HandoffStep:
             return
         old = ctx.pinned()
         req = ctx.req().model_copy(update={"agent": agent})
-        inp, opts = options.resolve_spec(req, old.workflow_rev)
+        inp, opts = options.spec_resolve(req, old.workflow_rev)
         try:
             pinned = await workflow.execute_activity(spec_resolve, inp, **opts)
         except ActivityError as e:

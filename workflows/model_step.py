@@ -97,7 +97,7 @@ class ModelStep:
         models, index = pinned.spec.models(), 0
         while True:
             name = models[index]
-            inp, opts = options.model_step(
+            inp, opts = options.model_complete(
                 pinned, ctx.req(), s.turn, s.messages, model=name, stream=ctx.events.watched()
             )
             if self.first is not None and s.tools_first:

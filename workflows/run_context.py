@@ -382,7 +382,7 @@ class RunContext:
         started = workflow.now()
         try:
             await workflow.wait_condition(
-                lambda: self.decisions.settle() or done() or s.interrupt is not None,
+                lambda: self.decisions.release_held() or done() or s.interrupt is not None,
                 timeout=timeout,
                 timeout_summary=f"waiting for {what} (timeout)" if timeout is not None else None,
             )
@@ -401,7 +401,7 @@ class RunContext:
         Raises:
             Stop: ``interrupted`` or ``timeout``.
         """
-        self.decisions.settle()
+        self.decisions.release_held()
         s = self.s
         if s.interrupt is not None:
             raise Stop("interrupted", s.interrupt.reason)

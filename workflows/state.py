@@ -54,7 +54,13 @@ def run_state(data: RunData, held: list[IgnoredSignal] | None = None) -> RunStat
 def run_result(
     data: RunData, status: RunStatus, reason: str, error: str | None, now: datetime
 ) -> RunResult:
-    """The run's ``RunResult``; ``duration_ms`` is workflow time since the run started."""
+    """The run's ``RunResult``; ``duration_ms`` is workflow time since the run started.
+
+    Fields named alike are copied by :func:`_shared`: ``output``, ``usage``, ``tool_calls``,
+    ``decisions``, ``children``, ``plan``, ``model_steps`` (and the rest RunData has) from ``data``;
+    ``agent``, ``parent_run_id`` and ``fork_turn`` from its request; ``spec_hash`` from its pinned
+    spec. The arguments fill the others.
+    """
     duration = (now - data.started_at).total_seconds() * 1000
     fields: dict[str, Any] = {
         **_shared(data, RunResult),

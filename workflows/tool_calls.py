@@ -24,7 +24,6 @@ with workflow.unsafe.imports_passed_through():
     from workflows.children import ChildStep
     from workflows.code_mode import run_script
     from workflows.handoff import HandoffStep
-    from workflows.local_activity import execute_local
     from workflows.models import PendingApproval, ToolCallRecord
     from workflows.policy import evaluate
     from workflows.run_context import RunContext, Stop, cause_message
@@ -77,7 +76,7 @@ class ToolStep:
                     self.invoke(call, rec, tools.get(call.name))
                 )
         if ctx.s.pending:
-            ctx.decisions.settle()
+            ctx.decisions.release_held()
             await self._await_approvals()
             for call, rec in zip(calls, records, strict=True):
                 if rec.policy != "approve":
@@ -194,7 +193,7 @@ class ToolStep:
         arguments: str | dict[str, Any] = (
             rec.arguments if isinstance(rec.arguments, dict) else call.arguments
         )
-        inp, opts = options.tool_call(
+        inp, opts = options.tool_invoke(
             ctx.pinned(), ctx.req(), ctx.s.turn, call, arguments, info, ctx.s.run_files
         )
         opts = ctx.with_deadline(opts)
@@ -202,7 +201,7 @@ class ToolStep:
             ctx.emit("tool_started", tool_call_id=call.id, name=call.name, arguments=rec.arguments)
         try:
             if ctx.rev4() and options.runs_local(info):
-                out = await execute_local(tool_invoke, inp, **options.as_local(opts))
+                out = await options.execute_local(tool_invoke, inp, opts)
             else:
                 out = await workflow.execute_activity(tool_invoke, inp, **opts)
         except ActivityError as e:

@@ -85,7 +85,7 @@ class ToolsFirst:
             info = tools[call.name]
             rec.status = "running"
             arguments = rec.arguments if isinstance(rec.arguments, dict) else call.arguments
-            inp, _ = options.tool_call(pinned, req, s.turn, call, arguments, info, s.run_files)
+            inp, _ = options.tool_invoke(pinned, req, s.turn, call, arguments, info, s.run_files)
             s.tools_first.append(
                 StepToolCall(
                     call=inp, timeout_seconds=info.timeout_seconds, max_attempts=info.max_attempts

@@ -27,7 +27,7 @@ from activities.contracts import SPEC_RESOLVE, ResolveSpecInput
 from activities.model import ModelActivities
 from activities.runtime import RuntimeActivities
 from activities.spec import PinnedSpec
-from activities.tokens import count_tokens
+from activities.tokens import tokens_count
 from tests.support.harness import Harness, spawn_worker_process, until_true
 from workers import client as rc
 from workers.testing.scripted_model import ScriptedModel, text, tool_call, tool_calls
@@ -70,12 +70,12 @@ def _activities(h: Harness, rev: int | None) -> list:
     runtime = RuntimeActivities(h.settings.spec_file, "scripted")
 
     @activity.defn(name=SPEC_RESOLVE)
-    async def resolve_spec(req: ResolveSpecInput) -> PinnedSpec:
-        return await runtime.resolve_spec(req.model_copy(update={"workflow_rev": rev}))
+    async def spec_resolve(req: ResolveSpecInput) -> PinnedSpec:
+        return await runtime.spec_resolve(req.model_copy(update={"workflow_rev": rev}))
 
     model = ModelActivities(h.model.base_url, "test-key")
-    resolve = runtime.resolve_spec if rev is None else resolve_spec
-    return [model.complete, resolve, runtime.invoke_tool, count_tokens]
+    resolve = runtime.spec_resolve if rev is None else spec_resolve
+    return [model.model_complete, resolve, runtime.tool_invoke, tokens_count]
 
 
 async def _approve_as_soon_as_seen(client: Client, handle, via: str) -> list[str]:

@@ -28,7 +28,7 @@ def runner(tmp_path: Path) -> CodeRunner:
 
 async def step(runner: CodeRunner, script: str, **kw: object) -> CodeStepOutput:
     inp = CodeStepInput(script=script, tools=["read_file"], now=NOW, **kw)  # pyright: ignore[reportArgumentType] - each test passes the fields it overrides
-    return await runner.step(inp)
+    return await runner.code_step(inp)
 
 
 @pytest.mark.parametrize(

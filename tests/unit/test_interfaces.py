@@ -10,25 +10,26 @@ from activities.code_mode import CodeRunner
 from activities.interfaces import DECLARATIONS
 from activities.model import ModelActivities
 from activities.runtime import RuntimeActivities
-from activities.tokens import count_tokens
+from activities.tokens import tokens_count
 from workers.config import Settings
 from workers.worker import build_worker
 
 IMPLEMENTATIONS = {
-    "spec.resolve": RuntimeActivities.resolve_spec,
-    "model.complete": ModelActivities.complete,
-    "tool.invoke": RuntimeActivities.invoke_tool,
-    "tokens.count": count_tokens,
-    "code.step": CodeRunner.step,
+    "spec.resolve": RuntimeActivities.spec_resolve,
+    "model.complete": ModelActivities.model_complete,
+    "tool.invoke": RuntimeActivities.tool_invoke,
+    "tokens.count": tokens_count,
+    "code.step": CodeRunner.code_step,
 }
 
 
 @pytest.mark.parametrize("declared", DECLARATIONS, ids=lambda f: f.__name__)
-def test_each_declaration_has_an_implementation_of_the_same_name_and_types(declared):
+def test_each_declaration_has_an_implementation_of_the_same_names_and_types(declared):
     name = activity._Definition.must_from_callable(declared).name
     assert name is not None  # declared activities are named (not dynamic)
     impl = IMPLEMENTATIONS[name]
     assert activity._Definition.must_from_callable(impl).name == name
+    assert impl.__name__ == declared.__name__  # one Python name to grep for
     assert _type_hints_from_func(declared) == _type_hints_from_func(impl)
 
 

@@ -40,3 +40,12 @@ def test_every_relative_markdown_link_resolves_inside_the_repository():
             if ROOT not in path.parents and path != ROOT or not path.exists():
                 bad.append(f"{p.relative_to(ROOT)} -> {target}")
     assert not bad, f"links that do not resolve inside the repository: {bad}"
+
+
+def test_every_file_the_readme_names_in_how_a_run_flows_exists():
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## How a run flows", 1)[1].split("\n## ", 1)[0]
+    named = set(re.findall(r"`((?:workers|workflows|activities)/[\w/]+\.py)`", section))
+    assert len(named) >= 10
+    missing = sorted(n for n in named if not (ROOT / n).is_file())
+    assert not missing, f"the README's run flow names files that do not exist: {missing}"

@@ -85,14 +85,14 @@ def test_agent_tools_are_pinned_with_schemas(tmp_path: Path):
 
 async def test_spec_resolve_pins_agent_tools_after_the_workers_tools(tmp_path: Path):
     acts = RuntimeActivities(str(write(tmp_path, PAIR)), "m")
-    pinned = await acts.resolve_spec(ResolveSpecInput(agent="boss"))
+    pinned = await acts.spec_resolve(ResolveSpecInput(agent="boss"))
     assert [t.name for t in pinned.tools] == [
         "read_file",
         "ask_reader",
         "ask_writer",
         "handoff_to_writer",
     ]
-    child = await acts.resolve_spec(ResolveSpecInput(agent="reader"))
+    child = await acts.spec_resolve(ResolveSpecInput(agent="reader"))
     assert [t.name for t in child.tools] == ["read_file"]
 
 

@@ -18,8 +18,8 @@ from activities.tokens import (
     REPLY_PRIMING_TOKENS,
     count_message,
     count_messages,
-    count_tokens,
     encoding_for,
+    tokens_count,
 )
 from workflows.compaction import token_upper_bound
 
@@ -145,7 +145,7 @@ async def test_activity_called_directly() -> None:
         messages=[{"role": "user", "content": "hello there"}],
         tools=[READ_FILE_TOOL],
     )
-    out = await count_tokens(req)
+    out = await tokens_count(req)
     assert isinstance(out, TokenCounts)
     assert out == count_messages(req.messages, req.tools, req.model)
     assert out.encoding in (CL100K_BASE, APPROX_ENCODING)
@@ -156,7 +156,7 @@ async def test_activity_in_activity_environment() -> None:
     req = CountTokensInput(
         model="gpt-4o", encoding=APPROX_ENCODING, messages=[{"role": "user", "content": "abcd"}]
     )
-    out = await ActivityEnvironment().run(count_tokens, req)
+    out = await ActivityEnvironment().run(tokens_count, req)
     assert out == TokenCounts(
         per_message=[3 + 1 + 1], tools=0, total=5 + 3, encoding="approx-chars/4"
     )
@@ -165,7 +165,7 @@ async def test_activity_in_activity_environment() -> None:
 async def test_activity_unknown_encoding_is_non_retryable() -> None:
     req = CountTokensInput(model="gpt-4o", encoding="nope", messages=[])
     with pytest.raises(ApplicationError) as info:
-        await count_tokens(req)
+        await tokens_count(req)
     assert info.value.non_retryable
     assert info.value.type == tokens.ERR_TOKEN_ENCODING_UNKNOWN
 
@@ -173,7 +173,7 @@ async def test_activity_unknown_encoding_is_non_retryable() -> None:
 def test_activity_name() -> None:
     from temporalio.activity import _Definition
 
-    defn = _Definition.from_callable(count_tokens)
+    defn = _Definition.from_callable(tokens_count)
     assert defn is not None and defn.name == "tokens.count"
 
 
