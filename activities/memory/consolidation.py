@@ -32,6 +32,7 @@ from temporalio import activity
 
 from activities.memory.items import MemoryItem, Namespace, Provenance, ScopeKind, scope
 from activities.memory.store_url import default_store
+from activities.private_files import private_file
 from activities.redaction import redactor_for
 
 HANDOFF = "memory.handoff"
@@ -81,7 +82,7 @@ class Pending:
     """Transcripts waiting for consolidation, in a SQLite file beside the store (one row a run)."""
 
     def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        private_file(path, sqlite=True)  # transcripts: owner only
         self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
         self._lock = threading.Lock()
         self._db.execute("PRAGMA journal_mode=WAL")

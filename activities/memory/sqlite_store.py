@@ -50,6 +50,7 @@ from activities.memory import sqlite_schema as sch
 from activities.memory.embed import Embedder
 from activities.memory.fusion import fuse
 from activities.memory.items import Hit, MemoryItem, Namespace, text_key
+from activities.private_files import private_file
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 COMMON_MIN_DOCS = 1000
@@ -83,7 +84,7 @@ class SqliteMemoryStore:
     def __init__(self, path: str | Path, embedder: Embedder) -> None:
         self._emb = embedder
         if str(path) != ":memory:":
-            Path(path).expanduser().parent.mkdir(parents=True, exist_ok=True)
+            private_file(path, sqlite=True)  # what people told their runs: owner only
         self._db = apsw.Connection(str(path))
         self._db.enable_load_extension(True)
         self._db.load_extension(sqlite_vec.loadable_path())

@@ -10,6 +10,7 @@ import io
 import os
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -105,7 +106,11 @@ async def test_start_restart_and_persist(tmp_path: Path, servers: list) -> None:
     servers.append(proc)
     assert proc is not None and proc.poll() is None
     assert int(pid_file.read_text()) == proc.pid
-    assert (tmp_path / "state" / "temporal.db").is_file()  # relative to the config's folder
+    db = tmp_path / "state" / "temporal.db"
+    assert db.is_file()  # relative to the config's folder
+    # the runs' histories and the server's log are the owner's only (umask 077, then 0600)
+    assert stat.S_IMODE(db.stat().st_mode) == 0o600
+    assert stat.S_IMODE(log.stat().st_mode) == 0o600
 
     client = await Client.connect(cfg.address, namespace=cfg.namespace)
     info = await client.workflow_service.get_system_info(GetSystemInfoRequest())

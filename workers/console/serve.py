@@ -43,6 +43,7 @@ builds the application and serves it, and re-exports the public names of the oth
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import Callable
 
 from aiohttp import web
@@ -200,16 +201,26 @@ async def start_server(
 async def run_server(
     client: Client, host: str, port: int, web_ui_url: Callable[[str], str]
 ) -> None:
-    """Serve until cancelled (Ctrl-C); prints the console's address."""
+    """Serve until cancelled (Ctrl-C); prints the console's address.
+
+    In token mode the login link (``?token=``) is printed only to a terminal: output that goes to
+    a file (``make demo``'s ``logs/console.log``) names the token's file (mode 0600) instead, so
+    the token is never written where another local user may read it.
+    """
     runner, url = await start_server(client, host, port, web_ui_url)
-    settings = load_settings()
-    login = (
-        f"{url}/?token={ca.read_token(settings.state_dir)}"
-        if settings.console_auth == "token"
-        else f"{url}/"
-    )
-    print(f"run console: {login}  (events: {url}/runs/RUN_ID/events; Ctrl-C to stop)", flush=True)
+    print(f"run console: {_login_line(url)}  (events: {url}/runs/RUN_ID/events; Ctrl-C to stop)")
+    sys.stdout.flush()
     try:
         await asyncio.Event().wait()
     finally:
         await runner.cleanup()
+
+
+def _login_line(url: str) -> str:
+    """Where to log in: the ``?token=`` link on a terminal, else the address and the token's file."""
+    settings = load_settings()
+    if settings.console_auth != "token":
+        return f"{url}/"
+    if sys.stdout.isatty():
+        return f"{url}/?token={ca.read_token(settings.state_dir)}"
+    return f"{url}/  (log in with {url}/?token=TOKEN, TOKEN in {ca.token_file(settings.state_dir)})"

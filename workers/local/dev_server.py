@@ -28,6 +28,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
+from activities.private_files import PRIVATE_UMASK, private_file
 from workers.local import supervisor
 from workers.local.dev_config import (
     DEFAULT_CONFIG_FILE,
@@ -238,10 +239,12 @@ def start_dev_server(
     db = cfg.db_path(base_dir)
     if db is not None:
         db.parent.mkdir(parents=True, exist_ok=True)
+        if db.exists():  # one it creates is the owner's only (umask below)
+            private_file(db, sqlite=True)  # the runs' histories: owner only
     log_path = Path(log_file).resolve()
     log_path.parent.mkdir(parents=True, exist_ok=True)
 
-    proc = supervisor.spawn(args, log_path, cwd=base_dir)
+    proc = supervisor.spawn(args, log_path, cwd=base_dir, umask=PRIVATE_UMASK)
     logger.info("started Temporal dev server pid %d at %s", proc.pid, cfg.address)
     pid_path = Path(pid_file) if pid_file is not None else None
     if pid_path is not None:
@@ -393,7 +396,9 @@ def _run_dev_server(
         return 0
     if db is not None:
         db.parent.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, cwd=base_dir)
+        if db.exists():  # one it creates is the owner's only (umask below)
+            private_file(db, sqlite=True)  # the runs' histories: owner only
+    proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, cwd=base_dir, umask=PRIVATE_UMASK)
     try:
         elapsed = _wait_ready(proc, cfg, None, timeout)
         banner(proc.pid, elapsed)

@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+from activities.private_files import private_dir
 from workers.config import load_settings
 from workers.local import supervisor
 
@@ -21,7 +22,7 @@ def state_dir() -> Path:
     """The local state folder (created)."""
     d = Path(load_settings().state_dir)
     (d / "pids").mkdir(parents=True, exist_ok=True)
-    (d / "logs").mkdir(parents=True, exist_ok=True)
+    private_dir(d / "logs")
     return d
 
 

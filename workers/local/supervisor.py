@@ -21,6 +21,8 @@ from pathlib import Path
 
 import psutil
 
+from activities.private_files import private_file
+
 _START_TIME_SLACK = 1.0
 """Seconds two readings of a process's start time may differ by (psutil rounds per platform)."""
 
@@ -95,6 +97,7 @@ def spawn(
     cwd: str | os.PathLike[str] | None = None,
     env: dict[str, str] | None = None,
     detach: bool = True,
+    umask: int = -1,
 ) -> subprocess.Popen[bytes]:
     """Start ``args`` with stdin closed and stdout and stderr appended to ``log_path``.
 
@@ -104,6 +107,7 @@ def spawn(
         cwd: working folder of the process (default: this process's).
         env: its environment (default: this process's).
         detach: give it its own session (process group on Windows) so it outlives the caller.
+        umask: its umask (-1: this process's), e.g. ``PRIVATE_UMASK`` for files of its owner only.
 
     Raises:
         OSError: the program cannot be started or the log opened.
@@ -111,6 +115,7 @@ def spawn(
     creationflags = 0  # Popen's defaults: 0 and no new session
     if detach and os.name == "nt":  # pragma: no cover - not exercised here
         creationflags = subprocess.CREATE_NEW_PROCESS_GROUP | subprocess.DETACHED_PROCESS
+    private_file(log_path)  # a log may carry what runs did: owner only
     with open(log_path, "ab") as log_fh:
         return subprocess.Popen(  # noqa: S603
             args,
@@ -121,6 +126,7 @@ def spawn(
             env=env,
             creationflags=creationflags,
             start_new_session=detach and os.name != "nt",
+            umask=umask,
         )
 
 
