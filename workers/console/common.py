@@ -3,13 +3,14 @@
 :func:`_who` is the authenticated person (a body may only repeat their ``principal_id``),
 :func:`_own_run` the path's run once it is known to be one of their tenants' (else 404),
 :func:`_body` the JSON body as a pydantic model (else 400), :func:`_errors` the middleware that
-turns Temporal's errors into JSON statuses. :mod:`workers.console.serve` re-exports the public names.
+turns Temporal's errors into JSON statuses, :func:`_no_framing` the middleware that forbids framing
+(clickjacking). :mod:`workers.console.serve` re-exports the public names.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, MutableMapping
 from pathlib import Path
 from typing import TypeVar
 
@@ -26,6 +27,7 @@ __all__ = [
     "AUTH_KEY",
     "B",
     "CLIENT_KEY",
+    "NO_FRAMING_HEADERS",
     "QUEUE_KEY",
     "SIGNER_KEY",
     "STATIC",
@@ -41,6 +43,40 @@ WEB_UI_KEY = web.AppKey[Callable[[str], str]](
 QUEUE_KEY = web.AppKey("task_queue", str)
 AUTH_KEY = web.AppKey("auth", ca.Authenticator)
 SIGNER_KEY = web.AppKey("signer", Ed25519PrivateKey)
+
+NO_FRAMING_HEADERS = {
+    "X-Frame-Options": "DENY",
+    "Content-Security-Policy": "frame-ancestors 'none'",
+}
+"""Headers on every console response: no page may frame the console (clickjacking). Sources:
+RFC 7034 (``X-Frame-Options``), CSP Level 2 ``frame-ancestors``, OWASP's clickjacking cheat sheet."""
+
+
+def _forbid_framing(headers: MutableMapping[str, str]) -> None:
+    """Add :data:`NO_FRAMING_HEADERS` to ``headers``, merged into a CSP already there."""
+    headers["X-Frame-Options"] = "DENY"
+    csp = headers.get("Content-Security-Policy", "").strip().rstrip(";")
+    if "frame-ancestors" not in csp:
+        ancestors = NO_FRAMING_HEADERS["Content-Security-Policy"]
+        headers["Content-Security-Policy"] = f"{csp}; {ancestors}" if csp else ancestors
+
+
+@web.middleware
+async def _no_framing(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    """Every response, errors and redirects included, forbids framing (:data:`NO_FRAMING_HEADERS`).
+
+    A response the handler already sent (the event stream) carries them itself.
+    """
+    try:
+        resp = await handler(request)
+    except web.HTTPException as e:
+        _forbid_framing(e.headers)
+        raise
+    if not resp.prepared:
+        _forbid_framing(resp.headers)
+    return resp
 
 
 def _error(status: int, message: str) -> web.Response:

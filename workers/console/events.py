@@ -17,7 +17,7 @@ from temporalio.client import WorkflowUpdateFailedError
 from temporalio.service import RPCError
 
 from workers import client as rc
-from workers.console.common import CLIENT_KEY, _own_run
+from workers.console.common import CLIENT_KEY, NO_FRAMING_HEADERS, _own_run
 
 __all__ = ["KEEPALIVE_SECONDS"]
 
@@ -47,6 +47,7 @@ async def _events(request: web.Request) -> web.StreamResponse:
             "Content-Type": "text/event-stream",
             "Cache-Control": "no-cache",
             "X-Accel-Buffering": "no",
+            **NO_FRAMING_HEADERS,
         }
     )
     await resp.prepare(request)
