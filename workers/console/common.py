@@ -22,6 +22,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from workers import client as rc
 from workers.console import auth as ca
+from workflows.models import WORKFLOW_NAME
 
 __all__ = [
     "AUTH_KEY",
@@ -99,18 +100,32 @@ def _who(request: web.Request, named: str | None = None) -> ca.Identity:
     return ident
 
 
+def _no_such_run(run_id: str) -> web.HTTPNotFound:
+    return web.HTTPNotFound(
+        text=json.dumps({"error": f"no such run: {run_id}"}), content_type="application/json"
+    )
+
+
 async def _own_run(request: web.Request) -> str:
-    """The path's run id, after checking it belongs to one of the person's tenants (else 404)."""
+    """The path's run id, once it is known to be a run (``AgentRun``) of the person's tenants.
+
+    Raises:
+        web.HTTPNotFound: ``{"error": "no such run: <id>"}``, the same status and body whether
+            the id is missing, another tenant's run or another workflow type (no existence
+            oracle).
+        temporalio.service.RPCError: the Temporal server failed otherwise (:func:`_errors`).
+    """
     run_id = request.match_info["run_id"]
     ident = _who(request)
-    if "*" in ident.tenants:
-        return run_id
-    desc = await rc.handle(request.app[CLIENT_KEY], run_id).describe()
+    try:
+        desc = await rc.handle(request.app[CLIENT_KEY], run_id).describe()
+    except RPCError as e:
+        if e.status == RPCStatusCode.NOT_FOUND:
+            raise _no_such_run(run_id) from None
+        raise
     tenant = ((desc.search_attributes or {}).get("TenantId") or ["default"])[0]
-    if not ident.may_see(str(tenant)):
-        raise web.HTTPNotFound(
-            text=json.dumps({"error": f"no such run: {run_id}"}), content_type="application/json"
-        )
+    if desc.workflow_type != WORKFLOW_NAME or not ident.may_see(str(tenant)):
+        raise _no_such_run(run_id)
     return run_id
 
 
@@ -148,7 +163,8 @@ async def _errors(
         return await handler(request)
     except RPCError as e:
         if e.status == RPCStatusCode.NOT_FOUND:
-            return _error(404, f"no such run: {e.message}")
+            run_id = request.match_info.get("run_id")
+            return _error(404, f"no such run: {run_id or e.message}")
         if e.status == RPCStatusCode.UNAVAILABLE:
             return _error(503, f"the Temporal server is unavailable: {e.message}")
         return _error(400, e.message)
