@@ -28,6 +28,7 @@ __all__ = [
     "AUTH_KEY",
     "B",
     "CLIENT_KEY",
+    "MAX_JSON_DEPTH",
     "NO_FRAMING_HEADERS",
     "QUEUE_KEY",
     "SIGNER_KEY",
@@ -136,22 +137,52 @@ def _tenant_filter(ident: ca.Identity) -> str:
     return f" AND TenantId IN ({names})"
 
 
+MAX_JSON_DEPTH = 64
+"""Deepest nesting (arrays and objects) a request's JSON body may have."""
+
+
+def _bad_request(message: str) -> web.HTTPBadRequest:
+    return web.HTTPBadRequest(text=json.dumps({"error": message}), content_type="application/json")
+
+
+def _json_depth(value: object) -> int:
+    """How deeply ``value`` (parsed JSON) nests arrays and objects: 0 for a scalar. Iterative."""
+    deepest, todo = 0, [(value, 1)]
+    while todo:
+        item, depth = todo.pop()
+        children = (
+            item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        )
+        if children is None:
+            continue
+        deepest = max(deepest, depth)
+        if depth > MAX_JSON_DEPTH:
+            break
+        todo.extend((c, depth + 1) for c in children)
+    return deepest
+
+
 async def _body(request: web.Request, model: type[B]) -> B:
-    """The request's JSON body as ``model``; raises an HTTP 400 naming what is wrong."""
+    """The request's JSON body as ``model``.
+
+    Raises:
+        web.HTTPBadRequest: (400, ``{"error": ...}`` naming what is wrong) the body is not JSON,
+            nests deeper than :data:`MAX_JSON_DEPTH` levels, or does not fit ``model``.
+    """
+    too_deep = f"the body nests deeper than {MAX_JSON_DEPTH} levels of arrays and objects"
     try:
         data = json.loads(await request.text() or "{}")
+    except RecursionError:  # the parser's own limit (~1000 levels), long before ours matters
+        raise _bad_request(too_deep) from None
     except ValueError as e:
-        raise web.HTTPBadRequest(
-            text=json.dumps({"error": f"the body is not JSON: {e}"}),
-            content_type="application/json",
-        ) from None
+        raise _bad_request(f"the body is not JSON: {e}") from None
+    if _json_depth(data) > MAX_JSON_DEPTH:
+        raise _bad_request(too_deep)
     try:
         return model.model_validate(data)
     except ValidationError as e:
         msg = "; ".join(f"{'.'.join(map(str, x['loc'])) or 'body'}: {x['msg']}" for x in e.errors())
-        raise web.HTTPBadRequest(
-            text=json.dumps({"error": f"bad request: {msg}"}), content_type="application/json"
-        ) from None
+        raise _bad_request(f"bad request: {msg}") from None
 
 
 @web.middleware
