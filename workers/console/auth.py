@@ -299,12 +299,30 @@ class Gate:
         auth: Authenticator, bind_host: str, hosts: Sequence[str] = (), origins: Sequence[str] = ()
     ) -> Gate:
         """The gate for a server bound to ``bind_host`` (always allowed, with the loopback names)."""
-        names = {bind_host.strip("[]"), *LOOPBACK_NAMES, *(h.strip() for h in hosts if h.strip())}
         return Gate(
             auth,
-            frozenset(n.lower() for n in names),
+            allowed_hosts(bind_host, hosts),
             frozenset(o.rstrip("/") for o in origins if o),
         )
+
+
+def allowed_hosts(bind_host: str, extra: Sequence[str] = ()) -> frozenset[str]:
+    """The Host names a server bound to ``bind_host`` answers for (lower case, no port).
+
+    ``bind_host``, the loopback names (:data:`LOOPBACK_NAMES`) and ``extra`` (e.g.
+    ``AGENT_CONSOLE_ALLOWED_HOSTS`` split by :func:`split_list`). The console and the codec
+    server use the same list.
+    """
+    names = {bind_host.strip("[]"), *LOOPBACK_NAMES, *(h.strip() for h in extra if h.strip())}
+    return frozenset(n.lower() for n in names)
+
+
+def host_allowed(hosts: frozenset[str], host_header: str | None) -> bool:
+    """Whether a ``Host`` header (``name``, ``name:port``, ``[v6]:port``) names one of ``hosts``.
+
+    A missing header is not allowed (DNS-rebinding defence; answer 421 when False).
+    """
+    return _host_name(host_header or "") in hosts
 
 
 def _host_name(host_header: str) -> str:
@@ -329,7 +347,7 @@ def guard(gate: Gate) -> Middleware:
 
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if _host_name(request.headers.get("Host", "")) not in gate.hosts:
+        if not host_allowed(gate.hosts, request.headers.get("Host")):
             return _refuse(421, "this console does not answer for that host name")
         if request.path.startswith(PUBLIC_PATHS):
             return await handler(request)
