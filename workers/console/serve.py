@@ -28,7 +28,7 @@ Every request passes :mod:`workers.console.auth` first: a Host allow-list (421),
 ``Sec-Fetch-Site`` check and the CSRF token (403). **The principal is the authenticated
 identity**: a body's ``principal_id`` may only repeat it (another one: 403). A person sees and acts
 on the runs of their own tenants only: the run list is filtered by ``TenantId`` and another
-tenant's run answers 404.
+tenant's run answers the same 404 as a missing run or a workflow of another type.
 
 Every response forbids framing (``X-Frame-Options: DENY``, ``Content-Security-Policy:
 frame-ancestors 'none'``): another page cannot overlay the console under a decoy (clickjacking).
