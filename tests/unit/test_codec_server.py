@@ -145,12 +145,16 @@ def test_codec_server_module_runs_and_stops(tmp_path: Path):
         line = proc.stderr.readline()
         assert f"codec_server_started url=http://127.0.0.1:{port}" in line, line
 
-        async def health() -> dict:
+        async def health(headers: dict[str, str]) -> dict:
             async with aiohttp.ClientSession() as http:
-                async with http.get(f"http://127.0.0.1:{port}/healthz") as r:
+                async with http.get(f"http://127.0.0.1:{port}/healthz", headers=headers) as r:
                     return await r.json()
 
-        assert asyncio.run(health())["payload_dir"] == str((tmp_path / "payloads").resolve())
+        # the settings only to the token's holder (the server created the token at start)
+        token = (tmp_path / "console-token").read_text().strip()
+        mine = asyncio.run(health({"Authorization": f"Bearer {token}"}))
+        assert mine["payload_dir"] == str((tmp_path / "payloads").resolve())
+        assert asyncio.run(health({})) == {"status": "ok"}
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=20) == 0

@@ -30,6 +30,7 @@ import asyncio
 import hashlib
 import hmac
 import ipaddress
+import logging
 import os
 import secrets
 from collections.abc import Awaitable, Callable, Sequence
@@ -39,6 +40,8 @@ from typing import Any, Literal
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
+
+logger = logging.getLogger(__name__)
 
 AuthMode = Literal["token", "oidc", "proxy"]
 COOKIE = "agent_console"
@@ -56,8 +59,9 @@ class Identity:
     """An authenticated person.
 
     ``tenants`` holds the tenant ids whose runs the person may see and act on; ``"*"`` in it means
-    every tenant (the local token's owner). ``via`` is how they authenticated: ``bearer``
-    (``Authorization`` header), ``cookie`` or ``proxy``.
+    every tenant, which only the local token's owner can hold (:func:`granted_tenants` drops a
+    ``"*"`` coming from a proxy header or an OIDC claim). ``via`` is how they authenticated:
+    ``bearer`` (``Authorization`` header), ``cookie`` or ``proxy``.
     """
 
     principal_id: str
@@ -115,6 +119,24 @@ def read_token(state_dir: str | Path) -> str | None:
         return token_file(state_dir).read_text().strip() or None
     except OSError:
         return None
+
+
+def granted_tenants(names: Sequence[Any], source: str, principal: str) -> frozenset[str]:
+    """The tenant ids a proxy header or an OIDC claim grants: ``names`` as strings, without ``"*"``.
+
+    Only the local token's owner (``AGENT_CONSOLE_TENANTS``) may see every tenant: a ``"*"`` (and
+    a blank name) from ``source`` is dropped, with a warning naming ``principal``. Nothing left:
+    ``{"default"}``, as when no tenant was named.
+    """
+    out = {str(n).strip() for n in names}
+    if "*" in out:
+        logger.warning(
+            "console: ignored tenant '*' for %r from %s (only the local token may see every "
+            "tenant; name the tenants)",
+            principal,
+            source,
+        )
+    return frozenset(out - {"*", ""}) or frozenset({"default"})
 
 
 def split_list(raw: str | Sequence[str] | None) -> list[str]:
@@ -191,7 +213,9 @@ class Authenticator:
         return Identity(
             user,
             frozenset(g[5:] for g in groups if g.startswith("role:")),
-            frozenset(g[7:] for g in groups if g.startswith("tenant:")) or frozenset({"default"}),
+            granted_tenants(
+                [g[7:] for g in groups if g.startswith("tenant:")], self.groups_header, user
+            ),
             "proxy",
         )
 
@@ -217,9 +241,10 @@ class Authenticator:
         if not principal:
             return None
         tenants = claims.get("tenants") or claims.get("tenant_id") or ["default"]
-        tenants = [tenants] if isinstance(tenants, str) else tenants
+        tenants = tenants if isinstance(tenants, list) else [tenants]
         roles = claims.get("roles") or []
-        return Identity(principal, frozenset(map(str, roles)), frozenset(map(str, tenants)), via)
+        granted = granted_tenants(tenants, "the OIDC claim tenants/tenant_id", principal)
+        return Identity(principal, frozenset(map(str, roles)), granted, via)
 
 
 def authenticator_from_settings(settings: Any, host: str) -> Authenticator:
@@ -274,12 +299,30 @@ class Gate:
         auth: Authenticator, bind_host: str, hosts: Sequence[str] = (), origins: Sequence[str] = ()
     ) -> Gate:
         """The gate for a server bound to ``bind_host`` (always allowed, with the loopback names)."""
-        names = {bind_host.strip("[]"), *LOOPBACK_NAMES, *(h.strip() for h in hosts if h.strip())}
         return Gate(
             auth,
-            frozenset(n.lower() for n in names),
+            allowed_hosts(bind_host, hosts),
             frozenset(o.rstrip("/") for o in origins if o),
         )
+
+
+def allowed_hosts(bind_host: str, extra: Sequence[str] = ()) -> frozenset[str]:
+    """The Host names a server bound to ``bind_host`` answers for (lower case, no port).
+
+    ``bind_host``, the loopback names (:data:`LOOPBACK_NAMES`) and ``extra`` (e.g.
+    ``AGENT_CONSOLE_ALLOWED_HOSTS`` split by :func:`split_list`). The console and the codec
+    server use the same list.
+    """
+    names = {bind_host.strip("[]"), *LOOPBACK_NAMES, *(h.strip() for h in extra if h.strip())}
+    return frozenset(n.lower() for n in names)
+
+
+def host_allowed(hosts: frozenset[str], host_header: str | None) -> bool:
+    """Whether a ``Host`` header (``name``, ``name:port``, ``[v6]:port``) names one of ``hosts``.
+
+    A missing header is not allowed (DNS-rebinding defence; answer 421 when False).
+    """
+    return _host_name(host_header or "") in hosts
 
 
 def _host_name(host_header: str) -> str:
@@ -304,7 +347,7 @@ def guard(gate: Gate) -> Middleware:
 
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if _host_name(request.headers.get("Host", "")) not in gate.hosts:
+        if not host_allowed(gate.hosts, request.headers.get("Host")):
             return _refuse(421, "this console does not answer for that host name")
         if request.path.startswith(PUBLIC_PATHS):
             return await handler(request)

@@ -17,24 +17,44 @@ from temporalio.client import WorkflowUpdateFailedError
 from temporalio.service import RPCError
 
 from workers import client as rc
-from workers.console.common import CLIENT_KEY, _own_run
+from workers.console.common import CLIENT_KEY, NO_FRAMING_HEADERS, _own_run
 
-__all__ = ["KEEPALIVE_SECONDS"]
+__all__ = ["KEEPALIVE_SECONDS", "MAX_OFFSET_DIGITS"]
 
 KEEPALIVE_SECONDS = 15.0
 """Idle time after which the event stream sends a comment line."""
 
 
-def _from_offset(request: web.Request) -> int:
-    """Where the stream starts: after ``Last-Event-ID``, else ``?from=``, else 0."""
-    last = request.headers.get("Last-Event-ID")
-    raw = str(int(last) + 1) if last and last.strip().isdigit() else request.query.get("from", "0")
-    if not raw.isdigit():
+MAX_OFFSET_DIGITS = 18
+"""Longest offset accepted in ``?from=`` or ``Last-Event-ID`` (ASCII digits; fits an int64)."""
+
+
+def _offset(raw: str, name: str) -> int:
+    """``raw`` as an offset: 1 to :data:`MAX_OFFSET_DIGITS` ASCII digits, else a 400 naming ``name``."""
+    raw = raw.strip()
+    if not (0 < len(raw) <= MAX_OFFSET_DIGITS and raw.isascii() and raw.isdigit()):
         raise web.HTTPBadRequest(
-            text=json.dumps({"error": "from must be a non-negative integer"}),
+            text=json.dumps(
+                {
+                    "error": f"{name} must be a non-negative integer "
+                    f"(at most {MAX_OFFSET_DIGITS} digits 0-9)"
+                }
+            ),
             content_type="application/json",
         )
     return int(raw)
+
+
+def _from_offset(request: web.Request) -> int:
+    """Where the stream starts: after ``Last-Event-ID``, else ``?from=``, else 0.
+
+    Raises:
+        web.HTTPBadRequest: either is not an offset (:func:`_offset`).
+    """
+    last = request.headers.get("Last-Event-ID", "").strip()
+    if last:
+        return _offset(last, "Last-Event-ID") + 1
+    return _offset(request.query.get("from", "0"), "from")
 
 
 async def _events(request: web.Request) -> web.StreamResponse:
@@ -47,6 +67,7 @@ async def _events(request: web.Request) -> web.StreamResponse:
             "Content-Type": "text/event-stream",
             "Cache-Control": "no-cache",
             "X-Accel-Buffering": "no",
+            **NO_FRAMING_HEADERS,
         }
     )
     await resp.prepare(request)

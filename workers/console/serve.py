@@ -28,7 +28,10 @@ Every request passes :mod:`workers.console.auth` first: a Host allow-list (421),
 ``Sec-Fetch-Site`` check and the CSRF token (403). **The principal is the authenticated
 identity**: a body's ``principal_id`` may only repeat it (another one: 403). A person sees and acts
 on the runs of their own tenants only: the run list is filtered by ``TenantId`` and another
-tenant's run answers 404.
+tenant's run answers the same 404 as a missing run or a workflow of another type.
+
+Every response forbids framing (``X-Frame-Options: DENY``, ``Content-Security-Policy:
+frame-ancestors 'none'``): another page cannot overlay the console under a decoy (clickjacking).
 
 Errors are JSON ``{"error": message}``: 400 bad input, 401 not authenticated, 403 refused,
 404 no such run, 409 a decision the run refused (the validator's reason), 421 a Host this console
@@ -62,6 +65,7 @@ from workers.console.common import (
     WEB_UI_KEY,
     B,
     _errors,
+    _no_framing,
     _who,
 )
 from workers.console.events import KEEPALIVE_SECONDS, _events
@@ -126,7 +130,9 @@ def build_app(
     says who may use it (:mod:`workers.console.auth`); ``signer`` signs its decisions (None:
     a fresh key, whose signatures only a spec listing its public key accepts).
     """
-    app = web.Application(middlewares=[ca.guard(gate), _errors], client_max_size=1024 * 1024)
+    app = web.Application(
+        middlewares=[_no_framing, ca.guard(gate), _errors], client_max_size=1024 * 1024
+    )
     app[AUTH_KEY] = gate.auth
     app[SIGNER_KEY] = signer or Ed25519PrivateKey.generate()
     app[CLIENT_KEY] = client

@@ -7,18 +7,52 @@ and ``GET /suites/{suite_id}`` (``static/suite.html``); a person sees their tena
 from __future__ import annotations
 
 from aiohttp import web
-from temporalio.client import Client
-from temporalio.service import RPCError
+from temporalio.client import Client, WorkflowQueryFailedError
+from temporalio.service import RPCError, RPCStatusCode
 
+from workers.console.auth import Identity
 from workers.console.common import CLIENT_KEY, STATIC, _error, _who
 
 
 async def _suite_tenant(client: Client, suite_id: str) -> str | None:
-    """The tenant of an evaluation suite (its start input), or None when it has none to read."""
+    """The tenant of an evaluation suite (its start input), or None when it has none to read.
+
+    Raises:
+        temporalio.service.RPCError, temporalio.client.WorkflowQueryFailedError: the query failed
+            (no such workflow, or one without the ``request`` query).
+    """
     from activities.evals.contracts import SuiteRequest
 
     raw = await client.get_workflow_handle(suite_id).query("request")
     return SuiteRequest.model_validate(raw).tenant_id if raw else None
+
+
+async def _own_suite(client: Client, ident: Identity, suite_id: str) -> bool:
+    """Whether ``suite_id`` is an evaluation suite (``EvalSuite``) of the person's tenants.
+
+    False alike for a missing id, another tenant's suite, another workflow type (an ``AgentRun``)
+    and a suite whose tenant cannot be read, so the 404s of :func:`_suite` say nothing more.
+
+    Raises:
+        temporalio.service.RPCError: the Temporal server failed otherwise than "not found".
+    """
+    from activities.evals.contracts import SUITE_WORKFLOW
+
+    try:
+        desc = await client.get_workflow_handle(suite_id).describe()
+    except RPCError as e:
+        if e.status == RPCStatusCode.NOT_FOUND:
+            return False
+        raise
+    if desc.workflow_type != SUITE_WORKFLOW:
+        return False
+    if "*" in ident.tenants:
+        return True
+    try:
+        tenant = await _suite_tenant(client, suite_id)
+    except (RPCError, WorkflowQueryFailedError):
+        return False
+    return tenant is not None and ident.may_see(tenant)
 
 
 async def _suites(request: web.Request) -> web.Response:
@@ -29,7 +63,7 @@ async def _suites(request: web.Request) -> web.Response:
         if "*" not in ident.tenants:
             try:
                 tenant = await _suite_tenant(client, wf.id)
-            except RPCError:
+            except (RPCError, WorkflowQueryFailedError):
                 continue
             if tenant is None or not ident.may_see(tenant):
                 continue
@@ -44,16 +78,18 @@ async def _suites(request: web.Request) -> web.Response:
 
 
 async def _suite(request: web.Request) -> web.Response:
-    """``GET /api/suites/{id}``: the suite's report so far (``agentctl eval report --json``)."""
+    """``GET /api/suites/{id}``: the suite's report so far (``agentctl eval report --json``).
+
+    404 ``{"error": "no such suite: <id>"}`` alike for a missing id, another tenant's suite and a
+    workflow that is no suite (:func:`_own_suite`).
+    """
     from activities.evals.report import build_report
     from workers.eval_client import progress
 
     suite_id, ident = request.match_info["suite_id"], _who(request)
     client = request.app[CLIENT_KEY]
-    if "*" not in ident.tenants:
-        tenant = await _suite_tenant(client, suite_id)
-        if tenant is None or not ident.may_see(tenant):
-            return _error(404, f"no such suite: {suite_id}")
+    if not await _own_suite(client, ident, suite_id):
+        return _error(404, f"no such suite: {suite_id}")
     report = build_report(await progress(client, suite_id))
     return web.json_response(report, headers={"Cache-Control": "no-store"})
 

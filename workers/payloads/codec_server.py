@@ -19,7 +19,13 @@ Protocol (Temporal's remote codec protocol; only the last path segment counts, s
                     CORS preflight: 200 with Access-Control-Allow-Origin (the requesting origin
                     when allowed), -Methods (POST, OPTIONS), -Headers (Content-Type, X-Namespace,
                     Authorization), -Credentials (true), -Max-Age.
-    GET /healthz    200 {"status": "ok", "store": "local", "payload_dir": "..."}
+    GET /healthz    200 {"status": "ok"}; with a credential (below) also the store's settings
+                    {"store": "local", "payload_dir": "...", "threshold_bytes": N, ...}.
+
+Every route, ``/healthz`` included, first checks the ``Host`` header against the console's
+allow-list (:func:`workers.console.auth.allowed_hosts`: the bind address, ``127.0.0.1``,
+``localhost``, ``::1`` and ``AGENT_CONSOLE_ALLOWED_HOSTS``): another name gets 421, so a
+DNS-rebinding page cannot read the server under its own name.
 
 The ``X-Namespace`` header the UI sends is accepted (references are not namespace-scoped here).
 Requests carrying an ``Origin`` header are refused (403) unless the origin is allowed -- by
@@ -60,7 +66,14 @@ from temporalio.converter import ExternalStorage
 
 from workers.cli.entrypoints import run_command
 from workers.config import Settings, load_settings
-from workers.console.auth import Authenticator, authenticator_from_settings
+from workers.console.auth import (
+    LOOPBACK_NAMES,
+    Authenticator,
+    allowed_hosts,
+    authenticator_from_settings,
+    host_allowed,
+    split_list,
+)
 from workers.payloads.converter import (
     build_external_storage,
     reference_of,
@@ -88,6 +101,7 @@ _ORIGINS_KEY: web.AppKey[frozenset[str]] = web.AppKey("origins", frozenset)
 _INFO_KEY: web.AppKey[dict[str, Any]] = web.AppKey("info", dict)
 _AUTH_KEY = web.AppKey("auth", Authenticator)
 _CODEC_KEY = web.AppKey("codec", AesGcmCodec)
+_HOSTS_KEY: web.AppKey[frozenset[str]] = web.AppKey("hosts", frozenset)
 
 
 def default_allowed_origins(ui_url: str | None = None) -> list[str]:
@@ -142,6 +156,23 @@ def _origin_allowed(request: web.Request, origin: str) -> bool:
 
 
 @web.middleware
+async def _host_guard(request: web.Request, handler: Any) -> web.StreamResponse:
+    """421 for a ``Host`` the server does not answer for (DNS rebinding), on every route."""
+    if not host_allowed(request.app[_HOSTS_KEY], request.headers.get(hdrs.HOST)):
+        logger.warning("codec request for host %r refused", request.headers.get(hdrs.HOST))
+        return web.json_response(
+            {"error": "this codec server does not answer for that host name"}, status=421
+        )
+    return await handler(request)
+
+
+async def _authenticated(request: web.Request) -> bool:
+    """Whether the request carries the credential ``auth`` asks for (True without ``auth``)."""
+    auth = request.app.get(_AUTH_KEY)
+    return auth is None or await auth.identify(request) is not None
+
+
+@web.middleware
 async def _origin_guard(request: web.Request, handler: Any) -> web.StreamResponse:
     origin = request.headers.get(hdrs.ORIGIN)
     if origin and not _origin_allowed(request, origin):
@@ -151,8 +182,7 @@ async def _origin_guard(request: web.Request, handler: Any) -> web.StreamRespons
             {"error": f"origin {origin} is not allowed (allowed: {allowed})"}, status=403
         )
     if request.method == "POST" and request.path != "/healthz":
-        auth = request.app.get(_AUTH_KEY)
-        if auth is not None and await auth.identify(request) is None:
+        if not await _authenticated(request):
             return web.json_response(
                 {
                     "error": "not authenticated: send Authorization: Bearer <console token> or the "
@@ -240,6 +270,9 @@ async def _encode(request: web.Request) -> web.Response:
 
 
 async def _health(request: web.Request) -> web.Response:
+    """``{"status": "ok"}``; the store's settings (``info``) only to an authenticated caller."""
+    if not await _authenticated(request):
+        return web.json_response({"status": "ok"})
     return web.json_response({"status": "ok", **request.app[_INFO_KEY]})
 
 
@@ -250,6 +283,7 @@ def build_codec_app(
     info: dict[str, Any] | None = None,
     auth: Authenticator | None = None,
     codec: AesGcmCodec | None = None,
+    hosts: Iterable[str] | None = None,
 ) -> web.Application:
     """The aiohttp application of the codec server (routes in the module docstring).
 
@@ -258,14 +292,18 @@ def build_codec_app(
             :func:`workers.payloads.converter.build_external_storage` of the worker's settings.
         allowed_origins: browser origins allowed (``"*"`` for any); default
             :func:`default_allowed_origins`.
-        info: extra fields for ``GET /healthz``.
+        info: extra fields for ``GET /healthz`` (shown to authenticated callers only).
         auth: who may decode and encode (:mod:`workers.console.auth`: the console's token,
             OIDC or a trusted proxy); None serves anyone who passes the Origin check (tests of
             the storage alone).
         codec: decrypts on ``/decode`` and encrypts on ``/encode`` (``AGENT_ENCRYPTION_KEYS``).
+        hosts: the ``Host`` names answered (any other: 421); default the loopback names
+            (:data:`workers.console.auth.LOOPBACK_NAMES`); see
+            :func:`workers.console.auth.allowed_hosts`.
     """
     origins = list(default_allowed_origins() if allowed_origins is None else allowed_origins)
-    app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[_origin_guard])
+    app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[_host_guard, _origin_guard])
+    app[_HOSTS_KEY] = frozenset(h.lower() for h in (LOOPBACK_NAMES if hosts is None else hosts))
     app[_STORAGE_KEY] = storage
     app[_ORIGINS_KEY] = frozenset(o.rstrip("/") for o in origins)
     app[_INFO_KEY] = dict(info or {})
@@ -340,7 +378,8 @@ async def start_codec_server(
 
     Args:
         settings: default :func:`workers.config.load_settings`.
-        host: address to bind (keep loopback: the server hands out payload contents).
+        host: address to bind (keep loopback: the server hands out payload contents); the server
+            answers for ``host``, the loopback names and ``AGENT_CONSOLE_ALLOWED_HOSTS`` only.
         port: TCP port; default ``settings.codec_port`` (8234); 0 = any free port.
         allowed_origins: browser origins allowed; default :func:`default_allowed_origins`.
         storage: default ``build_external_storage(settings)``.
@@ -361,6 +400,7 @@ async def start_codec_server(
         info=_settings_info(settings),
         auth=auth or authenticator_from_settings(settings, host),
         codec=codec_from_setting(settings.encryption_keys),
+        hosts=allowed_hosts(host, split_list(settings.console_allowed_hosts)),
     )
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
@@ -397,7 +437,12 @@ def _serve(
         raise typer.Exit(2) from None
     origins = allow_origin or default_allowed_origins()
     app = build_codec_app(
-        storage, allowed_origins=origins, info=_settings_info(settings), auth=auth, codec=codec
+        storage,
+        allowed_origins=origins,
+        info=_settings_info(settings),
+        auth=auth,
+        codec=codec,
+        hosts=allowed_hosts(host, split_list(settings.console_allowed_hosts)),
     )
     banner = (
         f"codec_server_started url=http://{host}:{port} store={settings.payload_store} "
