@@ -17,19 +17,11 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from jwt.algorithms import RSAAlgorithm
 from temporalio.client import Client
 
+from tests.support.console import TOKEN, pending_write
 from tests.support.harness import CHROMIUM, CHROMIUM_ARGS, Harness, until_state
 from workers.config import Settings
 from workers.console.auth import AuthConfigError, Authenticator, authenticator_from_settings
 from workers.console.serve import start_server
-from workers.testing.scripted_model import ScriptedModel, text, tool_call
-
-TOKEN = "security-test-token"
-
-
-def pending_write(h_model_answer: str = "done") -> ScriptedModel:
-    return ScriptedModel(
-        [tool_call("write_file", {"path": "owned.txt", "content": "x"}), text(h_model_answer)]
-    )
 
 
 async def _awaiting(h: Harness) -> tuple[Any, str]:

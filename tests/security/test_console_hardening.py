@@ -21,7 +21,7 @@ from jwt.algorithms import RSAAlgorithm
 from temporalio.client import Client
 from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 
-from tests.security.test_console_attacks import TOKEN, pending_write
+from tests.support.console import TOKEN, pending_write
 from tests.support.harness import CHROMIUM, CHROMIUM_ARGS, Harness, until_state
 from tests.support.payloads import settings_in
 from workers.console.auth import Authenticator
