@@ -33,7 +33,7 @@ This module is the one to import from; the names live in modules by job:
   :class:`RateLimit`, :class:`ToolEntry`.
 * :mod:`activities.spec_policy` -- ``policy:``: :class:`Policy`, :class:`ToolPolicy`,
   :class:`PolicyRule`, :class:`ArgCondition`.
-* :mod:`activities.spec_resolve` -- :func:`resolve_agent`, :func:`load_rate_limits`,
+* :mod:`activities.spec_pinning` -- :func:`resolve_agent`, :func:`load_rate_limits`,
   :func:`spec_hash`; :mod:`activities.spec_file` reads the file (:class:`SpecError`).
 """
 
@@ -41,8 +41,8 @@ from __future__ import annotations
 
 from activities.spec_agent import AGENT_TOOL_NAME, AgentSpec, PinnedSpec
 from activities.spec_file import SpecError, load_spec_file
+from activities.spec_pinning import load_rate_limits, resolve_agent, spec_hash
 from activities.spec_policy import ArgCondition, Policy, PolicyAction, PolicyRule, ToolPolicy
-from activities.spec_resolve import load_rate_limits, resolve_agent, spec_hash
 from activities.spec_settings import (
     CodeModeSpec,
     Compaction,

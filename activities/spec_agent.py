@@ -1,6 +1,6 @@
 """An agent, resolved (:class:`AgentSpec`), and the spec as pinned into a run (:class:`PinnedSpec`).
 
-:mod:`activities.spec` re-exports every name; :func:`activities.spec_resolve.resolve_agent` builds
+:mod:`activities.spec` re-exports every name; :func:`activities.spec_pinning.resolve_agent` builds
 an :class:`AgentSpec` from a spec file.
 """
 

@@ -260,7 +260,16 @@ class AgentRun(RunHandlers):
         self._ctx.publish()
 
     async def _loop(self) -> RunResult:
-        """Turns until a :class:`Stop` (or continue-as-new) ends the run."""
+        """Turns until a :class:`Stop` (or continue-as-new) ends the run.
+
+        Every end goes one way: a pure decision of :mod:`workflows.turn` that says
+        :class:`turn.Finish` (``completed`` included) is raised as :class:`Stop` by
+        :func:`_stop_if`, as are interrupts, deadlines and failures from deeper down; :meth:`_run`
+        catches it and :meth:`_finish` builds the ``RunResult``. Per turn, ``before_compaction``,
+        ``maybe_compact`` and ``hold`` do nothing unless the spec allows local tools in the model
+        step (workflows/tools_first.py) or the context nears the model's window
+        (workflows/compaction_step.py).
+        """
         ctx = self._ctx
         s, limits = ctx.s, ctx.pinned().spec.limits
         if ctx.pinned().spec.mode == "plan" and ctx.req().mode == "task":

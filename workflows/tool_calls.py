@@ -276,6 +276,13 @@ class ToolStep:
         )
 
     async def _await_approvals(self) -> None:
+        """Wait until every pending call has a verdict (or the approval timeout).
+
+        Woken by :meth:`workflows.handlers.Decisions.record`, which the ``decide`` update and the
+        ``approve``/``reject`` signals call: it writes ``s.verdicts``, the condition below reads it.
+        A child run first tells its parent the calls it waits on (``report_approvals``: no effect
+        for a top-level run).
+        """
         ctx = self.ctx
         s, policy = ctx.s, ctx.pinned().spec.policy
         ctx.enter("awaiting_approval")
