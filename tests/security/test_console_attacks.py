@@ -14,10 +14,9 @@ import jwt
 import pytest
 from aiohttp import web
 from cryptography.hazmat.primitives.asymmetric import rsa
-from jwt.algorithms import RSAAlgorithm
 from temporalio.client import Client
 
-from tests.support.console import TOKEN, pending_write
+from tests.support.console import TOKEN, jwks_server, pending_write
 from tests.support.harness import CHROMIUM, CHROMIUM_ARGS, Harness, until_state
 from workers.config import Settings
 from workers.console.auth import AuthConfigError, Authenticator, authenticator_from_settings
@@ -252,19 +251,8 @@ def test_token_mode_refuses_a_non_loopback_bind_and_the_token_file_is_private(tm
 
 
 async def test_oidc_bearer_tokens_are_checked_against_the_jwks(client: Client, tmp_path: Path):
-    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    jr, jwks_url, key = await jwks_server()
     other = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    jwk = json.loads(RSAAlgorithm.to_jwk(key.public_key()))
-    jwks = web.Application()
-
-    async def _keys(_r: web.Request) -> web.Response:
-        return web.json_response({"keys": [{**jwk, "kid": "k1", "alg": "RS256"}]})
-
-    jwks.router.add_get("/jwks", _keys)
-    jr = web.AppRunner(jwks)
-    await jr.setup()
-    await web.TCPSite(jr, "127.0.0.1", 0).start()
-    jwks_url = f"http://127.0.0.1:{jr.addresses[0][1]}/jwks"
     auth = Authenticator(mode="oidc", jwks_url=jwks_url, issuer="https://idp", audience="console")
 
     def token(signer: Any = key, **claims: Any) -> str:

@@ -6,7 +6,6 @@ says nothing about other tenants' runs, bad input answered 400, and the codec se
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from pathlib import Path
@@ -16,12 +15,10 @@ import aiohttp
 import jwt
 import pytest
 from aiohttp import web
-from cryptography.hazmat.primitives.asymmetric import rsa
-from jwt.algorithms import RSAAlgorithm
 from temporalio.client import Client
 from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 
-from tests.support.console import TOKEN, pending_write
+from tests.support.console import TOKEN, jwks_server, pending_write
 from tests.support.harness import CHROMIUM, CHROMIUM_ARGS, Harness, until_state
 from tests.support.payloads import settings_in
 from workers.console.auth import Authenticator
@@ -112,21 +109,6 @@ async def test_a_page_on_another_port_cannot_frame_the_console_over_a_decoy(
             await handle.terminate("test over")
 
 
-async def _jwks_server() -> tuple[web.AppRunner, str, Any]:
-    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    jwk = json.loads(RSAAlgorithm.to_jwk(key.public_key()))
-    app = web.Application()
-
-    async def _keys(_r: web.Request) -> web.Response:
-        return web.json_response({"keys": [{**jwk, "kid": "k1", "alg": "RS256"}]})
-
-    app.router.add_get("/jwks", _keys)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    return runner, f"http://127.0.0.1:{runner.addresses[0][1]}/jwks", key
-
-
 def _jwt(key: Any, **claims: Any) -> str:
     body = {"sub": "eve", "iss": "https://idp", "aud": "console", "exp": time.time() + 60}
     return jwt.encode({**body, **claims}, key, algorithm="RS256", headers={"kid": "k1"})
@@ -136,7 +118,7 @@ async def test_a_star_tenant_from_a_proxy_group_or_an_oidc_claim_grants_nothing(
     client: Client, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ):
     caplog.set_level(logging.WARNING, logger="workers.console.auth")
-    jr, jwks_url, key = await _jwks_server()
+    jr, jwks_url, key = await jwks_server()
     proxy = Authenticator(mode="proxy", trusted_proxies=frozenset({"127.0.0.1"}))
     oidc = Authenticator(mode="oidc", jwks_url=jwks_url, issuer="https://idp", audience="console")
     async with Harness(client, tmp_path, pending_write()) as h:

@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
+from aiohttp import web
+from cryptography.hazmat.primitives.asymmetric import rsa
+from jwt.algorithms import RSAAlgorithm
+
 from workers.testing.scripted_model import ScriptedModel, text, tool_call
 
 TOKEN = "security-test-token"
@@ -13,3 +20,22 @@ def pending_write(h_model_answer: str = "done") -> ScriptedModel:
     return ScriptedModel(
         [tool_call("write_file", {"path": "owned.txt", "content": "x"}), text(h_model_answer)]
     )
+
+
+async def jwks_server() -> tuple[web.AppRunner, str, Any]:
+    """An identity provider's JWKS endpoint on a free port: ``(runner, its URL, the RSA key)``.
+
+    It serves the key's public half as ``kid`` ``k1`` (RS256); clean up with ``runner.cleanup()``.
+    """
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    jwk = json.loads(RSAAlgorithm.to_jwk(key.public_key()))
+    app = web.Application()
+
+    async def _keys(_r: web.Request) -> web.Response:
+        return web.json_response({"keys": [{**jwk, "kid": "k1", "alg": "RS256"}]})
+
+    app.router.add_get("/jwks", _keys)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    return runner, f"http://127.0.0.1:{runner.addresses[0][1]}/jwks", key
