@@ -49,6 +49,7 @@ from activities.contracts import (
 )
 from activities.heartbeat import await_with_heartbeats
 from activities.mcp.config import canonical_tool_name
+from activities.model_reply import token_count, without_lone_surrogates
 from activities.streaming import DeltaPublisher, ReplyAssembler, ReplyCutOff, publish_events
 
 log = structlog.get_logger("activities.model")
@@ -186,14 +187,13 @@ def _normalise(completion: Any, requested_model: str) -> ModelReply:
     calls: list[ToolCallRequest] = []
     for i, tc in enumerate(msg.tool_calls or []):
         fn = tc.function
-        calls.append(
-            ToolCallRequest(id=tc.id or f"call_{i}", name=fn.name, arguments=fn.arguments or "{}")
-        )
+        arguments = without_lone_surrogates(fn.arguments or "{}")
+        calls.append(ToolCallRequest(id=tc.id or f"call_{i}", name=fn.name, arguments=arguments))
     u = completion.usage
     usage = Usage(
-        prompt_tokens=getattr(u, "prompt_tokens", 0) or 0,
-        completion_tokens=getattr(u, "completion_tokens", 0) or 0,
-        total_tokens=getattr(u, "total_tokens", 0) or 0,
+        prompt_tokens=token_count(getattr(u, "prompt_tokens", 0)),
+        completion_tokens=token_count(getattr(u, "completion_tokens", 0)),
+        total_tokens=token_count(getattr(u, "total_tokens", 0)),
     )
     return ModelReply(
         content=msg.content,

@@ -14,12 +14,19 @@ __all__ = [
     "CodeModeSpec",
     "Compaction",
     "Limits",
+    "MAX_RUN_SECONDS",
     "MemorySpec",
     "PlanSettings",
     "Pricing",
     "RateLimit",
     "ToolEntry",
 ]
+
+
+MAX_RUN_SECONDS = 10 * 365.25 * 24 * 3600
+"""Longest ``max_seconds`` a spec or a request may set: 10 years. A ``timedelta`` holds at most
+~8.6e13 seconds, so ``inf`` or ``1e300`` made the deadline overflow inside the workflow (found by
+an outside probe); a run's deadline is meant to be reached."""
 
 
 class Limits(BaseModel):
@@ -29,7 +36,11 @@ class Limits(BaseModel):
 
     max_turns: int = Field(default=20, ge=1, description="model steps at most")
     max_seconds: float = Field(
-        default=300, gt=0, description="wall seconds of workflow time at most"
+        default=300,
+        gt=0,
+        le=MAX_RUN_SECONDS,
+        allow_inf_nan=False,
+        description="wall seconds of workflow time at most (at most 10 years)",
     )
     loop_window: int = Field(
         default=6, ge=2, description="recent turns examined for repeated tool calls"

@@ -30,6 +30,7 @@ from temporalio.contrib.workflow_streams import WorkflowStreamClient
 
 from activities import redaction
 from activities.contracts import ModelReply, ToolCallRequest, Usage
+from activities.model_reply import token_count, without_lone_surrogates
 
 log = structlog.get_logger("activities.streaming")
 
@@ -110,9 +111,9 @@ class ReplyAssembler:
         u = getattr(chunk, "usage", None)
         if u is not None:
             self._usage = Usage(
-                prompt_tokens=u.prompt_tokens or 0,
-                completion_tokens=u.completion_tokens or 0,
-                total_tokens=u.total_tokens or 0,
+                prompt_tokens=token_count(u.prompt_tokens),
+                completion_tokens=token_count(u.completion_tokens),
+                total_tokens=token_count(u.total_tokens),
             )
         choices: list[Any] = chunk.choices or []
         for choice in choices:
@@ -170,7 +171,7 @@ class ReplyAssembler:
             ToolCallRequest(
                 id=slot["id"] or f"call_{i}",
                 name=slot["name"],
-                arguments="".join(slot["arguments"]) or "{}",
+                arguments=without_lone_surrogates("".join(slot["arguments"]) or "{}"),
             )
             for i, (_, slot) in enumerate(sorted(self._calls.items()))
         ]

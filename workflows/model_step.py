@@ -70,6 +70,11 @@ class ModelStep:
         if reply.model_skipped:  # the held calls' results first go through compaction
             s.turn -= 1
             return None
+        if s.unique_call_ids and reply.tool_calls:  # a repeated id never shares a verdict
+            taken = {*s.verdicts, *s.pending, *(r.id for r in s.tool_calls)}
+            calls = turn.unique_call_ids(reply.tool_calls, taken)
+            if calls != reply.tool_calls:
+                reply = reply.model_copy(update={"tool_calls": calls})
         s.usage = s.usage.add(reply.usage)
         ctx.emit("model_finished", reply=reply)
         # TotalTokens and CostUsd stay current in listings: each upsert is an event and a

@@ -5,14 +5,16 @@ Names and shapes are pinned by ``docs/contract.md``; fields may be added, never 
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from temporalio.contrib.workflow_streams import WorkflowStreamState
 
 from activities.contracts import StepToolCall, Usage
 from activities.spec import PinnedSpec
+from activities.spec_settings import MAX_RUN_SECONDS
 
 RunStatus = Literal[
     "completed", "interrupted", "max_turns", "timeout", "loop_detected", "budget_exceeded", "failed"
@@ -28,21 +30,34 @@ WORKFLOW_NAME = "AgentRun"
 
 
 class LimitsOverride(BaseModel):
-    """Per-run overrides of the spec's limits; ``None`` keeps the spec's value."""
+    """Per-run overrides of the spec's limits; ``None`` keeps the spec's value.
+
+    ``max_seconds`` is finite and at most :data:`activities.spec_settings.MAX_RUN_SECONDS` (10 years).
+    """
 
     max_turns: int | None = Field(default=None, ge=1)
-    max_seconds: float | None = Field(default=None, gt=0)
+    max_seconds: float | None = Field(default=None, gt=0, le=MAX_RUN_SECONDS, allow_inf_nan=False)
     max_total_tokens: int | None = Field(default=None, ge=1)
     max_cost_usd: float | None = Field(default=None, gt=0)
 
 
-class RunRequest(BaseModel):
-    """Input of ``AgentRun`` (docs/contract.md)."""
+MAX_NAME_CHARS = 512
+"""Longest agent name, tenant, principal or parent run id a request may carry: each is shown as a
+Keyword search attribute, whose values the Temporal server limits to 2,048 bytes
+(``limit.maxSearchAttributeValueSize``); 512 characters are at most 2,048 bytes of UTF-8."""
 
-    agent: str = "default"
+
+class RunRequest(BaseModel):
+    """Input of ``AgentRun`` (docs/contract.md).
+
+    ``agent``, ``tenant_id``, ``principal_id`` and ``parent_run_id`` are at most
+    :data:`MAX_NAME_CHARS` characters.
+    """
+
+    agent: str = Field(default="default", max_length=MAX_NAME_CHARS)
     input: str
-    tenant_id: str = "default"
-    principal_id: str = "anonymous"
+    tenant_id: str = Field(default="default", max_length=MAX_NAME_CHARS)
+    principal_id: str = Field(default="anonymous", max_length=MAX_NAME_CHARS)
     mode: Literal["task", "chat"] = "task"
     limits: LimitsOverride = Field(default_factory=LimitsOverride)
     spec_file: str | None = Field(
@@ -50,7 +65,9 @@ class RunRequest(BaseModel):
     )
     model: str | None = Field(default=None, description="override of the spec's model")
     parent_run_id: str | None = Field(
-        default=None, description="fork lineage: the run this one forked from"
+        default=None,
+        max_length=MAX_NAME_CHARS,
+        description="fork lineage: the run this one forked from",
     )
     fork_turn: int | None = None
     seed_messages: list[dict[str, Any]] | None = Field(
@@ -171,13 +188,41 @@ class SignedDecision(BaseModel):
     )
 
 
+MAX_DECISION_ARGUMENTS_BYTES = 256 * 1024
+"""Largest edited ``arguments`` (as JSON) a decision may carry: 256 KiB. They go into the tool
+call's activity input; the Temporal server refuses a workflow task whose payloads pass 2 MB (its
+default ``limit.blobSize.error``), so 1 MB of arguments, accepted, failed every task after it."""
+
+
+def _bounded_arguments(value: dict[str, Any] | None) -> dict[str, Any] | None:
+    if value is not None:
+        try:
+            size = len(json.dumps(value, ensure_ascii=False).encode("utf-8", "replace"))
+        except RecursionError:
+            raise ValueError("arguments are nested too deeply") from None
+        if size > MAX_DECISION_ARGUMENTS_BYTES:
+            raise ValueError(
+                f"arguments are {size} bytes of JSON; a decision may carry at most "
+                f"{MAX_DECISION_ARGUMENTS_BYTES}"
+            )
+    return value
+
+
 class ApproveSignal(SignedDecision):
-    """Payload of signal ``approve``: run a call that waits; ``arguments`` replaces the model's."""
+    """Payload of signal ``approve``: run a call that waits; ``arguments`` replaces the model's.
+
+    ``arguments`` are at most :data:`MAX_DECISION_ARGUMENTS_BYTES` of JSON.
+    """
 
     tool_call_id: str
     principal_id: str = "anonymous"
     arguments: dict[str, Any] | None = None
     comment: str | None = None
+
+    @field_validator("arguments")
+    @classmethod
+    def _arguments_bounded(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        return _bounded_arguments(value)
 
 
 class RejectSignal(SignedDecision):
@@ -189,7 +234,10 @@ class RejectSignal(SignedDecision):
 
 
 class DecideUpdate(SignedDecision):
-    """Payload of update ``decide``: an approval or rejection, answered synchronously."""
+    """Payload of update ``decide``: an approval or rejection, answered synchronously.
+
+    ``arguments`` are at most :data:`MAX_DECISION_ARGUMENTS_BYTES` of JSON.
+    """
 
     tool_call_id: str
     decision: Literal["approve", "reject"]
@@ -197,6 +245,11 @@ class DecideUpdate(SignedDecision):
     arguments: dict[str, Any] | None = None
     comment: str | None = None
     reason: str | None = None
+
+    @field_validator("arguments")
+    @classmethod
+    def _arguments_bounded(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        return _bounded_arguments(value)
 
 
 class DecideResult(BaseModel):
@@ -368,6 +421,11 @@ class RunData(BaseModel):
         default=False,
         description="patch tools-in-model-step: allowed local tools' calls ride the next model "
         "step (workflows/tools_first.py); carried, so a continued run keeps its first run's path",
+    )
+    unique_call_ids: bool = Field(
+        default=False,
+        description="patch unique-call-ids: a tool call id the model repeats is renamed "
+        "(workflows/turn.py unique_call_ids); carried like tools_in_step",
     )
     # one execution only (not carried)
     tools_first: list[StepToolCall] = Field(

@@ -269,3 +269,22 @@ def decision_problem(
         return f"tool call {call_id} is {'not waiting for approval' if call_id in known else 'unknown'}"
     allowed, why = may_decide(policy, approvers, principal_id, roles)
     return None if allowed else why
+
+
+def unique_call_ids(calls: list[ToolCallRequest], taken: Collection[str]) -> list[ToolCallRequest]:
+    """``calls`` with every id unique in the run; the others are kept as they are.
+
+    An id already ``taken`` (or seen earlier in ``calls``) becomes ``<id>-2``, ``<id>-3``, ...
+    (the first free one). A model may repeat a call id within a reply or reuse one of an earlier turn (small local
+    models answer ``call_0`` every turn). Verdicts are kept by call id, so without this a call
+    could run on the approval of another.
+    """
+    seen: set[str] = set(taken)
+    out: list[ToolCallRequest] = []
+    for call in calls:
+        new_id, n = call.id, 2
+        while new_id in seen:
+            new_id, n = f"{call.id}-{n}", n + 1
+        seen.add(new_id)
+        out.append(call if new_id == call.id else call.model_copy(update={"id": new_id}))
+    return out

@@ -12,6 +12,7 @@ from openai.types.chat import ChatCompletionMessageParam
 
 from activities.contracts import ERR_MODEL_OUTPUT_INVALID, ERR_MODEL_UNAVAILABLE
 from activities.model import classify_error
+from activities.model_reply import MAX_REPORTED_TOKENS, token_count, without_lone_surrogates
 from activities.streaming import ReplyAssembler
 from workers.testing.scripted_model import ScriptedModel, text, tool_calls
 from workflows.events import clip
@@ -87,3 +88,19 @@ def test_clip_cuts_long_strings_everywhere():
     out = clip({"a": long, "b": [long, 3], "c": "short"}, limit=10)
     assert out["a"] == "y" * 10 + "...[4990 more chars]"
     assert out["b"][0] == out["a"] and out["b"][1] == 3 and out["c"] == "short"
+
+
+def test_usage_counts_are_bounded_and_lone_surrogates_replaced():
+    assert [token_count(v) for v in (2e20, -5, "12", None, "x", 3.9)] == [
+        MAX_REPORTED_TOKENS,
+        0,
+        12,
+        0,
+        0,
+        3,
+    ]
+    assert json.loads(without_lone_surrogates('{"a": "\\ud800x"}')) == {"a": "\ufffdx"}
+    assert json.loads(without_lone_surrogates('{"a": "\ud800"}')) == {"a": "\ufffd"}
+    pair = '{"e": "\\ud83d\\ude00"}'  # a whole pair (an emoji) is left as it is
+    assert without_lone_surrogates(pair) == pair
+    assert without_lone_surrogates("not json \\u") == "not json \\u"

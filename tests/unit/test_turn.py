@@ -274,3 +274,16 @@ def test_inbound_decoding_says_what_is_wrong_and_who_sent_it():
     assert '"tool_call_id", "principal_id"?' in bad.problem
     ok = ApproveSignal(tool_call_id="c1")
     assert decode(ok, ApproveSignal, "x") is ok
+
+
+def test_unique_call_ids_renames_a_repeated_id_and_keeps_the_rest():
+    calls = [
+        ToolCallRequest(id="call_0", name="deploy", arguments="{}"),
+        ToolCallRequest(id="call_0", name="deploy", arguments="{}"),
+        ToolCallRequest(id="fresh", name="record", arguments="{}"),
+        ToolCallRequest(id="call_0-2", name="record", arguments="{}"),
+    ]
+    out = turn.unique_call_ids(calls, taken={"call_0", "call_0-3"})
+    assert [c.id for c in out] == ["call_0-2", "call_0-4", "fresh", "call_0-2-2"]
+    assert out[2] is calls[2]  # untouched calls are the same objects
+    assert turn.unique_call_ids(calls[2:3], taken=set()) == calls[2:3]

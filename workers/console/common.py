@@ -189,9 +189,18 @@ async def _body(request: web.Request, model: type[B]) -> B:
 async def _errors(
     request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
 ) -> web.StreamResponse:
-    """Temporal errors as JSON with a status that says what happened."""
+    """Temporal errors as JSON with a status that says what happened.
+
+    A request that does not make a valid input (a decision's arguments over their limit, say) is
+    a 400 naming why.
+    """
     try:
         return await handler(request)
+    except ValidationError as e:
+        msg = "; ".join(
+            f"{'.'.join(map(str, x['loc'])) or 'input'}: {x['msg']}" for x in e.errors()
+        )
+        return _error(400, f"bad request: {msg}")
     except RPCError as e:
         if e.status == RPCStatusCode.NOT_FOUND:
             run_id = request.match_info.get("run_id")

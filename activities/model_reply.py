@@ -1,0 +1,48 @@
+"""What a model server reports, made safe to keep: bounded usage counts, encodable arguments.
+
+A model server is not trusted: its usage counts are bounded (:func:`token_count`) and tool-call
+arguments are made encodable (:func:`without_lone_surrogates`), for plain replies
+(:mod:`activities.model`) and streamed ones (:class:`activities.streaming.ReplyAssembler`) alike.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+MAX_REPORTED_TOKENS = 10**12
+"""Most tokens one count of a reply's ``usage`` may say; more is taken as this many.
+
+The run adds usage up into search attribute ``TotalTokens`` (a signed 64-bit integer on the
+server): a server that reported 2e20 tokens failed every workflow task of the run after it."""
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def token_count(value: Any) -> int:
+    """A usage count as the run keeps it: an int in ``[0, MAX_REPORTED_TOKENS]``.
+
+    A number (or numeric text) is truncated and clamped; anything else, negative or missing is 0.
+    """
+    try:
+        number = int(float(value or 0))
+    except (TypeError, ValueError, OverflowError):
+        return 0
+    return min(max(number, 0), MAX_REPORTED_TOKENS)
+
+
+def without_lone_surrogates(arguments: str) -> str:
+    r"""The model's arguments text with each lone UTF-16 surrogate replaced by U+FFFD.
+
+    A lone surrogate (raw, or a JSON escape such as ``\ud800`` with no partner) cannot be
+    encoded as UTF-8, so the run could not record or show the call (every workflow task failed).
+    Text without one is returned unchanged; so is text that is not JSON (the run reports that).
+    """
+    text = _SURROGATE.sub("\ufffd", arguments)
+    if "\\u" not in text:
+        return text
+    try:
+        decoded = json.dumps(json.loads(text), ensure_ascii=False)
+    except (ValueError, RecursionError):
+        return text
+    return _SURROGATE.sub("\ufffd", decoded) if _SURROGATE.search(decoded) else text
