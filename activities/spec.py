@@ -42,7 +42,15 @@ from __future__ import annotations
 from activities.spec_agent import AGENT_TOOL_NAME, AgentSpec, PinnedSpec
 from activities.spec_file import SpecError, load_spec_file
 from activities.spec_pinning import load_rate_limits, resolve_agent, spec_hash
-from activities.spec_policy import ArgCondition, Policy, PolicyAction, PolicyRule, ToolPolicy
+from activities.spec_policy import (
+    CHECK_PATTERNS,
+    ArgCondition,
+    Policy,
+    PolicyAction,
+    PolicyRule,
+    ToolPolicy,
+    pattern_problem,
+)
 from activities.spec_settings import (
     CodeModeSpec,
     Compaction,
@@ -56,6 +64,7 @@ from activities.spec_settings import (
 
 __all__ = [
     "AGENT_TOOL_NAME",
+    "CHECK_PATTERNS",
     "AgentSpec",
     "ArgCondition",
     "CodeModeSpec",
@@ -74,6 +83,7 @@ __all__ = [
     "ToolPolicy",
     "load_rate_limits",
     "load_spec_file",
+    "pattern_problem",
     "resolve_agent",
     "spec_hash",
 ]

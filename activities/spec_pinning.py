@@ -17,6 +17,7 @@ from pydantic import ValidationError
 from activities.contracts import ToolInfo
 from activities.spec_agent import AgentSpec
 from activities.spec_file import SpecError, load_spec_file
+from activities.spec_policy import CHECK_PATTERNS
 from activities.spec_settings import PlanSettings, RateLimit
 from activities.subagents import AgentGraphError, check_agent_graph
 
@@ -112,7 +113,7 @@ def resolve_agent(path: str | Path, agent: str, default_model: str) -> AgentSpec
             for name, entry in cast("dict[Any, Any]", servers).items()
         }
     try:
-        spec = AgentSpec.model_validate(body)
+        spec = AgentSpec.model_validate(body, context={CHECK_PATTERNS: True})
     except ValidationError as e:
         raise SpecError(_format_error(agent, e)) from None
     try:

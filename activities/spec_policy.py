@@ -5,15 +5,41 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal, cast
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
+from activities.patterns import re2_problem
 from activities.signing import parse_public_key
 
-__all__ = ["ArgCondition", "Policy", "PolicyAction", "PolicyRule", "ToolPolicy"]
+__all__ = [
+    "CHECK_PATTERNS",
+    "ArgCondition",
+    "Policy",
+    "PolicyAction",
+    "PolicyRule",
+    "ToolPolicy",
+    "pattern_problem",
+]
 
 PolicyAction = Literal["allow", "deny", "approve"]
+
+CHECK_PATTERNS = "check_patterns"
+"""Key of the pydantic validation context under which :class:`ArgCondition` checks its patterns
+(``model_validate(body, context={CHECK_PATTERNS: True})``): set where a spec is read from its file
+(:func:`activities.spec_pinning.resolve_agent`). A pinned spec decoded in a workflow (the recorded
+``spec.resolve`` result, a continue-as-new carry) is not checked again: a run pinned before the
+check existed must still replay, and the policy denies a call whose rule it cannot evaluate."""
+
+
+def pattern_problem(pattern: str) -> str | None:
+    r"""Why RE2 (the engine of policy patterns, :mod:`activities.patterns`) cannot compile ``pattern``.
+
+    None when it can. RE2 runs in time linear in the text and so has no backreferences
+    (``(a)\1``) and no lookaround (``(?=...)``, ``(?!...)``, ``(?<=...)``): RE2 reports those like
+    syntax errors.
+    """
+    return re2_problem(pattern)
 
 
 class ArgCondition(BaseModel):
@@ -26,14 +52,43 @@ class ArgCondition(BaseModel):
     )
     arg_matches: dict[str, str] | None = Field(
         default=None,
-        description="argument name -> regular expression the argument's text must match (re.search)",
+        description="argument name -> regular expression (RE2 syntax: linear time, no "
+        "backreferences or lookaround) found anywhere in the argument's text (a search)",
     )
     arg_not_matches: dict[str, str] | None = Field(
         default=None,
-        description="argument name -> regular expression the argument's text must not match",
+        description="argument name -> regular expression (RE2 syntax) not found in the "
+        "argument's text",
     )
     tenant_in: list[str] | None = None
     principal_in: list[str] | None = None
+
+    @field_validator("arg_matches", "arg_not_matches")
+    @classmethod
+    def _re2_patterns(cls, value: Any, info: ValidationInfo) -> Any:
+        """Every pattern compiles with RE2, when the spec is read from its file.
+
+        Only under the validation context :data:`CHECK_PATTERNS` (see there why).
+
+        Raises:
+            ValueError: names the argument and the pattern, and RE2's reason.
+        """
+        context: Any = info.context
+        if not value or not isinstance(context, dict):
+            return value
+        if not cast("dict[str, Any]", context).get(CHECK_PATTERNS):
+            return value
+        problems: list[str] = []
+        for name, pattern in value.items():
+            why = pattern_problem(pattern)
+            if why is not None:
+                problems.append(f"argument {name!r}: pattern {pattern!r} is not RE2 syntax ({why})")
+        if problems:
+            raise ValueError(
+                "; ".join(problems) + ". Policy patterns are RE2 (linear time: no "
+                "backreferences, no lookaround)"
+            )
+        return value
 
 
 class PolicyRule(BaseModel):

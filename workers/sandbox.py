@@ -22,11 +22,13 @@ from __future__ import annotations
 from temporalio.worker import UnsandboxedWorkflowRunner, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
-PASSTHROUGH = ("workflows", "cryptography")
+PASSTHROUGH = ("workflows", "cryptography", "re2")
 """Packages imported once per worker, outside the per-run sandbox. ``cryptography`` verifies signed
 decisions in handlers (activities/signing.py): its Rust extension imports
 ``cryptography.exceptions`` when a signature fails, and a second copy of the extension inside the
-sandbox aborts the process (seen here: "Fatal Python error: Aborted"); it is deterministic."""
+sandbox aborts the process (seen here: "Fatal Python error: Aborted"); it is deterministic.
+``re2`` (google-re2, a C++ extension) matches the policy's patterns (workflows/policy.py): one copy
+per worker, like every C extension; matching is deterministic."""
 
 
 def workflow_runner(sandboxed: bool = True) -> WorkflowRunner:

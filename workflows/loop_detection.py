@@ -22,13 +22,29 @@ Signature = tuple[tuple[str, str], ...]
 
 
 def canonical_arguments(arguments: str | dict[str, Any]) -> str:
-    """Canonical JSON text of tool arguments (keys sorted); unparsable text is kept as is."""
+    """Canonical JSON text of tool arguments (keys sorted); unparsable text is kept as is.
+
+    Text that is not JSON or is nested deeper than the interpreter's recursion limit
+    (``RecursionError`` from ``json.loads``) counts as unparsable: stripped, never an exception.
+    A dict too deep to write back as JSON is its ``repr`` cut at 10,000 characters.
+    """
     if isinstance(arguments, str):
         try:
             arguments = json.loads(arguments)
-        except ValueError:
+        except (ValueError, RecursionError):
             return arguments.strip()
-    return json.dumps(arguments, sort_keys=True, separators=(",", ":"))
+    try:
+        return json.dumps(arguments, sort_keys=True, separators=(",", ":"))
+    except (ValueError, RecursionError):
+        return _shallow_text(arguments)
+
+
+def _shallow_text(value: Any) -> str:
+    """Deterministic text of a value ``json.dumps`` cannot write (nested too deeply)."""
+    try:
+        return repr(value)[:10_000]
+    except RecursionError:
+        return f"<{type(value).__name__} nested too deeply>"
 
 
 def turn_signature(calls: Sequence[tuple[str, str | dict[str, Any]]]) -> Signature:

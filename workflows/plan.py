@@ -104,6 +104,8 @@ def parse_plan(
         plan = Plan.model_validate(json.loads(_json_text(text or "")))
     except json.JSONDecodeError as e:
         raise PlanInvalid(f"the plan is not JSON: {e}") from None
+    except RecursionError:
+        raise PlanInvalid("the plan is not JSON this runtime reads: nested too deeply") from None
     except ValidationError as e:
         errs = "; ".join(
             f"{'.'.join(str(x) for x in err['loc']) or 'plan'}: {err['msg']}" for err in e.errors()

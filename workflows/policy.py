@@ -4,6 +4,15 @@ Evaluated in the workflow (never in an activity), so no tool call can bypass it.
 the tool's rules (first whose condition holds), then the tool's own ``action``, then the agent's
 ``policy.default`` (``by_risk``: read tools allowed, write/exec/network tools need approval).
 Tools with ``risk`` exec or network are never allowed by ``by_risk`` without an explicit entry.
+
+Patterns (``arg_matches``, ``arg_not_matches``) are matched by the engine the caller passes:
+:func:`re2_search` (RE2: linear time in the argument's length, so no pattern can freeze the worker
+by backtracking) for runs since patch ``policy-re2`` (workflows/tool_calls.py), :func:`re_search`
+(Python's ``re``) for runs started before it, whose verdicts must replay unchanged. A rule whose
+pattern the engine cannot compile (a spec pinned before patterns were checked at load) or whose
+argument cannot be written as text denies the call, with a reason naming the rule: a broken rule,
+whatever its action, never lets through more than a working one would, and the run goes on (the
+model is told the call was denied) instead of failing its workflow task.
 """
 
 from __future__ import annotations
@@ -11,15 +20,49 @@ from __future__ import annotations
 import json
 import posixpath
 import re
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from typing import Any, Literal, cast
 
 from pydantic import BaseModel, Field
 
 from activities.contracts import ToolInfo
-from activities.spec import ArgCondition, Policy
+from activities.patterns import re2_found
+from activities.spec import ArgCondition, Policy, ToolPolicy
 
 Action = Literal["allow", "deny", "approve"]
+
+Search = Callable[[str, str], bool]
+"""``search(pattern, text)``: whether ``pattern`` occurs anywhere in ``text``; raises when the
+engine cannot compile ``pattern``."""
+
+
+class ConditionError(ValueError):
+    """A rule's condition that cannot be evaluated: a pattern or argument it cannot read.
+
+    The pattern does not compile, or the argument cannot be written as text. :func:`evaluate`
+    denies the call instead of raising.
+    """
+
+
+def re2_search(pattern: str, text: str) -> bool:
+    """Whether ``pattern`` (RE2 syntax) occurs in ``text``: linear time, no backtracking.
+
+    Raises:
+        activities.patterns.PatternError: ``pattern`` is not RE2 syntax (a backreference, a
+            lookaround, unbalanced).
+    """
+    return re2_found(pattern, text)
+
+
+def re_search(pattern: str, text: str) -> bool:
+    """Whether ``pattern`` occurs in ``text`` by Python's ``re``: runs before patch ``policy-re2``.
+
+    ``re`` backtracks: a pattern like ``^(a+)+$`` can take exponential time.
+
+    Raises:
+        re.error: ``pattern`` is not a valid Python regular expression.
+    """
+    return re.search(pattern, text) is not None
 
 
 class PolicyDecision(BaseModel):
@@ -31,12 +74,16 @@ class PolicyDecision(BaseModel):
 
 
 def parse_arguments(arguments: str | dict[str, Any]) -> dict[str, Any] | None:
-    """Arguments as a dict, or None when the model's JSON text is not an object."""
+    """Arguments as a dict, or None when the model's JSON text is not an object.
+
+    Text that is not JSON, or JSON nested deeper than the interpreter's recursion limit
+    (``RecursionError`` from ``json.loads``), is None as well: never an exception.
+    """
     if isinstance(arguments, dict):
         return arguments
     try:
         value = json.loads(arguments or "{}")
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     return cast("dict[str, Any]", value) if isinstance(value, dict) else None
 
@@ -47,9 +94,21 @@ def _normal_path(value: Any) -> str:
 
 
 def condition_holds(
-    cond: ArgCondition, args: dict[str, Any] | None, tenant_id: str, principal_id: str
+    cond: ArgCondition,
+    args: dict[str, Any] | None,
+    tenant_id: str,
+    principal_id: str,
+    search: Search = re2_search,
 ) -> bool:
-    """True when every field given in ``cond`` holds for these arguments and identity."""
+    """True when every field given in ``cond`` holds for these arguments and identity.
+
+    ``search`` matches ``arg_matches`` / ``arg_not_matches`` (:func:`re2_search` or
+    :func:`re_search`).
+
+    Raises:
+        ConditionError: a pattern ``search`` cannot compile, or an argument that cannot be
+            written as JSON text (nested too deeply); the message names the argument.
+    """
     a = args or {}
     if cond.tenant_in is not None and tenant_id not in cond.tenant_in:
         return False
@@ -65,16 +124,21 @@ def condition_holds(
         ):
             return False
     for name, pattern in (cond.arg_matches or {}).items():
-        if name not in a or re.search(pattern, _text(a[name])) is None:
+        if name not in a or not _found(search, name, pattern, a[name]):
             return False
     for name, pattern in (cond.arg_not_matches or {}).items():
-        if name in a and re.search(pattern, _text(a[name])) is not None:
+        if name in a and _found(search, name, pattern, a[name]):
             return False
     return True
 
 
-def _text(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+def _found(search: Search, name: str, pattern: str, value: Any) -> bool:
+    """``search(pattern, text of value)``; every failure of it a :class:`ConditionError`."""
+    try:
+        text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+        return search(pattern, text)
+    except (re.error, RecursionError, ValueError, TypeError) as e:  # PatternError is a ValueError
+        raise ConditionError(f"argument {name!r}, pattern {pattern!r}: {e}") from None
 
 
 def evaluate(
@@ -84,8 +148,9 @@ def evaluate(
     arguments: str | dict[str, Any],
     tenant_id: str,
     principal_id: str,
+    search: Search = re2_search,
 ) -> PolicyDecision:
-    """Decide one tool call.
+    """Decide one tool call (never raises: a rule that cannot be evaluated denies it).
 
     Args:
         policy: the agent's pinned policy.
@@ -95,6 +160,8 @@ def evaluate(
         arguments: the model's arguments (raw JSON text or dict).
         tenant_id: the run's tenant.
         principal_id: the run's principal (who started it).
+        search: the engine of ``arg_matches`` / ``arg_not_matches``: :func:`re2_search`, or
+            :func:`re_search` for runs started before patch ``policy-re2``.
     """
     if tool is None:
         return PolicyDecision(action="allow", reason="unknown tool: reported to the model")
@@ -104,13 +171,9 @@ def evaluate(
     )
     args = parse_arguments(arguments)
     if entry:
-        for i, rule in enumerate(entry.rules):
-            if condition_holds(rule.when, args, tenant_id, principal_id):
-                return PolicyDecision(
-                    action=rule.action,
-                    reason=rule.reason or f"{name}: rule {i + 1}",
-                    approvers=approvers,
-                )
+        by_rule = _by_rules(entry, name, args, (tenant_id, principal_id), search)
+        if by_rule is not None:
+            return by_rule.model_copy(update={"approvers": approvers})
         if entry.action:
             return PolicyDecision(
                 action=entry.action,
@@ -136,6 +199,30 @@ def evaluate(
         reason=f"{tool.risk} tools need an explicit policy entry",
         approvers=approvers,
     )
+
+
+def _by_rules(
+    entry: ToolPolicy,
+    name: str,
+    args: dict[str, Any] | None,
+    who: tuple[str, str],
+    search: Search,
+) -> PolicyDecision | None:
+    """The decision of the first of ``entry.rules`` whose condition holds, else None.
+
+    A rule reached whose condition cannot be evaluated (:class:`ConditionError`) denies the call.
+    """
+    for i, rule in enumerate(entry.rules):
+        try:
+            holds = condition_holds(rule.when, args, who[0], who[1], search)
+        except ConditionError as e:
+            return PolicyDecision(
+                action="deny",
+                reason=f"{name}: rule {i + 1} cannot be evaluated ({e}); the call is denied",
+            )
+        if holds:
+            return PolicyDecision(action=rule.action, reason=rule.reason or f"{name}: rule {i + 1}")
+    return None
 
 
 def may_decide(

@@ -25,10 +25,18 @@ with workflow.unsafe.imports_passed_through():
     from workflows.code_mode import run_script
     from workflows.handoff import HandoffStep
     from workflows.models import PendingApproval, ToolCallRecord
-    from workflows.policy import evaluate
+    from workflows.policy import Search, evaluate, re2_search, re_search
     from workflows.run_context import RunContext, Stop, cause_message
 
-__all__ = ["Stop", "ToolStep", "cause_message"]
+__all__ = ["PATCH_POLICY_RE2", "Stop", "ToolStep", "cause_message"]
+
+PATCH_POLICY_RE2 = "policy-re2"
+r"""Patch id: runs that took it match policy patterns with RE2 (linear time, :func:`re2_search`);
+runs from before it keep Python's ``re`` (:func:`re_search`), whose verdict differs for some
+patterns (``\d`` and non-ASCII digits), so that their recorded decisions replay. Decided at the
+run's first pattern match in a policy evaluation, which follows a model step's activity and
+precedes every local activity of its workflow task (a patch marker after a local activity's in one
+task fails replay)."""
 
 
 class ToolStep:
@@ -103,6 +111,20 @@ class ToolStep:
             await self.gather(running, records, outcomes, bounded)
         return records, outcomes
 
+    @staticmethod
+    def policy_search() -> Search:
+        """The engine of the policy's patterns: RE2 if the run takes :data:`PATCH_POLICY_RE2`.
+
+        Else ``re``. Asked at the first pattern matched, so a run whose policy matches no pattern
+        records no marker (no event, no ``TemporalChangeVersion`` upsert).
+        """
+
+        def search(pattern: str, text: str) -> bool:
+            engine = re2_search if workflow.patched(PATCH_POLICY_RE2) else re_search
+            return engine(pattern, text)
+
+        return search
+
     def apply_policy(
         self, calls: list[ToolCallRequest], tools: dict[str, ToolInfo]
     ) -> tuple[list[ToolCallRecord], dict[str, str]]:
@@ -111,6 +133,7 @@ class ToolStep:
         s, req, spec = ctx.s, ctx.req(), ctx.pinned().spec
         records: list[ToolCallRecord] = []
         outcomes: dict[str, str] = {}
+        search = self.policy_search()
         for call in calls:
             decision = evaluate(
                 spec.policy,
@@ -119,6 +142,7 @@ class ToolStep:
                 call.arguments,
                 req.tenant_id,
                 req.principal_id,
+                search,
             )
             rec, settled = turn.settle_by_policy(call, decision, s.turn)
             records.append(rec)

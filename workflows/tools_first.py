@@ -103,7 +103,7 @@ class ToolsFirst:
         req = ctx.req()
         decision = evaluate(
             ctx.pinned().spec.policy, info, call.name, call.arguments, req.tenant_id,
-            req.principal_id,
+            req.principal_id, self._tools.policy_search(),
         )  # fmt: skip
         return decision.action == "allow"
 
