@@ -67,6 +67,10 @@ class ServerUnreachable(RuntimeError):
     """The Temporal server did not answer at the configured address."""
 
 
+class ConnectionSettingsError(ValueError):
+    """The connection settings cannot be used, e.g. a ``TEMPORAL_ADDRESS`` that is no host:port."""
+
+
 async def connect(settings: Settings | None = None, **kwargs: Any) -> Client:
     """Connect to Temporal with the runtime's data converter (and tracing when configured).
 
@@ -77,6 +81,9 @@ async def connect(settings: Settings | None = None, **kwargs: Any) -> Client:
 
     Raises:
         ServerUnreachable: nothing answers at ``TEMPORAL_ADDRESS`` (message names the address).
+        ConnectionSettingsError: the address (or another connection setting) is malformed.
+        pydantic.ValidationError: an environment variable is invalid (:func:`load_settings`).
+        workers.payloads.encryption.EncryptionKeyError: ``AGENT_ENCRYPTION_KEYS`` cannot be used.
         workers.telemetry.TelemetryUnavailableError: tracing is asked for but the OpenTelemetry
             packages are missing (message names the pip command).
     """
@@ -91,6 +98,16 @@ async def connect(settings: Settings | None = None, **kwargs: Any) -> Client:
     target = cfg.pop("target_host")
     try:
         return await Client.connect(target, **cfg)
+    except ValueError as e:  # raised before any network use: the settings are wrong
+        if "target" in str(e):
+            raise ConnectionSettingsError(
+                f"the Temporal address {target!r} (TEMPORAL_ADDRESS) cannot be used: "
+                f"{_short_reason(e)}; expected host:port, e.g. 127.0.0.1:7233"
+            ) from None
+        raise ConnectionSettingsError(
+            f"the Temporal connection settings (address {target!r}) cannot be used: "
+            f"{_short_reason(e)}"
+        ) from None
     except (RuntimeError, RPCError, OSError) as e:
         raise ServerUnreachable(
             f"cannot reach the Temporal server at {target} (namespace {cfg.get('namespace')}): "

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import AliasChoices, Field, field_validator
+from pydantic import AliasChoices, Field, ValidationError, field_validator
 from pydantic_settings import (
     BaseSettings,
     NoDecode,
@@ -306,6 +306,33 @@ def load_settings() -> Settings:
         if keys.is_file():
             settings = settings.model_copy(update={"encryption_keys": str(keys.resolve())})
     return settings
+
+
+def env_var(field: str) -> str:
+    """The environment variable of :class:`Settings` field ``field`` (``field`` if it has none)."""
+    info = Settings.model_fields.get(field)
+    alias = info.validation_alias if info is not None else None
+    if isinstance(alias, AliasChoices) and isinstance(alias.choices[0], str):
+        return alias.choices[0]
+    return field
+
+
+def settings_errors(e: ValidationError) -> list[str] | None:
+    """One line per invalid variable of a :func:`load_settings` error, else None.
+
+    Each line is ``NAME='value': reason``, pydantic's short message without its type and URL,
+    e.g. ``AGENT_PAYLOAD_STORE='ftp': Input should be 'local', 's3' or 'none'``. None when ``e``
+    is not about :class:`Settings` (another model's validation error).
+    """
+    if e.title != Settings.__name__:
+        return None
+    lines = []
+    for item in e.errors(include_url=False):
+        field = str(item["loc"][0]) if item["loc"] else ""
+        value = item.get("input")
+        shown = f"={str(value)[:60]!r}" if isinstance(value, str | int | float) else ""
+        lines.append(f"{env_var(field) if field else 'settings'}{shown}: {item['msg']}")
+    return lines
 
 
 def temporal_connect_config(settings: Settings | None = None) -> dict[str, Any]:

@@ -6,6 +6,7 @@ import asyncio
 import json
 from pathlib import Path
 
+import pytest
 from temporalio.client import Client
 
 from tests.support.cli import agentctl, agentctl_env
@@ -24,6 +25,119 @@ async def test_unreachable_server_is_exit_3_with_one_line():
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert len(lines) <= 2 and "cannot reach the Temporal server at 127.0.0.1:1" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+BAD_SETTINGS = [
+    pytest.param(
+        {"TEMPORAL_ADDRESS": "::::nonsense"},
+        ["TEMPORAL_ADDRESS", "'::::nonsense'", "host:port"],
+        id="address",
+    ),
+    pytest.param(
+        {"AGENT_HEARTBEAT_TIMEOUT": "-x"},
+        ["AGENT_HEARTBEAT_TIMEOUT='-x'", "valid number"],
+        id="heartbeat",
+    ),
+    pytest.param(
+        {"AGENT_PAYLOAD_STORE": "ftp"},
+        ["AGENT_PAYLOAD_STORE='ftp'", "'local', 's3' or 'none'"],
+        id="payload-store",
+    ),
+    pytest.param(
+        {"AGENT_WORKFLOW_SANDBOX": "maybe"},
+        ["AGENT_WORKFLOW_SANDBOX='maybe'", "valid boolean"],
+        id="sandbox",
+    ),
+    pytest.param(
+        {"AGENT_PAYLOAD_THRESHOLD_BYTES": "-1"},
+        ["AGENT_PAYLOAD_THRESHOLD_BYTES='-1'", "greater than or equal to 0"],
+        id="threshold",
+    ),
+    pytest.param(
+        {"AGENT_ENCRYPTION_KEYS": "/no/such/keyfile"},
+        ["AGENT_ENCRYPTION_KEYS", "/no/such/keyfile", "does not exist"],
+        id="keys-missing-file",
+    ),
+    pytest.param(
+        {"AGENT_ENCRYPTION_KEYS": "garbage!!"},
+        ["AGENT_ENCRYPTION_KEYS line 1: expected key_id:base64key"],
+        id="keys-garbage",
+    ),
+]
+
+
+def _bad_env(tmp_path: Path, bad: dict[str, str]) -> dict[str, str]:
+    # an address nothing answers at: a command that got past its settings would exit 3, not 2
+    base = {
+        "TEMPORAL_ADDRESS": "127.0.0.1:1",
+        "AGENT_STATE_DIR": str(tmp_path / "state"),
+        "AGENT_ENCRYPTION_KEYS": "off",
+    }
+    return {**base, **bad}
+
+
+@pytest.mark.parametrize(("bad", "named"), BAD_SETTINGS)
+async def test_a_bad_setting_is_exit_2_with_one_line_naming_it(
+    tmp_path: Path, bad: dict[str, str], named: list[str]
+):
+    r = await agentctl("status", "run-x", env=_bad_env(tmp_path, bad))
+    assert r.returncode == 2, r.stderr
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), r.stderr
+    missing = [want for want in named if want not in r.stderr]
+    assert not missing, r.stderr
+    assert "Traceback" not in r.stderr
+
+
+async def test_every_invalid_variable_is_named_on_its_own_line(tmp_path: Path):
+    bad = {"AGENT_HEARTBEAT_TIMEOUT": "-x", "AGENT_PAYLOAD_STORE": "ftp"}
+    r = await agentctl("list", env=_bad_env(tmp_path, bad))
+    assert r.returncode == 2
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 2, r.stderr
+    assert "AGENT_HEARTBEAT_TIMEOUT='-x'" in lines[0] and "AGENT_PAYLOAD_STORE='ftp'" in lines[1]
+    assert "errors.pydantic.dev" not in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["worker"],
+        ["serve", "--port", "1"],
+        ["decision-key"],
+        ["memory", "list", "--principal", "p"],
+        ["dev-server", "--config", "/no/such/temporal-dev.yml", "--background"],
+        ["replay", "--file", "tests/histories/streamed.json"],
+        ["audit", "--file", "tests/histories/streamed.json"],
+    ],
+    ids=lambda args: args[0],
+)
+async def test_commands_that_read_settings_themselves_exit_2_on_a_bad_one(
+    tmp_path: Path, args: list[str]
+):
+    r = await agentctl(*args, env=_bad_env(tmp_path, {"AGENT_HEARTBEAT_TIMEOUT": "-x"}))
+    assert r.returncode == 2, r.stderr
+    assert "AGENT_HEARTBEAT_TIMEOUT='-x'" in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "state" / "decision-key").exists()  # nothing made with bad settings
+
+
+@pytest.mark.parametrize(
+    ("bad", "named"),
+    [
+        ({"TEMPORAL_ADDRESS": "::::nonsense"}, "TEMPORAL_ADDRESS"),
+        ({"AGENT_ENCRYPTION_KEYS": "/no/such/keyfile"}, "does not exist"),
+    ],
+    ids=["address", "keys"],
+)
+async def test_the_worker_reports_a_bad_connection_setting_as_one_json_line(
+    tmp_path: Path, bad: dict[str, str], named: str
+):
+    r = await agentctl("worker", env=_bad_env(tmp_path, bad))
+    assert r.returncode == 2, r.stderr
+    [line] = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    event = json.loads(line)
+    assert event["event"] == "worker_failed" and named in event["error"]
+    assert "exception" not in event and "Traceback" not in r.stderr
 
 
 async def test_usage_error_is_exit_2():

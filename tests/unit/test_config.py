@@ -1,9 +1,21 @@
 """workers/config.py: every variable of docs/contract.md and the README, read by pydantic-settings."""
 
+import base64
+from pathlib import Path
+
 import pytest
 from pydantic import ValidationError
 
-from workers.config import LOCAL_MODEL_NAME, PROJECT_ROOT, Settings, load_settings
+from workers.config import (
+    LOCAL_MODEL_NAME,
+    PROJECT_ROOT,
+    Settings,
+    env_var,
+    load_settings,
+    settings_errors,
+)
+from workers.payloads.encryption import EncryptionKeyError, load_keys
+from workflows.models import RunResult
 
 VARIABLES = {
     "TEMPORAL_ADDRESS": ("temporal_address", "127.0.0.1:7233", "h:1", "h:1"),
@@ -119,3 +131,34 @@ def test_every_field_documents_its_variable():
     for name, (field, *_rest) in VARIABLES.items():
         assert (Settings.model_fields[field].description or "").startswith(f"{name}: ")
     assert len(Settings.model_fields) == len(VARIABLES)
+
+
+def test_a_bad_value_is_one_line_naming_its_variable(clean_env: pytest.MonkeyPatch):
+    clean_env.setenv("AGENT_CODEC_PORT", "70000")
+    clean_env.setenv("AGENT_WORKFLOW_SANDBOX", "maybe")
+    with pytest.raises(ValidationError) as caught:
+        load_settings()
+    lines = settings_errors(caught.value)
+    assert lines is not None and len(lines) == 2
+    assert lines[0].startswith("AGENT_WORKFLOW_SANDBOX='maybe': Input should be a valid boolean")
+    assert lines[1] == "AGENT_CODEC_PORT='70000': Input should be less than or equal to 65535"
+    assert all(name == env_var(field) for name, (field, *_rest) in VARIABLES.items())
+    with pytest.raises(ValidationError) as other:
+        RunResult.model_validate({"status": 5})
+    assert settings_errors(other.value) is None  # not about the settings: not reported as such
+
+
+@pytest.mark.parametrize("value", ["/no/such/keyfile", "~/no-such-keyfile", "./no-such", "a/b"])
+def test_a_key_setting_that_looks_like_a_path_names_the_missing_file(value: str):
+    with pytest.raises(EncryptionKeyError, match="which does not exist") as caught:
+        load_keys(value)
+    assert "expected key_id" not in str(caught.value)
+
+
+def test_a_key_line_with_a_slash_is_still_a_key_and_garbage_says_both_readings(tmp_path: Path):
+    key = "k1:" + base64.b64encode(bytes([255] * 32)).decode()  # "////..."
+    assert "/" in key and load_keys(key) == [("k1", bytes([255] * 32))]
+    with pytest.raises(EncryptionKeyError, match="not a file"):
+        load_keys(str(tmp_path))
+    with pytest.raises(EncryptionKeyError, match=r"key_id:base64key \(and no file 'garbage!!'"):
+        load_keys("garbage!!")

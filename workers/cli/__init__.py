@@ -1,7 +1,9 @@
 """``agentctl``: the command line (docs/contract.md). Thin: parse arguments, call a client helper, print.
 
 Exit status: 0 the run completed (or the command succeeded), 1 the run ended otherwise or the
-command failed, 2 a usage error, 3 the Temporal server cannot be reached.
+command failed, 2 a usage error or a bad setting (an invalid environment variable,
+``AGENT_ENCRYPTION_KEYS`` or ``TEMPORAL_ADDRESS``: one line names it), 3 the Temporal server cannot
+be reached.
 
 The commands live in :mod:`workers.cli.runs`, :mod:`workers.cli.servers`,
 :mod:`workers.cli.inspection`, :mod:`workers.cli.evals`, :mod:`workers.cli.versions` and

@@ -1,7 +1,8 @@
 """What every ``agentctl`` command shares: the typer app, consoles, exit codes, client and printing.
 
 Exit status: 0 the run completed (or the command succeeded), 1 the run ended otherwise or the
-command failed, 2 a usage error, 3 the Temporal server cannot be reached.
+command failed, 2 a usage error (bad arguments, or a bad setting: an invalid environment variable,
+``AGENT_ENCRYPTION_KEYS`` or ``TEMPORAL_ADDRESS``), 3 the Temporal server cannot be reached.
 """
 
 from __future__ import annotations
@@ -10,17 +11,21 @@ import asyncio
 import gc
 import json
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import typer
+from pydantic import ValidationError
 from rich.console import Console
+from rich.markup import escape
 from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from workers import client as rc
-from workers.config import load_settings
+from workers.config import Settings, load_settings, settings_errors
 from workers.payloads.converter import PayloadStoreConfigError
+from workers.payloads.encryption import EncryptionKeyError
 from workers.telemetry import TelemetryUnavailableError
 from workflows.models import RunResult
 
@@ -40,6 +45,36 @@ class CommandFailed(Exception):
     """A command failed for a reason to print as one line (exit 1)."""
 
 
+@contextmanager
+def config_errors() -> Iterator[None]:
+    """Turn a bad setting into one ``error:`` line per problem and exit 2 (no traceback).
+
+    Bad settings: invalid environment variables (each named, with pydantic's short reason),
+    ``AGENT_ENCRYPTION_KEYS``, a malformed ``TEMPORAL_ADDRESS``, the payload store, tracing.
+    """
+    try:
+        yield
+    except ValidationError as e:
+        lines = settings_errors(e)
+        if lines is None:
+            raise
+        for line in lines:
+            err.print(f"[red]error:[/red] invalid setting {escape(line)}", highlight=False)
+        raise typer.Exit(EXIT_USAGE) from None
+    except PayloadStoreConfigError as e:
+        err.print(f"[red]error:[/red] payload store: {e}", highlight=False)
+        raise typer.Exit(EXIT_USAGE) from None
+    except (EncryptionKeyError, rc.ConnectionSettingsError, TelemetryUnavailableError) as e:
+        err.print(f"[red]error:[/red] {escape(str(e))}", highlight=False)
+        raise typer.Exit(EXIT_USAGE) from None
+
+
+def cli_settings() -> Settings:
+    """:func:`load_settings` for a command: an invalid variable is an error line and exit 2."""
+    with config_errors():
+        return load_settings()
+
+
 def _with_client(fn: Callable[[Client], Awaitable[T]]) -> T:
     """Connect, run ``fn``, and drop the client before the loop closes (avoids a crash at exit)."""
 
@@ -52,16 +87,11 @@ def _with_client(fn: Callable[[Client], Awaitable[T]]) -> T:
             gc.collect()
 
     try:
-        return asyncio.run(main())
+        with config_errors():
+            return asyncio.run(main())
     except rc.ServerUnreachable as e:
         err.print(f"[red]error:[/red] {e}", highlight=False)
         raise typer.Exit(EXIT_UNREACHABLE) from None
-    except PayloadStoreConfigError as e:
-        err.print(f"[red]error:[/red] payload store: {e}", highlight=False)
-        raise typer.Exit(EXIT_USAGE) from None
-    except TelemetryUnavailableError as e:
-        err.print(f"[red]error:[/red] {e}", highlight=False)
-        raise typer.Exit(EXIT_USAGE) from None
     except RPCError as e:
         if e.status == RPCStatusCode.NOT_FOUND:
             err.print(f"[red]error:[/red] no such run: {e.message}", highlight=False)
@@ -144,4 +174,5 @@ def _runtime_converter() -> Any:
     """The workers' data converter (resolves external payload references in stored histories)."""
     from workers.payloads.converter import build_data_converter
 
-    return build_data_converter()
+    with config_errors():
+        return build_data_converter()

@@ -139,7 +139,9 @@ def cli_markdown() -> str:
         "# `agentctl` reference\n\n",
         f"{_summary(group.help)}\n\n",
         "Exit status: 0 the run completed (or the command succeeded), 1 the run ended otherwise "
-        "or the command failed, 2 a usage error, 3 the Temporal server cannot be reached.\n",
+        "or the command failed, 2 a usage error or a bad setting (an invalid environment variable, "
+        "`AGENT_ENCRYPTION_KEYS` or `TEMPORAL_ADDRESS`: one line names it), 3 the Temporal server "
+        "cannot be reached.\n",
     ]
     for name, cmd in commands.items():
         out.append(f"\n## `agentctl {name}`\n\n{(cmd.help or '').strip()}\n\n")

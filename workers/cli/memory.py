@@ -14,8 +14,7 @@ import json
 import typer
 
 from activities.memory import MemoryItem, Namespace, open_store
-from workers.cli.base import CommandFailed, app
-from workers.config import load_settings
+from workers.cli.base import CommandFailed, app, cli_settings
 from workers.console import memory_audit
 
 memory_app = typer.Typer(no_args_is_help=True, help="What agents remember: list, search, fix.")
@@ -26,7 +25,7 @@ JSON = typer.Option(False, "--json", help="print JSON only")
 
 
 def _store():  # noqa: ANN202 - the protocol type
-    return open_store(load_settings().memory_store_url)
+    return open_store(cli_settings().memory_store_url)
 
 
 def _namespace(
@@ -89,7 +88,7 @@ def show(item_id: str, tenant: str = TENANT, as_json: bool = JSON) -> None:
 
 
 def _audit(action: str, tenant: str, item: MemoryItem, **extra: str) -> None:
-    memory_audit.record(load_settings().state_dir, action, tenant, item, getpass.getuser(), **extra)
+    memory_audit.record(cli_settings().state_dir, action, tenant, item, getpass.getuser(), **extra)
 
 
 @memory_app.command("edit")

@@ -15,10 +15,11 @@ from workers.cli.base import (
     CommandFailed,
     _with_client,
     app,
+    cli_settings,
     web_ui_url,
 )
-from workers.config import load_settings
 from workers.payloads.converter import PayloadStoreConfigError
+from workers.payloads.encryption import EncryptionKeyError
 from workers.telemetry import TelemetryUnavailableError
 
 
@@ -52,7 +53,7 @@ def decision_key() -> None:
     from activities.signing import public_key_text
     from workers.decision_keys import key_file, load_or_create
 
-    state = load_settings().state_dir
+    state = cli_settings().state_dir
     typer.echo(public_key_text(load_or_create(state)))
     typer.echo(f"(private key: {key_file(state)}, mode 0600)", err=True)
 
@@ -73,7 +74,7 @@ def worker(
     from workers.logging_setup import configure_logging
     from workers.worker import run_worker
 
-    settings = load_settings()
+    settings = cli_settings()
     if task_queue:
         settings = settings.model_copy(update={"task_queue": task_queue})
     configure_logging(settings.log_level, forward_core=True)
@@ -83,7 +84,12 @@ def worker(
     except rc.ServerUnreachable as e:
         log.error("worker_failed", error=str(e), exit_code=EXIT_UNREACHABLE)
         raise typer.Exit(EXIT_UNREACHABLE) from None
-    except (PayloadStoreConfigError, TelemetryUnavailableError) as e:
+    except (
+        PayloadStoreConfigError,
+        TelemetryUnavailableError,
+        EncryptionKeyError,
+        rc.ConnectionSettingsError,
+    ) as e:  # bad settings: one JSON line without a traceback
         log.error("worker_failed", error=str(e), exit_code=EXIT_USAGE)
         raise typer.Exit(EXIT_USAGE) from None
     except Exception as e:  # noqa: BLE001 - a bad tool module, spec, ...: one JSON line, exit 1
@@ -99,7 +105,7 @@ def dev_server(
     """Start the local Temporal dev server (with Web UI) as temporal-dev.yml says."""
     from workers.local.dev_server import run_dev_server
 
-    state = load_settings().state_dir
+    state = cli_settings().state_dir
     raise typer.Exit(run_dev_server(config, foreground=not background, state_dir=state) or 0)
 
 

@@ -80,8 +80,11 @@ def parse_keys(text: str) -> list[tuple[str, bytes]]:
 def load_keys(value: str) -> list[tuple[str, bytes]]:
     """Keys from ``AGENT_ENCRYPTION_KEYS``: a file path (read) or the lines themselves.
 
+    A one-line value that names an existing file is read as that file; one that looks like a path
+    (:func:`_looks_like_path`) but names no file is an error saying so, not a malformed key.
+
     Raises:
-        EncryptionKeyError: as :func:`parse_keys`, or an unreadable file.
+        EncryptionKeyError: as :func:`parse_keys`, or a missing or unreadable file.
     """
     candidate = Path(value.strip()).expanduser()
     if "\n" not in value and candidate.is_file():
@@ -89,7 +92,27 @@ def load_keys(value: str) -> list[tuple[str, bytes]]:
             return parse_keys(candidate.read_text())
         except OSError as e:
             raise EncryptionKeyError(f"AGENT_ENCRYPTION_KEYS file {candidate}: {e}") from None
-    return parse_keys(value)
+    one_line = "\n" not in value.strip()
+    if one_line and _looks_like_path(value.strip()):
+        problem = "is not a file" if candidate.exists() else "does not exist"
+        raise EncryptionKeyError(
+            f"AGENT_ENCRYPTION_KEYS names the key file {candidate.absolute()}, which {problem} "
+            "(the setting is a key file's path or key_id:base64key lines)"
+        )
+    try:
+        return parse_keys(value)
+    except EncryptionKeyError as e:
+        if one_line and ":" not in value:
+            raise EncryptionKeyError(f"{e} (and no file {value.strip()!r} exists)") from None
+        raise
+
+
+def _looks_like_path(value: str) -> bool:
+    """A path, not a key line: starts with ``/``, ``~`` or ``.``, or has a ``/`` and no ``:``.
+
+    A key line's base64 may hold ``/`` but always has the ``:`` after the key id.
+    """
+    return value.startswith(("/", "~", ".")) or ("/" in value and ":" not in value)
 
 
 def new_key_line(key_id: str = "k1") -> str:
