@@ -147,6 +147,22 @@ async def test_usage_error_is_exit_2():
     assert r2.returncode == 2
 
 
+@pytest.mark.parametrize(
+    ("flags", "named"),
+    [
+        (["--tenant", "t" * 600], "tenant_id"),
+        (["--max-seconds", "1e300"], "limits.max_seconds"),
+    ],
+    ids=["tenant-600", "max-seconds-1e300"],
+)
+async def test_a_request_the_server_could_not_hold_is_exit_2_before_connecting(
+    flags: list[str], named: str
+):
+    r = await agentctl("run", "x", *flags, env={"TEMPORAL_ADDRESS": "127.0.0.1:1"})
+    assert r.returncode == 2, r.stderr
+    assert f"error: {named}:" in r.stderr and "Traceback" not in r.stderr
+
+
 async def test_run_json_prints_only_the_result_and_exit_codes(
     client: Client, tmp_path: Path, dev_server_address: str
 ):

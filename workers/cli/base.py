@@ -13,7 +13,7 @@ import json
 import sys
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import typer
 from pydantic import ValidationError
@@ -69,6 +69,23 @@ def config_errors() -> Iterator[None]:
         raise typer.Exit(EXIT_USAGE) from None
 
 
+def _invalid_input(e: ValidationError) -> NoReturn:
+    """Each problem of a request the command built, one ``error:`` line each; exit 2."""
+    for x in e.errors():
+        where = ".".join(map(str, x["loc"])) or e.title
+        err.print(f"[red]error:[/red] {escape(where)}: {escape(x['msg'])}", highlight=False)
+    raise typer.Exit(EXIT_USAGE) from None
+
+
+@contextmanager
+def valid_input() -> Iterator[None]:
+    """Around building a request from options: a ``ValidationError`` is a usage error (exit 2)."""
+    try:
+        yield
+    except ValidationError as e:
+        _invalid_input(e)
+
+
 def cli_settings() -> Settings:
     """:func:`load_settings` for a command: an invalid variable is an error line and exit 2."""
     with config_errors():
@@ -108,6 +125,8 @@ def _with_client(fn: Callable[[Client], Awaitable[T]]) -> T:
         msg = str(e.cause) if isinstance(e, WorkflowUpdateFailedError) and e.cause else str(e)
         err.print(f"[red]error:[/red] {msg}", highlight=False)
         raise typer.Exit(EXIT_RUN_NOT_COMPLETED) from None
+    except ValidationError as e:  # a request the command built is not valid (e.g. too long)
+        _invalid_input(e)
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
 

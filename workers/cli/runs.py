@@ -24,6 +24,7 @@ from workers.cli.base import (
     app,
     err,
     out,
+    valid_input,
     web_ui_url,
 )
 from workflows.models import RunRequest, RunState
@@ -48,15 +49,16 @@ def run(
     if mode not in ("task", "chat"):
         err.print("error: --mode must be task or chat")
         raise typer.Exit(EXIT_USAGE)
-    req = RunRequest(
-        agent=agent,
-        input=request,
-        tenant_id=tenant,
-        principal_id=principal,
-        mode=mode,
-        limits={"max_turns": max_turns, "max_seconds": max_seconds},  # pyright: ignore[reportArgumentType] - pydantic validates the dict into LimitsOverride
-        model=model,
-    )
+    with valid_input():
+        req = RunRequest(
+            agent=agent,
+            input=request,
+            tenant_id=tenant,
+            principal_id=principal,
+            mode=mode,
+            limits={"max_turns": max_turns, "max_seconds": max_seconds},  # pyright: ignore[reportArgumentType] - pydantic validates the dict into LimitsOverride
+            model=model,
+        )
 
     async def go(client: Client) -> int:
         h = await rc.start_run(client, req, workflow_id=run_id)
