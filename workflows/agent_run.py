@@ -79,9 +79,6 @@ __all__ = [
     "AgentRun",
 ]
 
-PATCH_UNIQUE_CALL_IDS = "unique-call-ids"
-"""Patch id of renaming a tool call id the model repeats (workflows/turn.py ``unique_call_ids``):
-before it, a reused id found the verdict of the earlier call (an approval bypass)."""
 PATCH_MEMORY = "memory-consolidation"
 """Patch id of the memory handoff at the end of a run whose spec writes memory."""
 PATCH_V4 = "agent-run-v4"
@@ -192,7 +189,6 @@ class AgentRun(RunHandlers):
         # before the spec's local activity (a patch marker after one in the same workflow task
         # fails replay), in the same task as its marker: no action of its own (docs/throughput.md)
         in_step = workflow.patched(PATCH_TOOLS_IN_STEP)
-        unique_ids = workflow.patched(PATCH_UNIQUE_CALL_IDS)
         try:
             if workflow.patched(PATCH_V4):
                 inp, opts = options.spec_resolve(req, WORKFLOW_REV)
@@ -207,7 +203,6 @@ class AgentRun(RunHandlers):
         s = ctx.s
         s.pinned = pinned
         s.tools_in_step = in_step
-        s.unique_call_ids = unique_ids
         if pinned.search_attributes is not None:
             # The spec activity asked the namespace (a bare client sets none at start); results
             # recorded before it did so carry None and keep the start-time gate (replay).

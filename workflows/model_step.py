@@ -28,6 +28,13 @@ SA_REFRESH_TURNS = 5
 """Revision 3: TotalTokens and CostUsd are refreshed after every ``SA_REFRESH_TURNS``-th model step."""
 
 
+PATCH_UNIQUE_CALL_IDS = "unique-call-ids"
+"""Patch id: a tool call id the model repeats (in a reply, or from an earlier turn) is renamed
+(:func:`workflows.turn.unique_call_ids`); before it, a reused id found the earlier call's verdict
+(an approval bypass). Asked only when a reply repeats an id, so other runs record no marker (no
+event, no ``TemporalChangeVersion`` upsert); then in the task that brings the model step's
+result, before any local activity of that task."""
+
 class ModelStep:
     """Runs the model steps of one run."""
 
@@ -70,10 +77,10 @@ class ModelStep:
         if reply.model_skipped:  # the held calls' results first go through compaction
             s.turn -= 1
             return None
-        if s.unique_call_ids and reply.tool_calls:  # a repeated id never shares a verdict
+        if reply.tool_calls:  # a repeated id never shares a verdict (patch asked only then)
             taken = {*s.verdicts, *s.pending, *(r.id for r in s.tool_calls)}
             calls = turn.unique_call_ids(reply.tool_calls, taken)
-            if calls != reply.tool_calls:
+            if calls != reply.tool_calls and workflow.patched(PATCH_UNIQUE_CALL_IDS):
                 reply = reply.model_copy(update={"tool_calls": calls})
         s.usage = s.usage.add(reply.usage)
         ctx.emit("model_finished", reply=reply)

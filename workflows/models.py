@@ -422,11 +422,6 @@ class RunData(BaseModel):
         description="patch tools-in-model-step: allowed local tools' calls ride the next model "
         "step (workflows/tools_first.py); carried, so a continued run keeps its first run's path",
     )
-    unique_call_ids: bool = Field(
-        default=False,
-        description="patch unique-call-ids: a tool call id the model repeats is renamed "
-        "(workflows/turn.py unique_call_ids); carried like tools_in_step",
-    )
     # one execution only (not carried)
     tools_first: list[StepToolCall] = Field(
         default_factory=list[StepToolCall],

@@ -21,8 +21,10 @@ from tests.support.history import no_task_failed
 from tests.support.people import GATED, deployed
 from tests.support.tools import journal_events
 from workers import client as rc
+from workers.history import replay
 from workers.testing.scripted_model import ScriptedModel, garbage, text, tool_call, tool_calls
 from workers.testing.scripted_replies import ToolCall
+from workflows.model_step import PATCH_UNIQUE_CALL_IDS
 from workflows.models import RunResult
 
 ALLOW = {"default": {"policy": {"default": "allow"}}}
@@ -50,8 +52,16 @@ async def test_a_call_id_reused_in_a_later_turn_waits_for_its_own_approval(
         assert deployed(h) == ["staging"]
         await rc.decide(client, handle.id, "call_0-2", "approve", "alice")
         res = await handle.result()
-        await no_task_failed(handle)
+        events = await no_task_failed(handle)
+        report = await replay(client, handle.id)
     assert res.status == "completed"
+    patches = [
+        str(e.marker_recorded_event_attributes.details)
+        for e in events
+        if e.marker_recorded_event_attributes.marker_name == "core_patch"
+    ]
+    assert sum(PATCH_UNIQUE_CALL_IDS in p for p in patches) == 1  # asked once, when needed
+    assert report.compatible, report.failure
     assert [(c.id, c.decided_by) for c in res.tool_calls] == [
         ("call_0", "alice"),
         ("call_0-2", "alice"),
@@ -92,9 +102,11 @@ async def test_a_lone_surrogate_in_arguments_reaches_the_tool_as_a_replacement_c
     async with Harness(client, tmp_path, model, agents=ALLOW) as h:
         handle = await h.start("go")
         res = await handle.result()
-        await no_task_failed(handle)
+        events = await no_task_failed(handle)
     assert res.status == "completed"
     assert [e["label"] for e in journal_events(h.journal) if e["tool"] == "record"] == ["\ufffdx"]
+    markers = [str(e.marker_recorded_event_attributes.details) for e in events]
+    assert not any(PATCH_UNIQUE_CALL_IDS in m for m in markers)  # no repeated id: no marker
 
 
 def _completion(usage: Mapping[str, object]) -> str:
