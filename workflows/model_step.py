@@ -35,6 +35,7 @@ PATCH_UNIQUE_CALL_IDS = "unique-call-ids"
 event, no ``TemporalChangeVersion`` upsert); then in the task that brings the model step's
 result, before any local activity of that task."""
 
+
 class ModelStep:
     """Runs the model steps of one run."""
 
