@@ -339,13 +339,15 @@ def _count_tool_calls(calls: Any, enc: TokenEncoder) -> int:
         fn: Mapping[str, Any] = (
             cast("Mapping[str, Any]", found) if isinstance(found, Mapping) else {}
         )
-        args: Any = fn.get("arguments", "")
-        if isinstance(args, str):
-            try:
+        raw: Any = fn.get("arguments", "")
+        args = raw
+        try:
+            if isinstance(args, str):
                 args = json.loads(args)
-            except ValueError:
-                pass  # malformed arguments are counted as the raw text the model wrote
-        n += enc.count(_dumps({"name": fn.get("name", ""), "arguments": args}))
+            text = _dumps({"name": fn.get("name", ""), "arguments": args})
+        except (ValueError, RecursionError):  # malformed or too deep: the raw text the model wrote
+            text = _dumps({"name": fn.get("name", ""), "arguments": str(raw)})
+        n += enc.count(text)
     return n
 
 

@@ -80,6 +80,11 @@ def _parse_arguments(tool: ToolDef, arguments: str | dict[str, Any]) -> dict[str
             f"{{{', '.join(f'{json.dumps(p)}: ...' for p in tool.parameters['properties'])}}}. "
             f"Parameters: {tool.parameter_summary()}."
         ) from None
+    except RecursionError:
+        raise ToolArgumentsError(
+            f"the arguments of {tool.name} nest too deeply to read. Send one flat JSON object. "
+            f"Parameters: {tool.parameter_summary()}."
+        ) from None
     if not isinstance(value, dict):
         raise ToolArgumentsError(
             f"the arguments of {tool.name} must be a JSON object, not {type(value).__name__}. "

@@ -189,3 +189,20 @@ async def test_a_decision_with_a_megabyte_of_arguments_is_refused_and_the_run_go
         await no_task_failed(handle)
     assert res.status == "completed"
     assert deployed(h) == ["qa"]
+
+
+async def test_arguments_nested_5000_deep_are_a_tool_error_and_the_run_goes_on(
+    client: Client, tmp_path: Path
+):
+    deep = '{"label": ' + "[" * 5000 + "]" * 5000 + "}"
+    model = ScriptedModel([tool_call("record", deep), text("done")])
+    async with Harness(client, tmp_path, model, agents=ALLOW) as h:
+        handle = await h.start("go")
+        res = await handle.result()
+        await no_task_failed(handle)
+    assert res.status == "completed" and res.output == "done"
+    assert [c.status for c in res.tool_calls] == ["error"]
+    told = [m for m in model.requests[1].messages if m["role"] == "tool"]
+    assert "nest too deeply" in str(told[0]["content"]) or "not valid JSON" in str(
+        told[0]["content"]
+    )
