@@ -281,12 +281,16 @@ class MessageSignal(BaseModel):
 
 
 class RaiseBudgetSignal(BaseModel):
-    """Payload of signal ``raise_budget``: new totals (not increments); ``None`` keeps a limit."""
+    """Payload of signal ``raise_budget``: new totals (not increments); ``None`` keeps a limit.
+
+    Each is a finite number above 0: a NaN compared false with every use, so it lifted the limit,
+    and a negative or zero one paused the run at once (a signal naming one is ignored with why).
+    """
 
     principal_id: str = "anonymous"
-    max_total_tokens: int | None = None
-    max_cost_usd: float | None = None
-    max_sandbox_seconds: float | None = None
+    max_total_tokens: int | None = Field(default=None, ge=1)
+    max_cost_usd: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    max_sandbox_seconds: float | None = Field(default=None, gt=0, allow_inf_nan=False)
 
 
 class PendingApproval(BaseModel):

@@ -120,6 +120,8 @@ BAD_SIGNALS: list[tuple[str, Any, str]] = [
     ("send_message", None, "signal send_message: invalid payload"),
     ("send_message", {"content": None}, "content: Input should be a valid string"),
     ("raise_budget", {"max_total_tokens": "lots"}, "max_total_tokens"),
+    ("raise_budget", {"max_sandbox_seconds": "nan"}, "max_sandbox_seconds"),
+    ("raise_budget", {"max_total_tokens": -5}, "max_total_tokens: Input should be greater"),
     (
         "approve",
         Several([{"tool_call_id": "call_d", "principal_id": "alice"}, {"extra": 1}]),
