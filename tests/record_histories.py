@@ -220,6 +220,24 @@ async def code_mode_run(h: Harness) -> WorkflowHandle[Any, RunResult]:
     return handle
 
 
+async def hostile_model_run(h: Harness) -> WorkflowHandle[Any, RunResult]:
+    """(h) A model that reuses a call id, under a policy with a pattern: ``call_0`` approved by
+    update; the same id in the next turn is renamed ``call_0-2`` (patch ``unique-call-ids``) and
+    denied by the rule's pattern (RE2, patch ``policy-re2``); then an answer."""
+    h.model.extend(
+        [
+            tool_call("deploy", {"target": "staging"}, id="call_0"),
+            tool_call("deploy", {"target": "aaaa"}, id="call_0"),
+            text("staging only"),
+        ]
+    )
+    handle = await _start(h, "hist-hostile-model", "[hostile] deploy twice", agent="guarded")
+    await _until(handle, lambda s: [p.tool_call_id for p in s.pending_approvals] == ["call_0"])
+    await rc.decide(h.client, handle.id, "call_0", "approve", "alice")
+    await handle.result()
+    return handle
+
+
 SCENARIOS: dict[str, Scenario] = {
     "tools": tools_run,
     "approvals": approvals_run,
@@ -228,6 +246,7 @@ SCENARIOS: dict[str, Scenario] = {
     "streamed": streamed_run,
     "subagents": subagents_run,
     "code_mode": code_mode_run,
+    "hostile_model": hostile_model_run,
 }
 
 
@@ -254,6 +273,20 @@ async def record(out: Path, client: Client, only: list[str] | None = None) -> li
             "boss": {"tools": TOOLS, "subagents": ["helper", "writer"]},
             "helper": {"tools": TOOLS},
             "writer": {"tools": ["write_file"]},
+            "guarded": {
+                "tools": TOOLS,
+                "policy": {
+                    "approvers": ["alice"],
+                    "tools": {
+                        "deploy": {
+                            "action": "approve",
+                            "rules": [
+                                {"when": {"arg_matches": {"target": "^(a+)+$"}}, "action": "deny"}
+                            ],
+                        }
+                    },
+                },
+            },
             "coder": {
                 "tools": TOOLS,
                 "code_mode": {"tools": ["read_file", "calculator", "deploy"]},

@@ -19,7 +19,9 @@ from activities.contracts import TOKENS_COUNT, CountTokensInput, ModelReply, Tok
 from workers.cli import app
 from workers.history import load_history_file, replay_file, replay_histories
 from workflows.agent_run import PATCH_V2, PATCH_V4, WORKFLOW_REV, AgentRun
+from workflows.model_step import PATCH_UNIQUE_CALL_IDS
 from workflows.models import RunResult
+from workflows.tool_calls import PATCH_POLICY_RE2
 from workflows.tools_first import PATCH_TOOLS_IN_STEP
 
 HISTORIES = Path(__file__).resolve().parents[1] / "histories"
@@ -177,6 +179,14 @@ async def test_the_v2_patch_marker_is_deprecated_now_set_before_and_absent_in_v1
         PATCH_V2: True,
         PATCH_V4: False,
         PATCH_TOOLS_IN_STEP: False,
+    }
+    # the guards against a hostile model record a marker only in a run that needed them
+    assert patches(HISTORIES / "hostile_model.json") == {
+        PATCH_V2: True,
+        PATCH_V4: False,
+        PATCH_TOOLS_IN_STEP: False,
+        PATCH_POLICY_RE2: False,
+        PATCH_UNIQUE_CALL_IDS: False,
     }
     assert patches(V7 / "tools.json") == {PATCH_V2: True, PATCH_V4: False}
     assert patches(V5 / "tools.json") == {PATCH_V2: True}
