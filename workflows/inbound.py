@@ -109,7 +109,7 @@ def decode(raw: Any, model: type[M], what: str) -> M | Invalid:
     try:
         value = workflow.payload_converter().from_payload(raw.payload, model)
     except ValidationError as e:
-        return _invalid(what, model, _errors(e), _loose(raw))
+        return _invalid(what, model, validation_problems(e), _loose(raw))
     except Exception as e:  # undecodable bytes, unknown encoding: still the client's input
         return _invalid(what, model, f"cannot be decoded ({type(e).__name__}: {e})", _loose(raw))
     if not isinstance(value, model):  # e.g. a "binary/null" payload decodes to None
@@ -142,7 +142,7 @@ def _validate_plain(raw: Any, model: type[M], what: str) -> M | Invalid:
     try:
         return model.model_validate(raw)
     except ValidationError as e:
-        return _invalid(what, model, _errors(e), raw)
+        return _invalid(what, model, validation_problems(e), raw)
 
 
 def _invalid(what: str, model: type[BaseModel], why: str, loose: Any) -> Invalid:
@@ -166,10 +166,11 @@ def _loose(raw: RawValue) -> Any:
         return None
 
 
-def _errors(e: ValidationError) -> str:
+def validation_problems(e: ValidationError, whole: str = "payload") -> str:
+    """``"field.path: message; ..."`` for each error of ``e`` (``whole`` names an error of it all)."""
     parts: list[str] = []
     for err in e.errors(include_url=False):
-        loc = ".".join(str(x) for x in err["loc"]) or "payload"
+        loc = ".".join(str(x) for x in err["loc"]) or whole
         parts.append(f"{loc}: {err['msg']}")
     return "; ".join(parts)
 

@@ -22,6 +22,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from workers import client as rc
 from workers.console import auth as ca
+from workflows.inbound import validation_problems
 from workflows.models import WORKFLOW_NAME
 
 __all__ = [
@@ -181,8 +182,7 @@ async def _body(request: web.Request, model: type[B]) -> B:
     try:
         return model.model_validate(data)
     except ValidationError as e:
-        msg = "; ".join(f"{'.'.join(map(str, x['loc'])) or 'body'}: {x['msg']}" for x in e.errors())
-        raise _bad_request(f"bad request: {msg}") from None
+        raise _bad_request(f"bad request: {validation_problems(e, 'body')}") from None
 
 
 @web.middleware
@@ -197,10 +197,7 @@ async def _errors(
     try:
         return await handler(request)
     except ValidationError as e:
-        msg = "; ".join(
-            f"{'.'.join(map(str, x['loc'])) or 'input'}: {x['msg']}" for x in e.errors()
-        )
-        return _error(400, f"bad request: {msg}")
+        return _error(400, f"bad request: {validation_problems(e, 'input')}")
     except RPCError as e:
         if e.status == RPCStatusCode.NOT_FOUND:
             run_id = request.match_info.get("run_id")
