@@ -10,11 +10,12 @@ matching is deterministic). Compiled patterns are cached by the ``re2`` module.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import re2 as _re2_module  # pyright: ignore[reportMissingTypeStubs] - google-re2 ships no stubs
 
-__all__ = ["PatternError", "re2_found", "re2_problem"]
+__all__ = ["PatternError", "re2_escape", "re2_found", "re2_problem", "re2_searcher"]
 
 _RE2: Any = _re2_module  # untyped: every use goes through the typed functions below
 
@@ -50,3 +51,20 @@ def re2_found(pattern: str, text: str) -> bool:
         PatternError: RE2 cannot compile ``pattern`` (a backreference, a lookaround, bad syntax).
     """
     return _compiled(pattern).search(text) is not None
+
+
+def re2_searcher(pattern: str) -> Callable[[str], bool]:
+    """A function telling whether ``pattern`` (RE2 syntax) occurs in a text, compiled once.
+
+    Used where one pattern is tried on many texts (``search_files``, line by line).
+
+    Raises:
+        PatternError: RE2 cannot compile ``pattern``.
+    """
+    search = _compiled(pattern).search
+    return lambda text: search(text) is not None
+
+
+def re2_escape(text: str) -> str:
+    """``text`` as an RE2 pattern matching it literally (``re2.escape``)."""
+    return str(_RE2.escape(text))

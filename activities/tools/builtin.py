@@ -12,14 +12,14 @@ import fnmatch
 import math
 import operator
 import os
-import re
 from collections.abc import Iterator
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Annotated, Any
 
 from pydantic import Field
 
-from activities.atomic import write_atomic
+from activities.patterns import PatternError, re2_escape, re2_searcher
+from activities.tools import beneath
 from activities.tools.ledger import LEDGER_DIR, run_once
 from activities.tools.registry import ToolContext, ToolError, tool
 
@@ -194,27 +194,41 @@ def _matches(name: str, rel: str, pattern: str) -> bool:
     return fnmatch.fnmatch(rel if "/" in pattern else name, pattern)
 
 
-def _walk(top: Path, recursive: bool) -> Iterator[Path]:
-    """Entries under ``top`` in sorted order, not following symlinked dirs, skipping SKIP_DIRS."""
+def _walk(ctx: ToolContext, top: Path, recursive: bool) -> Iterator[tuple[PurePath, bool]]:
+    """``(path relative to the workspace, is a folder)`` under ``top``, sorted, skipping SKIP_DIRS.
+
+    Folders are opened without following symlinks (:mod:`activities.tools.beneath`, and
+    ``os.fwalk``, which does not descend into a symlink even if one is swapped in while it walks).
+    """
+    base = top.relative_to(ctx.workspace)
     if not recursive:
-        yield from sorted(p for p in top.iterdir() if p.name not in SKIP_DIRS)
+        for name, is_dir in beneath.list_names(ctx.workspace, base):
+            if name not in SKIP_DIRS:
+                yield base / name, is_dir
         return
-    for dirpath, dirnames, filenames in os.walk(top):
-        dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS)
-        base = Path(dirpath)
-        for n in sorted(dirnames + filenames):
-            yield base / n
+    with beneath.folder(ctx.workspace, base) as fd:
+        for dirpath, dirnames, filenames, _ in os.fwalk(".", dir_fd=fd):
+            dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS)
+            here = base / dirpath
+            entries = [(n, True) for n in dirnames] + [(n, False) for n in filenames]
+            for n, is_dir in sorted(entries):
+                yield here / n, is_dir
 
 
 def _is_binary(head: bytes) -> bool:
     return b"\x00" in head
 
 
-def _inside(ctx: ToolContext, p: Path) -> bool:
+def _inside(ctx: ToolContext, p: Path) -> Path | None:
+    """``p`` with its symlinks resolved, if that is a file inside the workspace (not the ledger)."""
     try:
-        return p.resolve().is_relative_to(ctx.workspace)
+        real = p.resolve()
     except (OSError, RuntimeError):
-        return False
+        return None
+    if not real.is_relative_to(ctx.workspace) or not real.is_file():
+        return None
+    parts = real.relative_to(ctx.workspace).parts
+    return None if parts and parts[0] == LEDGER_DIR else real
 
 
 def _existing(ctx: ToolContext, path: str) -> Path:
@@ -247,14 +261,14 @@ def list_files(
     lines: list[str] = []
     more = 0
     try:
-        for entry in _walk(top, recursive):
-            rel = _rel(ctx, entry)
+        for entry, is_dir in _walk(ctx, top, recursive):
+            rel = entry.as_posix()
             if not _matches(entry.name, rel, pattern):
                 continue
             if len(lines) >= max_entries:
                 more += 1
                 continue
-            lines.append(rel + "/" if entry.is_dir() else rel)
+            lines.append(rel + "/" if is_dir else rel)
     except PermissionError:
         raise ToolError(f"permission denied while listing {path!r}") from None
     if not lines:
@@ -283,11 +297,10 @@ def read_file(
     if not target.is_file():
         kind = "a folder, not a file" if target.is_dir() else "not found"
         raise ToolError(f"{path!r} is {kind}. Use list_files to see what exists.")
-    size = target.stat().st_size
-    if size > MAX_READ_BYTES:
-        raise ToolError(f"{path!r} is too large to read ({size} bytes; at most {MAX_READ_BYTES})")
     try:
-        data = target.read_bytes()
+        data = beneath.read_limited(
+            ctx.workspace, target.relative_to(ctx.workspace), MAX_READ_BYTES
+        )
     except PermissionError:
         raise ToolError(f"permission denied: cannot read {path!r}") from None
     if _is_binary(data[:8192]):
@@ -309,9 +322,15 @@ def read_file(
     return "\n".join([header, *body])
 
 
-def _search_file(file: Path, match: Any, limit: int) -> Iterator[tuple[int, str]]:
-    """Up to ``limit`` matching ``(line number, stripped line)`` of a text file; none if binary."""
-    data = file.read_bytes()
+def _search_file(ctx: ToolContext, file: Path, match: Any, limit: int) -> Iterator[tuple[int, str]]:
+    """Up to ``limit`` matching ``(line number, stripped line)`` of a text file; none if binary.
+
+    Raises:
+        ToolError: the file is over MAX_SEARCH_FILE_BYTES, or its path changed into a symlink.
+    """
+    data = beneath.read_limited(
+        ctx.workspace, file.relative_to(ctx.workspace), MAX_SEARCH_FILE_BYTES
+    )
     if _is_binary(data[:8192]):
         return
     found = 0
@@ -339,29 +358,30 @@ def search_files(
         query: text to find (case-sensitive), or a regular expression if regex is true.
         path: file or folder to search in, relative to the workspace root.
         glob: only files whose name matches this glob, e.g. "*.py".
-        regex: treat query as a Python regular expression.
+        regex: treat query as a regular expression (RE2 syntax: no backreferences or lookaround).
         max_results: stop after this many matching lines.
     """
     try:
-        match = re.compile(query if regex else re.escape(query)).search
-    except re.error as e:
-        raise ToolError(f"invalid regular expression {query!r}: {e}") from None
+        match = re2_searcher(query if regex else re2_escape(query))
+    except PatternError as e:
+        raise ToolError(f"invalid regular expression {query!r} (RE2 syntax): {e}") from None
     top = _existing(ctx, path)
-    files = [top] if top.is_file() else (p for p in _walk(top, True) if p.is_file())
+    if top.is_file():
+        files: Iterator[PurePath] = iter([top.relative_to(ctx.workspace)])
+    else:
+        files = (rel for rel, is_dir in _walk(ctx, top, True) if not is_dir)
     results: list[str] = []
-    for count, file in enumerate(files):
+    for count, rel in enumerate(files):
         if count % 200 == 0:
             ctx.heartbeat()
-        rel = _rel(ctx, file)
-        if not _matches(file.name, rel, glob) or not _inside(ctx, file):
+        real = _inside(ctx, ctx.workspace / rel)
+        if not _matches(rel.name, rel.as_posix(), glob) or real is None:
             continue
         try:
-            if file.stat().st_size > MAX_SEARCH_FILE_BYTES:
-                continue
-            found = list(_search_file(file, match, max_results - len(results)))
-        except (PermissionError, FileNotFoundError):
-            continue  # unreadable, or deleted while searching
-        results.extend(f"{rel}:{number}: {line}" for number, line in found)
+            found = list(_search_file(ctx, real, match, max_results - len(results)))
+        except (ToolError, PermissionError, FileNotFoundError):
+            continue  # too large, unreadable, deleted or replaced by a symlink while searching
+        results.extend(f"{rel.as_posix()}:{number}: {line}" for number, line in found)
         if len(results) >= max_results:
             results.append(f"[stopped at max_results={max_results}; there may be more]")
             return "\n".join(results)
@@ -389,19 +409,27 @@ def write_file(ctx: ToolContext, path: str, content: str, overwrite: bool = Fals
     return run_once(ctx, lambda: _write(ctx, path, target, data, overwrite))
 
 
+def _content(ctx: ToolContext, target: Path) -> bytes | None:
+    try:
+        return beneath.read_limited(
+            ctx.workspace, target.relative_to(ctx.workspace), MAX_WRITE_BYTES
+        )
+    except (ToolError, OSError):
+        return None
+
+
 def _write(ctx: ToolContext, path: str, target: Path, data: bytes, overwrite: bool) -> str:
     rel = _rel(ctx, target)
     if rel == "." or target.is_dir():
         raise ToolError(f"{path!r} is a folder; give a file path")
     if target.exists() and not overwrite:
-        if target.is_file() and target.read_bytes() == data:  # a retried attempt already wrote it
+        if target.is_file() and _content(ctx, target) == data:  # a retried attempt wrote it
             return f"{rel} already has this content ({len(data)} bytes)"
         raise ToolError(f"{rel!r} already exists. Set overwrite to true to replace it.")
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
+        beneath.write_replacing(ctx.workspace, target.relative_to(ctx.workspace), data)
     except (FileExistsError, NotADirectoryError):
         raise ToolError(f"cannot create the folders of {rel!r}: a file is in the way") from None
-    write_atomic(target, data, prefix=f".{target.name}.", suffix=".tmp", fsync=False)
     text = data.decode("utf-8")
     lines = text.count("\n") + (1 if text and not text.endswith("\n") else 0)
     return f"Wrote {rel} ({len(data)} bytes, {lines} lines)."
