@@ -7,7 +7,7 @@ from typing import Any, cast
 from pydantic import ValidationError
 from temporalio.api.enums.v1 import EventType
 
-from activities.contracts import MODEL_COMPLETE, SPEC_RESOLVE, TOOL_INVOKE
+from activities.contracts import MODEL_COMPLETE, SPEC_RESOLVE, TOOL_INVOKE, ToolCallRequest
 from activities.spec import PinnedSpec
 from workers.history._entries import (
     ActivityEntry,
@@ -20,7 +20,10 @@ from workers.history._entries import (
 from workers.history._payloads import as_dict, first_object
 from workers.history._rules import failure_text, status_after_policy, tool_failure_status
 from workers.history._walk import At, Walk, iso, ms_between
-from workflows.policy import evaluate, parse_arguments
+from workflows.model_step import PATCH_UNIQUE_CALL_IDS
+from workflows.policy import evaluate, parse_arguments, re2_search, re_search
+from workflows.tool_calls import PATCH_POLICY_RE2
+from workflows.turn import unique_call_ids
 
 _CLOSED_STATUS = {
     EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED: "completed",
@@ -174,13 +177,24 @@ def _model_reply(w: Walk, entry: ModelStepEntry, reply: dict[str, Any], at: At) 
         _tool_ran_in_step(w, as_dict(raw))
     entry.finish_reason = reply.get("finish_reason")
     entry.content = reply.get("content")
-    entry.tool_calls = [
-        AskedToolCall.model_validate(c)
-        for c in reply.get("tool_calls") or []
-        if isinstance(c, dict)
-    ]
+    entry.tool_calls = _as_the_run_saw_them(
+        w,
+        [
+            AskedToolCall.model_validate(c)
+            for c in reply.get("tool_calls") or []
+            if isinstance(c, dict)
+        ],
+    )
     for call in entry.tool_calls:
         _announce_call(w, entry.turn, call, at)
+
+
+def _as_the_run_saw_them(w: Walk, calls: list[AskedToolCall]) -> list[AskedToolCall]:
+    """The reply's calls with ids the run made unique, if it took patch ``unique-call-ids``."""
+    if not calls or not w.took(PATCH_UNIQUE_CALL_IDS):
+        return calls
+    requests = [ToolCallRequest(id=c.id, name=c.name, arguments=c.arguments) for c in calls]
+    return [AskedToolCall(**r.model_dump()) for r in unique_call_ids(requests, w.tools.keys())]
 
 
 def _tool_ran_in_step(w: Walk, outcome: dict[str, Any]) -> None:
@@ -205,6 +219,7 @@ def _announce_call(w: Walk, turn: int, call: AskedToolCall, at: At) -> None:
         call.arguments,
         w.request_field("tenant_id", "default"),
         w.request_field("principal_id", "anonymous"),
+        search=re2_search if w.took(PATCH_POLICY_RE2) else re_search,
     )
     status, args = status_after_policy(call, decision, turn)
     rec = ToolCallEntry(

@@ -40,7 +40,7 @@ HANDLERS: dict[int, Handler] = {
 
 
 def _walk(w: Walk, history: WorkflowHistory) -> None:
-    w.new_execution()
+    w.new_execution(history.events)
     for ev in history.events:
         w.events += 1
         handler = HANDLERS.get(ev.event_type)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
@@ -28,6 +30,26 @@ def iso(event: HistoryEvent) -> str:
 def ms_between(start: HistoryEvent, end: HistoryEvent) -> float:
     """Milliseconds from ``start`` to ``end`` (rounded to 0.1 ms)."""
     return round((event_time(end) - event_time(start)).total_seconds() * 1000, 1)
+
+
+PATCH_MARKER = "core_patch"
+"""``MarkerRecorded`` name of a patch (temporalio core): ``details["patch-data"]`` holds JSON
+``{"id": <patch id>, "deprecated": <bool>}`` as ``json/plain``, never through a codec."""
+
+
+def patch_ids(events: Iterable[HistoryEvent]) -> Iterator[str]:
+    """The patch ids of ``events``' patch markers, in order (unreadable markers are skipped)."""
+    for ev in events:
+        a = ev.marker_recorded_event_attributes
+        if not ev.HasField("marker_recorded_event_attributes") or a.marker_name != PATCH_MARKER:
+            continue
+        for payload in a.details["patch-data"].payloads if "patch-data" in a.details else []:
+            try:
+                data = json.loads(payload.data)
+            except ValueError:
+                continue
+            if isinstance(data, dict) and isinstance(data.get("id"), str):
+                yield data["id"]
 
 
 class At(NamedTuple):
@@ -67,10 +89,21 @@ class Walk:
     waiting: dict[str, list[str]] = field(default_factory=dict)
     scheduled: dict[int, tuple[HistoryEvent, Any]] = field(default_factory=dict)
     started_attempts: dict[int, int] = field(default_factory=dict)
+    patches: frozenset[str] = frozenset()  # the patch ids this execution took
 
-    def new_execution(self) -> None:
-        """Forget what belongs to the previous execution of the chain."""
+    def took(self, patch_id: str) -> bool:
+        """Whether this execution took patch ``patch_id`` (a ``core_patch`` marker names it).
+
+        The SDK memoizes ``workflow.patched`` per execution, so an execution that recorded the
+        marker anywhere behaved the new way at every point that asked, and one without it the
+        old way (at points before the first ask, both ways agree: see each patch's docstring).
+        """
+        return patch_id in self.patches
+
+    def new_execution(self, events: Iterable[HistoryEvent] = ()) -> None:
+        """Forget what belongs to the previous execution of the chain; read ``events``' patches."""
         self.verdicts, self.waiting, self.scheduled, self.started_attempts = {}, {}, {}, {}
+        self.patches = frozenset(patch_ids(events))
 
     def policy(self) -> Policy:
         """The pinned policy (the default one before the spec is known)."""
