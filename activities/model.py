@@ -15,6 +15,9 @@ of the model activity's CPU (py-spy, ``make bench`` scenario ``cpu``) for text n
 Requests go through the client's ``post`` with the body as built here: ``create`` first walks
 every message through the SDK's type-directed transform (about 5% of a worker's CPU in the same
 profile), which leaves plain JSON messages as they are.
+
+A server's reply is bounded (:mod:`activities.model_limits`): its bytes, the silence between two
+streamed chunks, the attempt's wall time.
 """
 
 from __future__ import annotations
@@ -47,6 +50,14 @@ from activities.contracts import (
 from activities.heartbeat import await_with_heartbeats
 from activities.mcp.config import canonical_tool_name
 from activities.model_errors import classify_error
+from activities.model_limits import (
+    DEFAULT_IDLE_SECONDS,
+    DEFAULT_MAX_REPLY_BYTES,
+    ReplyStalled,
+    attempt_seconds,
+    http_client,
+    until_idle,
+)
 from activities.model_reply import token_count, without_lone_surrogates
 from activities.streaming import DeltaPublisher, ReplyAssembler, ReplyCutOff, publish_events
 
@@ -211,6 +222,10 @@ class ModelActivities:
         memory_url: the memory store (``AGENT_MEMORY_URL``); None: no retrieval.
         tools: runs a step's ``tools_first`` calls (``RuntimeActivities.run_first``); the
             workflow sends such calls only to steps on its own task queue, whose workers have it.
+        idle_seconds: seconds a streamed reply may go without a chunk after its first
+            (``AGENT_MODEL_IDLE_TIMEOUT``, default 60; 0: no limit).
+        max_reply_bytes: bytes of one response body at most, as received
+            (``AGENT_MODEL_MAX_REPLY_BYTES``, default 32 MiB).
     """
 
     def __init__(
@@ -220,10 +235,17 @@ class ModelActivities:
         max_invalid_attempts: int = 3,
         memory_url: str | None = None,
         tools: Callable[[list[StepToolCall]], Awaitable[list[ToolOutcome]]] | None = None,
+        idle_seconds: float = DEFAULT_IDLE_SECONDS,
+        max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES,
     ) -> None:
         self._client = openai.AsyncOpenAI(
-            base_url=base_url, api_key=api_key, max_retries=0, timeout=600
+            base_url=base_url,
+            api_key=api_key,
+            max_retries=0,
+            timeout=600,
+            http_client=http_client(max_reply_bytes),
         )
+        self._idle = idle_seconds
         self._max_invalid = max_invalid_attempts
         self._memory_url = memory_url
         self._tools = tools
@@ -269,10 +291,7 @@ class ModelActivities:
         try:
             memory = await self._with_memory(req, kwargs)
             async with DeltaPublisher(req.turn, live=req.stream) as publisher:
-                if req.stream:
-                    reply = await await_with_heartbeats(self._stream(kwargs, req, publisher))
-                else:
-                    reply = await await_with_heartbeats(self._plain(kwargs, req))
+                reply = await self._exchange(kwargs, req, publisher)
             reply.streamed_chars = publisher.streamed
         except asyncio.CancelledError:
             bound.info("model_step_cancelled")
@@ -322,12 +341,37 @@ class ModelActivities:
         )
         return outcomes, published
 
+    async def _exchange(
+        self, kwargs: dict[str, Any], req: CallModelInput, publisher: DeltaPublisher
+    ) -> ModelReply:
+        """The HTTP exchange of one attempt, streamed or not, heartbeating while it waits.
+
+        Raises:
+            ReplyStalled: it did not end within :func:`activities.model_limits.attempt_seconds`.
+            Exception: what :meth:`_stream` or :meth:`_plain` raise.
+        """
+        work = self._stream(kwargs, req, publisher) if req.stream else self._plain(kwargs, req)
+        seconds = attempt_seconds(activity.info())
+        deadline = asyncio.timeout(seconds)
+        try:
+            async with deadline:
+                reply = await await_with_heartbeats(work)
+        except TimeoutError:
+            if not deadline.expired():
+                raise
+            raise ReplyStalled(
+                f"the model server did not finish its reply within {seconds:g} s "
+                "(the attempt's start-to-close timeout, less a margin)"
+            ) from None
+        return reply
+
     async def _plain(self, kwargs: dict[str, Any], req: CallModelInput) -> ModelReply:
         """One chat completion, not streamed (a step nobody watches).
 
         Raises:
             openai.APIError: from the client (classified by the caller).
             ValueError: the reply has no choices.
+            ReplyTooLarge: the body went past ``max_reply_bytes`` (the rest is not read).
         """
         try:
             completion = await self._client.post(
@@ -348,6 +392,8 @@ class ModelActivities:
         Raises:
             openai.APIError: from the client (classified by the caller).
             ValueError: the stream carried no choice.
+            ReplyStalled: no chunk for ``idle_seconds`` after the first.
+            ReplyTooLarge: the stream went past ``max_reply_bytes``.
         """
         assembler = ReplyAssembler(req.model, publisher.add)
         body = {**kwargs, "stream": True, "stream_options": {"include_usage": True}}
@@ -358,6 +404,7 @@ class ModelActivities:
             stream=True,
             stream_cls=openai.AsyncStream[ChatCompletionChunk],
         )
-        async for chunk in stream:
-            assembler.add(chunk)
+        async with stream:  # closed however the loop ends: the connection is not left open
+            async for chunk in until_idle(stream, self._idle):
+                assembler.add(chunk)
         return assembler.reply(req.messages)

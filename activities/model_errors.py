@@ -1,9 +1,9 @@
 """How a failed model call is told to Temporal: one ``ApplicationError`` per kind of failure.
 
-:func:`classify_error` maps what the ``openai`` client and the reply's own checks raise to an
-error type of the contract (``ModelUnavailable``, ``ModelOutputInvalid``,
-``ModelRequestRejected``) and to whether Temporal retries it. Used by ``model.complete``
-(:mod:`activities.model`).
+:func:`classify_error` maps what the ``openai`` client, the HTTP layer
+(:mod:`activities.model_limits`) and the reply's own checks raise to an error type of the
+contract (``ModelUnavailable``, ``ModelOutputInvalid``, ``ModelRequestRejected``) and to whether
+Temporal retries it. Used by ``model.complete`` (:mod:`activities.model`).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from activities.contracts import (
     ERR_MODEL_REQUEST_REJECTED,
     ERR_MODEL_UNAVAILABLE,
 )
+from activities.model_limits import ReplyStalled, ReplyTooLarge
 from activities.streaming import ReplyCutOff
 
 RETRYABLE_STATUS = frozenset({408, 409, 429})
@@ -111,9 +112,15 @@ def classify_error(
       then non-retryable so the workflow can tell the model or end the run cleanly.
     * A reply cut off in transit (a stream or body that ends before a ``finish_reason``):
       retryable ``ModelUnavailable``; the retry sends the same request.
+    * A reply past a limit of :mod:`activities.model_limits` (too many bytes, a stalled or
+      trickling stream, no end within the attempt), even when the SDK wrapped it: retryable
+      ``ModelUnavailable`` naming the limit.
     * Any other 4xx: non-retryable ``ModelRequestRejected`` carrying the server's message
       (the run ends ``failed``).
     """
+    over = _over_limit(exc)
+    if over is not None:
+        return ApplicationError(f"model reply {over}", type=ERR_MODEL_UNAVAILABLE)
     if isinstance(exc, openai.APIStatusError):
         return _classify_status_error(exc, attempt >= max_invalid_attempts)
     if isinstance(exc, ReplyCutOff):
@@ -143,3 +150,17 @@ def classify_error(
     return ApplicationError(
         f"model call failed: {type(exc).__name__}: {exc}", type=ERR_MODEL_UNAVAILABLE
     )
+
+
+def _over_limit(exc: BaseException) -> str | None:
+    """What limit ``exc`` (or an exception it was raised from) reports, as ``too large: ...``."""
+    seen: BaseException | None = exc
+    for _ in range(8):  # the SDK wraps at most once or twice
+        if isinstance(seen, ReplyTooLarge):
+            return f"too large: {seen}"
+        if isinstance(seen, ReplyStalled):
+            return f"stalled: {seen}"
+        if seen is None:
+            return None
+        seen = seen.__cause__ or seen.__context__
+    return None
