@@ -17,7 +17,8 @@ every message through the SDK's type-directed transform (about 5% of a worker's 
 profile), which leaves plain JSON messages as they are.
 
 A server's reply is bounded (:mod:`activities.model_limits`): its bytes, the silence between two
-streamed chunks, the attempt's wall time.
+streamed chunks, the attempt's wall time; and at most :data:`activities.model_reply.MAX_TOOL_CALLS`
+tool calls are taken from one reply.
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ from activities.model_limits import (
     http_client,
     until_idle,
 )
-from activities.model_reply import token_count, without_lone_surrogates
+from activities.model_reply import check_tool_calls, token_count, without_lone_surrogates
 from activities.streaming import DeltaPublisher, ReplyAssembler, ReplyCutOff, publish_events
 
 __all__ = ["ModelActivities", "classify_error"]
@@ -348,6 +349,8 @@ class ModelActivities:
 
         Raises:
             ReplyStalled: it did not end within :func:`activities.model_limits.attempt_seconds`.
+            ValueError: the reply has more than ``MAX_TOOL_CALLS`` tool calls
+                (:func:`activities.model_reply.check_tool_calls`).
             Exception: what :meth:`_stream` or :meth:`_plain` raise.
         """
         work = self._stream(kwargs, req, publisher) if req.stream else self._plain(kwargs, req)
@@ -363,6 +366,7 @@ class ModelActivities:
                 f"the model server did not finish its reply within {seconds:g} s "
                 "(the attempt's start-to-close timeout, less a margin)"
             ) from None
+        check_tool_calls(len(reply.tool_calls))
         return reply
 
     async def _plain(self, kwargs: dict[str, Any], req: CallModelInput) -> ModelReply:

@@ -22,6 +22,7 @@ from activities.contracts import (
     ERR_MODEL_UNAVAILABLE,
 )
 from activities.model_limits import ReplyStalled, ReplyTooLarge
+from activities.model_reply import TooManyToolCalls
 from activities.streaming import ReplyCutOff
 
 RETRYABLE_STATUS = frozenset({408, 409, 429})
@@ -115,12 +116,20 @@ def classify_error(
     * A reply past a limit of :mod:`activities.model_limits` (too many bytes, a stalled or
       trickling stream, no end within the attempt), even when the SDK wrapped it: retryable
       ``ModelUnavailable`` naming the limit.
+    * A reply asking for more tool calls than ``MAX_TOOL_CALLS``: ``ModelOutputInvalid`` as
+      above (the workflow then tells the model).
     * Any other 4xx: non-retryable ``ModelRequestRejected`` carrying the server's message
       (the run ends ``failed``).
     """
     over = _over_limit(exc)
     if over is not None:
         return ApplicationError(f"model reply {over}", type=ERR_MODEL_UNAVAILABLE)
+    if isinstance(exc, TooManyToolCalls):
+        return ApplicationError(
+            f"model output unusable: {exc}",
+            type=ERR_MODEL_OUTPUT_INVALID,
+            non_retryable=attempt >= max_invalid_attempts,
+        )
     if isinstance(exc, openai.APIStatusError):
         return _classify_status_error(exc, attempt >= max_invalid_attempts)
     if isinstance(exc, ReplyCutOff):

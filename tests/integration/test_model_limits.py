@@ -15,6 +15,7 @@ from typing import Any
 
 from temporalio.client import Client
 
+from activities.model_reply import MAX_TOOL_CALLS
 from tests.support import hostile_model as hm
 from tests.support.harness import Harness
 from workers import client as rc
@@ -80,6 +81,25 @@ async def test_a_plain_reply_that_never_ends_is_retried_with_a_named_reason(
     assert model.count == 2 and model.requests[0].body == model.requests[1].body
     failures = _failures(events)
     assert len(failures) == 1 and "did not finish its reply within 2.7 s" in failures[0], failures
+
+
+async def test_a_reply_of_10000_tool_calls_is_told_to_the_model_not_a_failed_task(
+    client: Client, tmp_path: Path
+):
+    model = hm.HostileModel([hm.many_calls(10_000)] * 3, [text(FULL)])
+    async with Harness(client, tmp_path, model) as h:
+        handle = await h.start("record everything")
+        res = await asyncio.wait_for(handle.result(), timeout=60)
+        events = await _events(handle)
+    assert res.status == "completed" and res.output == FULL
+    assert not [e for e in events if e["eventType"] == "EVENT_TYPE_WORKFLOW_TASK_FAILED"]
+    assert not h.journal.exists() or not h.journal.read_text()  # no call of record ran
+    # three attempts, then the workflow told the model its reply was unusable, and it answered
+    assert model.count == 4
+    told = model.requests[-1].body["messages"][-1]
+    assert told["role"] == "user" and "could not be read" in told["content"]
+    failures = _failures(events)
+    assert failures and all(f"at most {MAX_TOOL_CALLS}" in f for f in failures), failures
 
 
 async def _collect(stream: Any) -> list[dict[str, Any]]:

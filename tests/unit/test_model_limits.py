@@ -22,6 +22,7 @@ from temporalio.testing import ActivityEnvironment
 from activities.contracts import ERR_MODEL_OUTPUT_INVALID, ERR_MODEL_UNAVAILABLE, CallModelInput
 from activities.model import ModelActivities, classify_error
 from activities.model_limits import ReplyTooLarge, attempt_seconds
+from activities.model_reply import MAX_TOOL_CALLS
 from tests.support import hostile_model as hm
 
 GUARD = 30.0
@@ -85,6 +86,16 @@ async def test_a_plain_reply_that_never_ends_fails_within_the_attempt(behaviour:
     assert isinstance(err, ApplicationError)
     assert err.type == ERR_MODEL_UNAVAILABLE and not err.non_retryable
     assert "did not finish its reply within 1.8 s" in err.message
+
+
+async def test_a_reply_with_too_many_tool_calls_is_unusable_output():
+    err = await _attempt(hm.many_calls(10_000), False)
+    assert isinstance(err, ApplicationError)
+    assert err.type == ERR_MODEL_OUTPUT_INVALID and not err.non_retryable
+    assert f"10000 tool calls; one step may make at most {MAX_TOOL_CALLS}" in err.message
+    reply = await _attempt(hm.many_calls(MAX_TOOL_CALLS), False)
+    assert not isinstance(reply, ApplicationError)
+    assert len(reply.tool_calls) == MAX_TOOL_CALLS
 
 
 BAD_UTF8 = b'{"choices": [{"index": 0, "message": {"content": "caf\xe9 \xff"}}]}'
