@@ -86,7 +86,8 @@ def stall(text: str = "The answer is") -> Behaviour:
         else:
             whole = json.dumps(completion({"role": "assistant", "content": text}))
             await resp.write(whole[: len(whole) // 2].encode())
-        await asyncio.sleep(3600)
+        while request.transport is not None and not request.transport.is_closing():
+            await asyncio.sleep(0.05)  # until the client goes away
         return resp
 
     return answer
