@@ -15,6 +15,10 @@ of the model activity's CPU (py-spy, ``make bench`` scenario ``cpu``) for text n
 Requests go through the client's ``post`` with the body as built here: ``create`` first walks
 every message through the SDK's type-directed transform (about 5% of a worker's CPU in the same
 profile), which leaves plain JSON messages as they are.
+
+A server's reply is bounded (:mod:`activities.model_limits`): its bytes, the silence between two
+streamed chunks, the attempt's wall time; and at most :data:`activities.model_reply.MAX_TOOL_CALLS`
+tool calls are taken from one reply.
 """
 
 from __future__ import annotations
@@ -23,8 +27,7 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import Awaitable, Callable, Mapping
-from datetime import timedelta
+from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
 import openai
@@ -35,8 +38,6 @@ from temporalio.exceptions import ApplicationError
 
 from activities.contracts import (
     ERR_MODEL_OUTPUT_INVALID,
-    ERR_MODEL_REQUEST_REJECTED,
-    ERR_MODEL_UNAVAILABLE,
     MODEL_COMPLETE,
     CallModelInput,
     MemoryRef,
@@ -49,131 +50,21 @@ from activities.contracts import (
 )
 from activities.heartbeat import await_with_heartbeats
 from activities.mcp.config import canonical_tool_name
-from activities.model_reply import token_count, without_lone_surrogates
+from activities.model_errors import classify_error
+from activities.model_limits import (
+    DEFAULT_IDLE_SECONDS,
+    DEFAULT_MAX_REPLY_BYTES,
+    ReplyStalled,
+    attempt_seconds,
+    http_client,
+    until_idle,
+)
+from activities.model_reply import check_tool_calls, token_count, without_lone_surrogates
 from activities.streaming import DeltaPublisher, ReplyAssembler, ReplyCutOff, publish_events
 
+__all__ = ["ModelActivities", "classify_error"]
+
 log = structlog.get_logger("activities.model")
-
-RETRYABLE_STATUS = frozenset({408, 409, 429})
-"""HTTP statuses retried besides 5xx (as OpenAI's own client does, ``_should_retry``)."""
-
-OUTPUT_INVALID_MARKERS = (
-    "does not match the expected",
-    "failed to parse",
-    "parse tool call",
-    "parse error",
-)
-"""Substrings of llama.cpp's 500 body when the model's output is not a valid tool call
-(measured: docs/local-model-facts.md)."""
-
-
-def _retry_after_seconds(headers: Mapping[str, str] | None) -> float | None:
-    """Seconds from ``retry-after-ms`` / ``retry-after`` headers (RFC 9110 §10.2.3, delta form)."""
-    if not headers:
-        return None
-    ms = headers.get("retry-after-ms")
-    if ms:
-        try:
-            return max(0.0, float(ms) / 1000.0)
-        except ValueError:
-            pass
-    ra = headers.get("retry-after")
-    if ra:
-        try:
-            return max(0.0, float(ra))
-        except ValueError:
-            return None
-    return None
-
-
-def _server_message(err: openai.APIStatusError) -> str:
-    body = err.body
-    if isinstance(body, dict):
-        fields = cast("dict[str, Any]", body)
-        inner = fields.get("error", fields)
-        message = cast("dict[str, Any]", inner).get("message") if isinstance(inner, dict) else None
-        if message:
-            return str(message)
-        return json.dumps(fields)[:500]
-    if body:
-        return str(body)[:500]
-    return err.message
-
-
-def _classify_status_error(exc: openai.APIStatusError, last_attempt: bool) -> ApplicationError:
-    """The :func:`classify_error` case of an HTTP error status from the model server."""
-    status = exc.status_code
-    message = _server_message(exc)
-    delay = _retry_after_seconds(
-        exc.response.headers
-        if exc.response is not None  # pyright: ignore[reportUnnecessaryComparison] - defensive check
-        else None
-    )
-    next_delay = timedelta(seconds=delay) if delay is not None else None
-    if status >= 500 and any(m in message.lower() for m in OUTPUT_INVALID_MARKERS):
-        return ApplicationError(
-            f"model output could not be parsed (HTTP {status}): {message}",
-            type=ERR_MODEL_OUTPUT_INVALID,
-            non_retryable=last_attempt,
-        )
-    if status in RETRYABLE_STATUS or status >= 500:
-        return ApplicationError(
-            f"model server answered HTTP {status}: {message}",
-            type=ERR_MODEL_UNAVAILABLE,
-            next_retry_delay=next_delay,
-        )
-    return ApplicationError(
-        f"model server rejected the request (HTTP {status}): {message}",
-        {"status": status},
-        type=ERR_MODEL_REQUEST_REJECTED,
-        non_retryable=True,
-    )
-
-
-def classify_error(
-    exc: BaseException, attempt: int = 1, max_invalid_attempts: int = 3
-) -> ApplicationError:
-    """Map a failure of the model call to an ``ApplicationError`` that Temporal retries or not.
-
-    * 408, 409, 429, 5xx, connection errors and timeouts: retryable (``ModelUnavailable``),
-      with ``next_retry_delay`` from ``retry-after`` when the server sends one.
-    * A 500 whose body says the model's output could not be parsed, or a 200 the client could not
-      read: ``ModelOutputInvalid``, retryable until ``attempt`` reaches ``max_invalid_attempts``,
-      then non-retryable so the workflow can tell the model or end the run cleanly.
-    * A reply cut off in transit (a stream or body that ends before a ``finish_reason``):
-      retryable ``ModelUnavailable``; the retry sends the same request.
-    * Any other 4xx: non-retryable ``ModelRequestRejected`` carrying the server's message
-      (the run ends ``failed``).
-    """
-    if isinstance(exc, openai.APIStatusError):
-        return _classify_status_error(exc, attempt >= max_invalid_attempts)
-    if isinstance(exc, ReplyCutOff):
-        return ApplicationError(f"model reply cut off: {exc}", type=ERR_MODEL_UNAVAILABLE)
-    if isinstance(exc, openai.APIError) and not isinstance(
-        exc, (openai.APIConnectionError, openai.APIResponseValidationError)
-    ):
-        # an error event inside a streamed reply (llama-server sends its parse failures this way)
-        message = str(exc.body or exc.message)[:500]
-        if any(m in message.lower() for m in OUTPUT_INVALID_MARKERS):
-            return ApplicationError(
-                f"model output could not be parsed (in stream): {message}",
-                type=ERR_MODEL_OUTPUT_INVALID,
-                non_retryable=attempt >= max_invalid_attempts,
-            )
-        return ApplicationError(f"model stream failed: {message}", type=ERR_MODEL_UNAVAILABLE)
-    if isinstance(exc, (openai.APIConnectionError, openai.APITimeoutError)):
-        return ApplicationError(f"model server unreachable: {exc}", type=ERR_MODEL_UNAVAILABLE)
-    if isinstance(
-        exc, (openai.APIResponseValidationError, ValueError, KeyError, AttributeError, TypeError)
-    ):
-        return ApplicationError(
-            f"model server sent a reply that could not be read: {type(exc).__name__}: {exc}",
-            type=ERR_MODEL_OUTPUT_INVALID,
-            non_retryable=attempt >= max_invalid_attempts,
-        )
-    return ApplicationError(
-        f"model call failed: {type(exc).__name__}: {exc}", type=ERR_MODEL_UNAVAILABLE
-    )
 
 
 def _normalise(completion: Any, requested_model: str) -> ModelReply:
@@ -332,6 +223,10 @@ class ModelActivities:
         memory_url: the memory store (``AGENT_MEMORY_URL``); None: no retrieval.
         tools: runs a step's ``tools_first`` calls (``RuntimeActivities.run_first``); the
             workflow sends such calls only to steps on its own task queue, whose workers have it.
+        idle_seconds: seconds a streamed reply may go without a chunk after its first
+            (``AGENT_MODEL_IDLE_TIMEOUT``, default 60; 0: no limit).
+        max_reply_bytes: bytes of one response body at most, as received
+            (``AGENT_MODEL_MAX_REPLY_BYTES``, default 32 MiB).
     """
 
     def __init__(
@@ -341,10 +236,17 @@ class ModelActivities:
         max_invalid_attempts: int = 3,
         memory_url: str | None = None,
         tools: Callable[[list[StepToolCall]], Awaitable[list[ToolOutcome]]] | None = None,
+        idle_seconds: float = DEFAULT_IDLE_SECONDS,
+        max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES,
     ) -> None:
         self._client = openai.AsyncOpenAI(
-            base_url=base_url, api_key=api_key, max_retries=0, timeout=600
+            base_url=base_url,
+            api_key=api_key,
+            max_retries=0,
+            timeout=600,
+            http_client=http_client(max_reply_bytes),
         )
+        self._idle = idle_seconds
         self._max_invalid = max_invalid_attempts
         self._memory_url = memory_url
         self._tools = tools
@@ -390,10 +292,7 @@ class ModelActivities:
         try:
             memory = await self._with_memory(req, kwargs)
             async with DeltaPublisher(req.turn, live=req.stream) as publisher:
-                if req.stream:
-                    reply = await await_with_heartbeats(self._stream(kwargs, req, publisher))
-                else:
-                    reply = await await_with_heartbeats(self._plain(kwargs, req))
+                reply = await self._exchange(kwargs, req, publisher)
             reply.streamed_chars = publisher.streamed
         except asyncio.CancelledError:
             bound.info("model_step_cancelled")
@@ -443,12 +342,40 @@ class ModelActivities:
         )
         return outcomes, published
 
+    async def _exchange(
+        self, kwargs: dict[str, Any], req: CallModelInput, publisher: DeltaPublisher
+    ) -> ModelReply:
+        """The HTTP exchange of one attempt, streamed or not, heartbeating while it waits.
+
+        Raises:
+            ReplyStalled: it did not end within :func:`activities.model_limits.attempt_seconds`.
+            ValueError: the reply has more than ``MAX_TOOL_CALLS`` tool calls
+                (:func:`activities.model_reply.check_tool_calls`).
+            Exception: what :meth:`_stream` or :meth:`_plain` raise.
+        """
+        work = self._stream(kwargs, req, publisher) if req.stream else self._plain(kwargs, req)
+        seconds = attempt_seconds(activity.info())
+        deadline = asyncio.timeout(seconds)
+        try:
+            async with deadline:
+                reply = await await_with_heartbeats(work)
+        except TimeoutError:
+            if not deadline.expired():
+                raise
+            raise ReplyStalled(
+                f"the model server did not finish its reply within {seconds:g} s "
+                "(the attempt's start-to-close timeout, less a margin)"
+            ) from None
+        check_tool_calls(len(reply.tool_calls))
+        return reply
+
     async def _plain(self, kwargs: dict[str, Any], req: CallModelInput) -> ModelReply:
         """One chat completion, not streamed (a step nobody watches).
 
         Raises:
             openai.APIError: from the client (classified by the caller).
             ValueError: the reply has no choices.
+            ReplyTooLarge: the body went past ``max_reply_bytes`` (the rest is not read).
         """
         try:
             completion = await self._client.post(
@@ -469,6 +396,8 @@ class ModelActivities:
         Raises:
             openai.APIError: from the client (classified by the caller).
             ValueError: the stream carried no choice.
+            ReplyStalled: no chunk for ``idle_seconds`` after the first.
+            ReplyTooLarge: the stream went past ``max_reply_bytes``.
         """
         assembler = ReplyAssembler(req.model, publisher.add)
         body = {**kwargs, "stream": True, "stream_options": {"include_usage": True}}
@@ -479,6 +408,7 @@ class ModelActivities:
             stream=True,
             stream_cls=openai.AsyncStream[ChatCompletionChunk],
         )
-        async for chunk in stream:
-            assembler.add(chunk)
+        async with stream:  # closed however the loop ends: the connection is not left open
+            async for chunk in until_idle(stream, self._idle):
+                assembler.add(chunk)
         return assembler.reply(req.messages)

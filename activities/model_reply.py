@@ -1,7 +1,8 @@
 """What a model server reports, made safe to keep: bounded usage counts, encodable arguments.
 
-A model server is not trusted: its usage counts are bounded (:func:`token_count`) and tool-call
-arguments are made encodable (:func:`without_lone_surrogates`), for plain replies
+A model server is not trusted: its usage counts are bounded (:func:`token_count`), tool-call
+arguments are made encodable (:func:`without_lone_surrogates`) and a reply may ask for at most
+:data:`MAX_TOOL_CALLS` calls (:func:`check_tool_calls`), for plain replies
 (:mod:`activities.model`) and streamed ones (:class:`activities.streaming.ReplyAssembler`) alike.
 """
 
@@ -16,7 +17,23 @@ MAX_REPORTED_TOKENS = 10**12
 
 The run adds usage up into search attribute ``TotalTokens`` (a signed 64-bit integer on the
 server): a server that reported 2e20 tokens failed every workflow task of the run after it."""
+MAX_TOOL_CALLS = 128
+"""Tool calls one reply may ask for. Measured (tests/integration/test_model_limits.py): a reply
+of 10,000 calls failed every workflow task of its run (the task ran past the deadlock detector's
+2 s emitting their events); 1,000 passed. Models ask for a few at a time."""
 _SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+class TooManyToolCalls(ValueError):
+    """A reply asked for more than :data:`MAX_TOOL_CALLS` tool calls (unusable model output)."""
+
+
+def check_tool_calls(count: int) -> None:
+    """Raise :class:`TooManyToolCalls` when a reply's ``count`` of tool calls is over the limit."""
+    if count > MAX_TOOL_CALLS:
+        raise TooManyToolCalls(
+            f"the reply asks for {count} tool calls; one step may make at most {MAX_TOOL_CALLS}"
+        )
 
 
 def token_count(value: Any) -> int:

@@ -107,6 +107,21 @@ class Settings(BaseSettings):
     model_timeout_seconds: float = _env(
         "AGENT_MODEL_TIMEOUT", 120.0, "start-to-close seconds of one model attempt (120)"
     )
+    model_idle_timeout_seconds: float = _env(
+        "AGENT_MODEL_IDLE_TIMEOUT",
+        60.0,
+        "seconds a streamed model reply may go without a chunk after its first before the "
+        "attempt fails, retryable, as stalled (60; 0: no limit; activities/model_limits.py)",
+        ge=0,
+        allow_inf_nan=False,
+    )
+    model_max_reply_bytes: int = _env(
+        "AGENT_MODEL_MAX_REPLY_BYTES",
+        32 * 1024 * 1024,
+        "bytes of one model response body at most, as received (32 MiB: a plain JSON reply, or "
+        "an event stream of some 150,000 tokens); past it the attempt fails, retryable",
+        ge=1024,
+    )
     heartbeat_timeout_seconds: float = _env(
         "AGENT_HEARTBEAT_TIMEOUT",
         5.0,

@@ -110,7 +110,11 @@ def build_model_workers(
     if not limits:
         return []
     model = ModelActivities(
-        settings.openai_base_url, settings.openai_api_key, memory_url=settings.memory_store_url
+        settings.openai_base_url,
+        settings.openai_api_key,
+        memory_url=settings.memory_store_url,
+        idle_seconds=settings.model_idle_timeout_seconds,
+        max_reply_bytes=settings.model_max_reply_bytes,
     )
     workers = []
     for name, rps in sorted(limits.items()):
@@ -187,6 +191,8 @@ def _all_activities(settings: Settings, runtime: RuntimeActivities) -> list[Any]
         settings.openai_api_key,
         memory_url=settings.memory_store_url,
         tools=runtime.run_first,  # local tools' calls riding the next model step
+        idle_seconds=settings.model_idle_timeout_seconds,
+        max_reply_bytes=settings.model_max_reply_bytes,
     )
     evals = EvalActivities(settings.openai_base_url, settings.openai_api_key)
     memory = MemoryActivities(settings.openai_base_url, settings.openai_api_key, settings.state_dir)

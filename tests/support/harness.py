@@ -78,6 +78,7 @@ class Harness:
         agents: dict[str, dict[str, Any]] | None = None,
         worker: bool = True,
         top: dict[str, Any] | None = None,
+        settings: dict[str, Any] | None = None,
     ) -> None:
         self.client = client
         self.model = model
@@ -90,6 +91,8 @@ class Harness:
         self.memory_url: str | None = None
         """The memory store (default: a SQLite file beside the workspace)."""
         self._with_worker = worker
+        self._settings = settings or {}
+        """More worker settings (``Settings`` fields), e.g. ``model_idle_timeout_seconds``."""
         self._worker: Worker | None = None
         self._model_workers: list[Worker] = []
         self._task: asyncio.Task[None] | None = None
@@ -107,6 +110,7 @@ class Harness:
             default_model="scripted",
             memory_url=self.memory_url or f"sqlite://{self.workspace.parent / 'memory.db'}",
             workflow_sandbox=True,  # tests catch non-deterministic workflow code
+            **self._settings,
         )
 
     async def __aenter__(self) -> Harness:
