@@ -104,9 +104,6 @@ class Settings(BaseSettings):
         str(STATE_DIR_DEFAULT),
         "folder of pids, logs and the dev server's database (default .agent-runtime)",
     )
-    model_timeout_seconds: float = _env(
-        "AGENT_MODEL_TIMEOUT", 120.0, "start-to-close seconds of one model attempt (120)"
-    )
     model_idle_timeout_seconds: float = _env(
         "AGENT_MODEL_IDLE_TIMEOUT",
         60.0,

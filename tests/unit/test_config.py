@@ -41,7 +41,6 @@ VARIABLES = {
     ),
     "AGENT_TOOL_MODULES": ("tool_modules", [], " a ,b,, ", ["a", "b"]),
     "AGENT_STATE_DIR": ("state_dir", str(PROJECT_ROOT / ".agent-runtime"), "/st", "/st"),
-    "AGENT_MODEL_TIMEOUT": ("model_timeout_seconds", 120.0, "7.5", 7.5),
     "AGENT_MODEL_IDLE_TIMEOUT": ("model_idle_timeout_seconds", 60.0, "2.5", 2.5),
     "AGENT_MODEL_MAX_REPLY_BYTES": ("model_max_reply_bytes", 32 * 1024 * 1024, "4096", 4096),
     "AGENT_HEARTBEAT_TIMEOUT": ("heartbeat_timeout_seconds", 5.0, "3", 3.0),
