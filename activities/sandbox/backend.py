@@ -33,6 +33,8 @@ class Limits:
     file_bytes: int = 16 * 1024 * 1024
     open_files: int = 256
     processes: int = 64
+    tmp_bytes: int = 64 * 1024 * 1024
+    """Size of each in-memory file system the program may write: ``/tmp`` and ``/dev/shm``."""
 
 
 @dataclass

@@ -9,7 +9,8 @@ process that escaped every namespace would still be ``nobody``), with:
   interpreter and packages inside) with ``/bin``, ``/lib``, ``/lib64`` as links into it, fresh
   ``/proc``, ``/dev`` and ``/tmp``; no ``/etc``, no ``/home``, no ``/root``, no state folder;
 * the call's work folder bound read-write at ``/work`` (its current directory), nothing else
-  writable but a small ``/tmp``;
+  writable but ``/tmp`` and ``/dev/shm``, in-memory and 64 MiB each; the root and ``/dev`` are
+  read-only (in-memory file systems count against no rlimit);
 * ``--clearenv`` then only ``PATH``, ``HOME=/work``, ``LANG``: no API keys, no Temporal settings;
 * ``--die-with-parent --new-session``; a seccomp filter (:mod:`activities.sandbox.seccomp`);
 * rlimits: address space, CPU seconds, file size, open files, processes; and, where the cgroup v1
@@ -116,8 +117,13 @@ def _kill_cgroups(groups: list[Path]) -> None:
             pass
 
 
-def bwrap_argv(workdir: Path, seccomp_fd: int) -> list[str]:
-    """The bubblewrap arguments before the program (see the module docstring)."""
+def bwrap_argv(workdir: Path, seccomp_fd: int, tmp_bytes: int = Limits.tmp_bytes) -> list[str]:
+    """The bubblewrap arguments before the program (see the module docstring).
+
+    In-memory file systems are charged to no rlimit (only to a memory cgroup, where there is
+    one), so ``/tmp`` and ``/dev/shm`` get ``tmp_bytes`` each, and the root and ``/dev`` (bwrap's
+    own tmpfs mounts, writable by the program otherwise) are made read-only last.
+    """
     exe = shutil.which("bwrap")
     if exe is None:
         raise SandboxUnavailable("bubblewrap (bwrap) is not installed: apt-get install bubblewrap")
@@ -126,11 +132,14 @@ def bwrap_argv(workdir: Path, seccomp_fd: int) -> list[str]:
         "--ro-bind", "/usr", "/usr",
         "--symlink", "usr/bin", "/bin", "--symlink", "usr/lib", "/lib",
         "--symlink", "usr/lib64", "/lib64", "--symlink", "usr/sbin", "/sbin",
-        "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
+        "--proc", "/proc", "--dev", "/dev",
+        "--size", str(tmp_bytes), "--tmpfs", "/dev/shm",
+        "--size", str(tmp_bytes), "--tmpfs", "/tmp",
         "--bind", str(workdir), "/work", "--chdir", "/work",
         "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", "/work",
         "--setenv", "LANG", "C.UTF-8", "--setenv", "PYTHONDONTWRITEBYTECODE", "1",
         "--seccomp", str(seccomp_fd),
+        "--remount-ro", "/dev", "--remount-ro", "/",
     ]  # fmt: skip
     return args
 
@@ -190,7 +199,7 @@ class BubblewrapBackend:
         started = time.perf_counter()
         try:
             proc = subprocess.Popen(
-                [*bwrap_argv(workdir, r), *argv],
+                [*bwrap_argv(workdir, r, limits.tmp_bytes), *argv],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,

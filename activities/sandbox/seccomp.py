@@ -5,7 +5,10 @@ pipes between processes), ``ptrace``, ``process_vm_readv``/``writev``, ``mount``
 ``pivot_root``/``chroot``, ``bpf``, ``perf_event_open``, ``keyctl``/``add_key``/``request_key``,
 ``unshare``/``setns``, ``clone3`` (``ENOSYS``, so libc falls back to ``clone``) and ``clone`` with
 any namespace flag, ``io_uring_*``, ``userfaultfd``, module loading, ``kexec_*``, ``reboot``,
-``swapon``/``swapoff``, ``acct``, ``quotactl``, ``name_to_handle_at``/``open_by_handle_at``.
+``swapon``/``swapoff``, ``acct``, ``quotactl``, ``name_to_handle_at``/``open_by_handle_at``;
+``memfd_create``, ``memfd_secret`` and ``shmget`` (memory in files or segments that no rlimit
+counts: without a memory cgroup they would take the machine's memory past the address-space
+limit).
 Sources: Docker's default seccomp profile and the notes in docs/sandbox.md.
 """
 
@@ -22,6 +25,7 @@ DENIED = [
     "init_module", "finit_module", "delete_module", "kexec_load", "kexec_file_load", "reboot",
     "swapon", "swapoff", "acct", "quotactl", "name_to_handle_at", "open_by_handle_at",
     "fanotify_init", "lookup_dcookie", "mbind", "move_pages",
+    "memfd_create", "memfd_secret", "shmget",
 ]  # fmt: skip
 NAMESPACE_BITS = (
     0x00020000,
