@@ -35,6 +35,10 @@ class Limits:
     processes: int = 64
     tmp_bytes: int = 64 * 1024 * 1024
     """Size of each in-memory file system the program may write: ``/tmp`` and ``/dev/shm``."""
+    work_bytes: int = 256 * 1024 * 1024
+    """The work folder: its files' sizes summed over their names (a hard link counts in full)."""
+    work_entries: int = 1000
+    """The work folder: files, folders and links in it."""
 
 
 @dataclass

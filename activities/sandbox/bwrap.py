@@ -21,7 +21,6 @@ process that escaped every namespace would still be ``nobody``), with:
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import signal
@@ -37,6 +36,7 @@ from activities.sandbox.backend import (
     SandboxUnavailable,
 )
 from activities.sandbox.seccomp import filter_bpf
+from activities.sandbox.workdir import listing, over
 
 NOBODY = 65534
 CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -163,23 +163,56 @@ def _preexec(limits: Limits, groups: list[Path]):  # noqa: ANN202 - a preexec_fn
     return setup
 
 
-def _files(workdir: Path) -> list[dict[str, object]]:
-    out: list[dict[str, object]] = []
-    for p in sorted(workdir.rglob("*")):
-        if p.is_file() and not p.is_symlink():
-            data = p.read_bytes()
-            out.append(
-                {
-                    "name": str(p.relative_to(workdir)),
-                    "size": len(data),
-                    "sha256": hashlib.sha256(data).hexdigest(),
-                }
-            )
-    return out
-
-
 def _cap(data: bytes) -> tuple[str, bool]:
     return data[:STREAM_CAP].decode(errors="replace"), len(data) > STREAM_CAP
+
+
+WATCH_S = 0.1
+"""Seconds between two looks at the work folder while the program runs."""
+
+
+def _over_note(limits: Limits) -> str:
+    return (
+        f"the program was stopped: its work folder went over {limits.work_bytes // 2**20} MiB "
+        f"or {limits.work_entries} entries"
+    )
+
+
+def _noted(stderr: str, notes: list[str]) -> str:
+    """``stderr`` and then one ``[sandbox] ...`` line per note (what the model should know)."""
+    lines = "".join(f"[sandbox] {n}\n" for n in notes)
+    return stderr + ("\n" if stderr and not stderr.endswith("\n") and lines else "") + lines
+
+
+def _wait(
+    proc: subprocess.Popen[bytes], stdin: bytes, workdir: Path, limits: Limits, groups: list[Path]
+) -> tuple[bytes, bytes, str | None]:
+    """``(stdout, stderr, why stopped)``: ``None`` when the program ended by itself.
+
+    Otherwise ``"timeout"`` or ``"work"`` (its work folder over the limits, looked at every
+    :data:`WATCH_S`), and the whole process group and cgroups were killed.
+    """
+    deadline = time.monotonic() + limits.timeout_s
+    data: bytes | None = stdin
+    while True:
+        try:
+            out, err = proc.communicate(data, timeout=min(WATCH_S, deadline - time.monotonic()))
+            return out, err, None
+        except subprocess.TimeoutExpired:
+            data = None  # already handed over; retrying loses no output (subprocess docs)
+        if time.monotonic() >= deadline:
+            why = "timeout"
+        elif over(workdir, limits):
+            why = "work"
+        else:
+            continue
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        _kill_cgroups(groups)
+        out, err = proc.communicate()
+        return out, err, why
 
 
 class BubblewrapBackend:
@@ -213,32 +246,25 @@ class BubblewrapBackend:
             raise SandboxUnavailable(f"cannot start bubblewrap: {e}") from None
         finally:
             os.close(r)
-        timed_out = False
-        try:
-            out, err = proc.communicate(stdin, timeout=limits.timeout_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except OSError:
-                pass
-            _kill_cgroups(groups)
-            out, err = proc.communicate()
+        out, err, stopped = _wait(proc, stdin, workdir, limits, groups)
         oom = self._oom(groups, err)
         _kill_cgroups(groups)
         if proc.returncode == 1 and err.startswith(b"bwrap:"):
             raise SandboxUnavailable(f"bubblewrap failed: {err[:500].decode(errors='replace')}")
+        files, notes = listing(workdir, limits)
+        if stopped == "work":
+            notes.insert(0, _over_note(limits))
         stdout, t1 = _cap(out)
         stderr, t2 = _cap(err)
         return SandboxResult(
             exit_code=proc.returncode,
             stdout=stdout,
-            stderr=stderr,
+            stderr=_noted(stderr, notes),
             truncated=t1 or t2,
             duration_ms=round((time.perf_counter() - started) * 1000, 1),
-            timed_out=timed_out,
+            timed_out=stopped == "timeout",
             oom=oom,
-            files=_files(workdir),
+            files=files,
         )
 
     @staticmethod

@@ -99,51 +99,69 @@ def _run_store(ctx: ToolContext) -> Path:
     return path
 
 
+def _utf8(what: str, *texts: str) -> None:
+    """Raises :class:`ToolError` when a text holds a lone surrogate (JSON's escapes allow one)."""
+    for t in texts:
+        try:
+            t.encode()
+        except UnicodeEncodeError:
+            raise ToolError(f"{what} is not valid Unicode text (a lone surrogate?)") from None
+
+
 def _copy_in(ctx: ToolContext, names: list[str], work: Path) -> None:
+    for name in names:
+        try:
+            _copy_one(ctx, name, work)
+        except OSError as e:  # a name too long for the file system, a folder named like a file
+            raise ToolError(f"file {name[:100]!r}: {e.strerror}") from None
+
+
+def _copy_one(ctx: ToolContext, name: str, work: Path) -> None:
+    rel = Path(name)
+    if rel.is_absolute() or ".." in rel.parts or not rel.parts:
+        raise ToolError(f"file {name!r}: give a relative name without '..'")
+    dest = work / rel
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    key = ctx.run_files.get(rel.as_posix())
+    if key is not None and _store:  # an earlier call's output, from the payload store
+        dest.write_bytes(_get(key))
+        return
+    src = _run_store(ctx) / rel
+    if not src.is_file() or src.is_symlink():
+        src = resolve_in_workspace(ctx.workspace, name)
+        if not src.is_file():
+            raise ToolError(
+                f"file {name!r} is neither an earlier call's output nor in the workspace"
+            )
+    shutil.copyfile(src, dest)
+
+
+def _keep_out(ctx: ToolContext, work: Path, names: list[str]) -> None:
+    """Keep the files the backend listed (within its limits: not every file the program left)."""
     store = _run_store(ctx)
     for name in names:
-        rel = Path(name)
-        if rel.is_absolute() or ".." in rel.parts or not rel.parts:
-            raise ToolError(f"file {name!r}: give a relative name without '..'")
-        dest = work / rel
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        key = ctx.run_files.get(rel.as_posix())
-        if key is not None and _store:  # an earlier call's output, from the payload store
-            dest.write_bytes(_get(key))
+        p = work / name
+        key = _put(name, p.read_bytes())
+        if key is not None:  # in the payload store: the run hands the key to later calls
+            ctx.new_files[name] = key
             continue
-        src = store / rel
-        if not src.is_file() or src.is_symlink():
-            src = resolve_in_workspace(ctx.workspace, name)
-            if not src.is_file():
-                raise ToolError(
-                    f"file {name!r} is neither an earlier call's output nor in the workspace"
-                )
-        shutil.copyfile(src, dest)
-
-
-def _keep_out(ctx: ToolContext, work: Path) -> None:
-    store = _run_store(ctx)
-    for p in work.rglob("*"):
-        if p.is_file() and not p.is_symlink():
-            rel = p.relative_to(work)
-            key = _put(rel.as_posix(), p.read_bytes())
-            if key is not None:  # in the payload store: the run hands the key to later calls
-                ctx.new_files[rel.as_posix()] = key
-                continue
-            dest = store / rel  # no store configured: this worker's disk only
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(p, dest)
+        dest = store / name  # no store configured: this worker's disk only
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(p, dest)
 
 
 def _run(ctx: ToolContext, argv: list[str], stdin: str, files: list[str], timeout_s: float) -> str:
     if not 0 < timeout_s <= MAX_TIMEOUT_S:
         raise ToolError(f"timeout_s must be in (0, {MAX_TIMEOUT_S:g}]")
+    _utf8("the program or its arguments", *argv)
+    _utf8("stdin", stdin)
+    _utf8("a file name", *files)
     work = new_workdir()
     try:
         _copy_in(ctx, files, work)
         ctx.heartbeat("sandbox starting")
         result = BACKEND.run(argv, work, Limits(timeout_s=timeout_s), stdin.encode())
-        _keep_out(ctx, work)
+        _keep_out(ctx, work, [str(f["name"]) for f in result.files])
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return json.dumps(dataclasses.asdict(result))
