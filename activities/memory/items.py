@@ -50,6 +50,23 @@ def scope(kind: ScopeKind, ident: str) -> str:
     return f"{kind}:{ident}"
 
 
+MAX_QUERY_CHARS = 16_000
+"""Longest query the stores search with (characters): its first and last half are kept."""
+
+
+def query_text(query: str) -> str:
+    """``query`` as the stores search it.
+
+    A lone surrogate (JSON's escapes allow one) is replaced by ``?``, and at most
+    :data:`MAX_QUERY_CHARS` are kept, so a pasted megabyte costs no seconds to embed.
+    """
+    q = query.encode("utf-8", "replace").decode()
+    if len(q) > MAX_QUERY_CHARS:
+        half = MAX_QUERY_CHARS // 2
+        q = f"{q[:half]} {q[-half:]}"
+    return q
+
+
 def text_key(text: str) -> str:
     """sha256 (hex) of ``text`` with its whitespace normalised (runs of it one space, ends cut).
 

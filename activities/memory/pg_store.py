@@ -26,7 +26,7 @@ import numpy as np
 
 from activities.memory.embed import Embedder
 from activities.memory.fusion import fuse
-from activities.memory.items import Hit, MemoryItem, Namespace, text_key
+from activities.memory.items import Hit, MemoryItem, Namespace, query_text, text_key
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 
@@ -247,6 +247,7 @@ class PostgresMemoryStore:
 
     def search(self, namespaces: list[Namespace], query: str, limit: int = 5) -> list[Hit]:
         """Hybrid search (full text + cosine KNN, fused by RRF) over live, unexpired items."""
+        query = query_text(query)
         if not namespaces or not query.strip():
             return []
         vec = _vec(self._emb.embed([query])[0])

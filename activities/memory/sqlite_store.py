@@ -49,7 +49,7 @@ import sqlite_vec  # pyright: ignore[reportMissingTypeStubs] - sqlite-vec ships 
 from activities.memory import sqlite_schema as sch
 from activities.memory.embed import Embedder
 from activities.memory.fusion import fuse
-from activities.memory.items import Hit, MemoryItem, Namespace, text_key
+from activities.memory.items import Hit, MemoryItem, Namespace, query_text, text_key
 from activities.private_files import private_file
 
 _WORD = re.compile(r"\w+", re.UNICODE)
@@ -269,6 +269,7 @@ class SqliteMemoryStore:
 
         ``limit`` items at most, best (highest fused score) first; ``[]`` for an empty query.
         """
+        query = query_text(query)
         if not namespaces or not query.strip():
             return []
         vec = self._emb.embed([query])[0].astype(np.float32)

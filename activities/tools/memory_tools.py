@@ -4,14 +4,16 @@ The namespace never comes from the model: the tenant is the run's, the scope the
 (``user:<principal_id>``) and thread (``thread:<workflow id>``). ``remember`` writes one fact to
 the user's scope, once per tool call (the call's idempotency key), with the run, turn and call as
 provenance, and not at all when a live item of that scope has the same text (whitespace
-normalised): the model is then told "already remembered as <id>". Secrets are redacted before
-anything is stored, by the tool result interceptor's redactor as well as here (the run's secret
-values never reach the store). Both run under the run's policy like any tool (``remember`` is a
-write: it asks for approval under ``by_risk`` unless the spec allows it).
+normalised): the model is then told "already remembered as <id>". A text holding a secret (a
+value the run's redactor knows: ``OPENAI_API_KEY``, the spec's ``secrets``...) is refused, as
+consolidation drops such a fact: the run's secret values never reach the store. Both run under
+the run's policy like any tool (``remember`` is a write: it asks for approval under ``by_risk``
+unless the spec allows it).
 """
 
 from __future__ import annotations
 
+from activities import redaction
 from activities.memory.items import MemoryItem, Namespace, Provenance, scope
 from activities.memory.store_url import default_store
 from activities.tools.registry import ToolContext, ToolError, tool
@@ -52,6 +54,10 @@ def remember(ctx: ToolContext, text: str) -> str:
     text = text.strip()
     if not text or len(text) > 2000:
         raise ToolError("text must be 1 to 2000 characters")
+    if text != text.encode("utf-8", "replace").decode():
+        raise ToolError("text is not valid Unicode text (a lone surrogate?)")
+    if redaction.current().contains(text):
+        raise ToolError("text holds a secret of this run: not remembered")
     new = MemoryItem(
         namespace=Namespace(tenant_id=ctx.tenant_id, scope=scope("user", ctx.principal_id)),
         text=text,

@@ -198,3 +198,12 @@ def test_copies_written_before_deduplication_are_merged_when_the_store_opens(
         assert store.put(MemoryItem(namespace=a, text=copies[0].text)).id == copies[0].id
     finally:
         store.close()
+
+
+def test_a_lone_surrogate_or_a_megabyte_of_query_is_searched_not_a_crash(
+    store: SqliteMemoryStore | PostgresMemoryStore,
+):
+    store.put(MemoryItem(namespace=ns("acme", "ann"), text="Ann's cat is called Miso."))
+    for q in ["\ud800 Miso", "Miso \udcff", "cat " * 250_000 + "Miso"]:
+        hits = store.search([ns("acme", "ann")], q, 3)  # TypeError/UnicodeEncodeError before
+        assert [h.item.text for h in hits] == ["Ann's cat is called Miso."], q[:20]
