@@ -30,7 +30,14 @@ import openai
 from pydantic import BaseModel, Field
 from temporalio import activity
 
-from activities.memory.items import MemoryItem, Namespace, Provenance, ScopeKind, scope
+from activities.memory.items import (
+    MemoryItem,
+    Namespace,
+    Provenance,
+    ScopeKind,
+    scope,
+    storable,
+)
 from activities.memory.store_url import default_store
 from activities.private_files import private_file
 from activities.redaction import redactor_for
@@ -117,14 +124,6 @@ def _get(obj: object, key: str) -> Any:
     return cast("dict[str, Any]", obj).get(key) if isinstance(obj, dict) else None
 
 
-def _unicode(text: str) -> bool:
-    """Whether ``text`` holds no lone surrogate (which JSON's escapes allow).
-
-    A store refuses such a text, and the consolidation activity would fail on it at every retry.
-    """
-    return text == text.encode("utf-8", "replace").decode()
-
-
 def _facts(answer: str) -> list[dict[str, Any]]:
     """The ``facts`` of the model's JSON answer; [] for anything else (degenerate output)."""
     m = re.search(r"\{.*\}", answer, re.S)
@@ -138,7 +137,7 @@ def _facts(answer: str) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for f in cast("list[Any]", facts)[:MAX_FACTS]:
         text = f if isinstance(f, str) else _get(f, "text")  # a string, or a {"text": ...} object
-        if isinstance(text, str) and 8 <= len(text.strip()) <= 500 and _unicode(text):
+        if isinstance(text, str) and 8 <= len(text.strip()) <= 500 and storable(text):
             out.append(
                 {
                     "text": text.strip(),

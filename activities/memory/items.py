@@ -67,6 +67,15 @@ def query_text(query: str) -> str:
     return q
 
 
+def storable(text: str) -> bool:
+    """Whether every store takes ``text``.
+
+    No NUL (PostgreSQL refuses it in text) and no lone surrogate (not UTF-8); JSON's escapes
+    allow both, so a model can send them.
+    """
+    return "\x00" not in text and text == text.encode("utf-8", "replace").decode()
+
+
 def text_key(text: str) -> str:
     """sha256 (hex) of ``text`` with its whitespace normalised (runs of it one space, ends cut).
 

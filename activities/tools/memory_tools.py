@@ -14,7 +14,7 @@ unless the spec allows it).
 from __future__ import annotations
 
 from activities import redaction
-from activities.memory.items import MemoryItem, Namespace, Provenance, scope
+from activities.memory.items import MemoryItem, Namespace, Provenance, scope, storable
 from activities.memory.store_url import default_store
 from activities.tools.registry import ToolContext, ToolError, tool
 
@@ -54,8 +54,8 @@ def remember(ctx: ToolContext, text: str) -> str:
     text = text.strip()
     if not text or len(text) > 2000:
         raise ToolError("text must be 1 to 2000 characters")
-    if text != text.encode("utf-8", "replace").decode():
-        raise ToolError("text is not valid Unicode text (a lone surrogate?)")
+    if not storable(text):
+        raise ToolError("text holds a NUL or a lone surrogate: write plain text")
     if redaction.current().contains(text):
         raise ToolError("text holds a secret of this run: not remembered")
     new = MemoryItem(
