@@ -63,6 +63,8 @@ WORKER_ADDRESS_SPACE_KB = 1024 * 1024
 """``ulimit -v`` of the Monty worker process (1 GiB; the interpreter's own heap limit is lower)."""
 WORKER_CPU_SECONDS = 60
 """``ulimit -t`` of the Monty worker process (a fresh process per step)."""
+TMP_BYTES = 16 * 1024 * 1024
+"""Size of the Monty worker's in-memory ``/tmp`` (16 MiB; Monty itself opens no file)."""
 
 _JSON_TYPES = {
     "string": "str",
@@ -173,7 +175,8 @@ def sandboxed_worker(folder: Path | None = None) -> Path:
     Written once per process into ``folder`` (default: a private temporary folder): the seccomp
     filter (``filter.bpf``) and ``monty-bwrap``, which ``exec``s ``setpriv`` (uid/gid 65534, no
     groups) -> ``bwrap --unshare-all --clearenv`` with ``/usr`` read-only, the binary bound
-    read-only at ``/monty``, a fresh ``/tmp``, ``--seccomp`` -> ``/monty "$@"``.
+    read-only at ``/monty``, a fresh ``/tmp`` of :data:`TMP_BYTES`, the root and ``/dev``
+    read-only (in-memory file systems count against no rlimit), ``--seccomp`` -> ``/monty "$@"``.
 
     Raises:
         activities.sandbox.SandboxUnavailable: bubblewrap or setpriv is missing.
@@ -205,8 +208,9 @@ def sandboxed_worker(folder: Path | None = None) -> Path:
             f"exec '{setpriv}' --reuid=65534 --regid=65534 --clear-groups -- '{bwrap}' "
             "--unshare-all --die-with-parent --new-session --clearenv "
             "--ro-bind /usr /usr --symlink usr/lib /lib --symlink usr/lib64 /lib64 "
-            "--symlink usr/bin /bin --proc /proc --dev /dev --tmpfs /tmp "
-            f"--ro-bind '{monty}' /monty --chdir /tmp --seccomp 3 /monty \"$@\"\n"
+            f"--symlink usr/bin /bin --proc /proc --dev /dev --size {TMP_BYTES} --tmpfs /tmp "
+            f"--ro-bind '{monty}' /monty --chdir /tmp --seccomp 3 "
+            '--remount-ro /dev --remount-ro / /monty "$@"\n'
         )
         script.chmod(stat.S_IRWXU | stat.S_IRGRP | stat.S_IXGRP | stat.S_IROTH | stat.S_IXOTH)
         _wrappers[key] = script

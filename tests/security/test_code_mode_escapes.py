@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
 from pathlib import Path
 
 import psutil
 import pytest
 
+from activities import code_mode
 from activities.code_mode import CodeRunner
 from activities.contracts import CodeStepInput, CodeStepOutput
 
@@ -100,3 +102,25 @@ async def test_the_clock_and_randomness_come_from_the_workflow(runner: CodeRunne
     b = await step(runner, script, seed=7)
     assert a.status == "done" and a.value == b.value
     assert a.value[0].startswith("2026-11-26 10:00:00")
+
+
+def test_the_launcher_gives_a_small_tmp_and_a_read_only_root(tmp_path, monkeypatch):
+    """The launcher with a shell in Monty's place: what a program that escaped Monty could write.
+
+    In-memory file systems count against no rlimit: ``/`` and ``/dev`` (bwrap's own) were
+    writable without bound, ``/tmp`` too.
+    """
+    monkeypatch.setattr(code_mode, "_monty_binary", lambda: Path("/usr/bin/dash"))
+    launcher = code_mode.sandboxed_worker(tmp_path / "launcher")
+
+    def sh(script: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(launcher), "-c", script], capture_output=True, text=True, timeout=60
+        )
+
+    assert sh("echo ok > /tmp/x && cat /tmp/x").stdout == "ok\n"
+    assert sh("echo x > /x").returncode != 0
+    assert sh("echo x > /dev/x").returncode != 0
+    big = sh("head -c 33554432 /dev/zero > /tmp/big; echo $?; wc -c < /tmp/big")
+    written, size = big.stdout.split()
+    assert written != "0" and int(size) <= code_mode.TMP_BYTES
