@@ -33,8 +33,8 @@ from typing import Any, Literal, cast
 
 from pydantic import BaseModel, ValidationError
 
-from activities import redaction
 from activities.contracts import ToolInfo, ToolOutcome
+from activities.tools import output
 from activities.tools.context import ToolContext
 from activities.tools.definition import Risk, ToolDef
 from activities.tools.errors import (
@@ -108,14 +108,6 @@ def _validate(tool: ToolDef, raw: dict[str, Any]) -> BaseModel:
         ) from None
 
 
-def _to_text(value: Any) -> str:
-    if isinstance(value, str):
-        return value
-    if isinstance(value, BaseModel):
-        value = value.model_dump(mode="json")
-    return json.dumps(value, default=str, ensure_ascii=False)
-
-
 async def _call(tool: ToolDef, validated: BaseModel, ctx: ToolContext) -> Any:
     """What ``tool`` returns for ``validated`` arguments, ``ctx`` injected if it takes one.
 
@@ -128,13 +120,6 @@ async def _call(tool: ToolDef, validated: BaseModel, ctx: ToolContext) -> Any:
     if tool.is_async:
         return await tool.fn(**kwargs)
     return await asyncio.to_thread(tool.fn, **kwargs)
-
-
-def _truncate(text: str, limit: int) -> tuple[str, bool]:
-    if len(text) <= limit:
-        return text, False
-    note = f"\n[... output truncated: {len(text)} characters in all, {limit} shown]"
-    return text[:limit] + note, True
 
 
 class ToolRegistry:
@@ -219,11 +204,14 @@ class ToolRegistry:
             ctx: the call's context; ``ctx.call_id`` becomes the outcome's ``call_id``.
             max_output_chars: content longer than this (characters, > 0) is cut to its head plus
                 a note, and the outcome marked ``truncated``. Secrets are redacted first
-                (:func:`activities.redaction.redact`), so none is cut in half and leaks in part.
+                (:func:`activities.redaction.redact`), so none is cut in half and leaks in part,
+                and lone surrogates become U+FFFD (:func:`activities.tools.output.shape`).
 
         Returns:
-            The outcome: ``ok`` with the tool's output as text, or ``error`` (unknown tool,
-            malformed or invalid arguments, :class:`ToolError`) with content ``Error: ...``.
+            The outcome: ``ok`` with the tool's output as text
+            (:func:`activities.tools.output.to_text`), or ``error`` (unknown tool, malformed or
+            invalid arguments, :class:`ToolError`, a result that cannot be turned into text)
+            with content ``Error: ...``.
             ``duration_ms`` is the wall time of the whole call in milliseconds.
 
         Raises:
@@ -241,12 +229,12 @@ class ToolRegistry:
             recorded = raw
             validated = _validate(tool, raw)
             recorded = validated.model_dump(mode="json", by_alias=True)
-            text = _to_text(await _call(tool, validated, ctx))
+            text = output.to_text(await _call(tool, validated, ctx))
         except ToolError as e:
             status, text = "error", f"Error: {e}"
-        text = redaction.redact(text)
-        full_chars = len(text)
-        content, truncated = _truncate(text, max_output_chars)
+        except output.UnreadableResult as e:
+            status, text = "error", f"Error: {name} ran, but {e}"
+        content, truncated, full_chars = output.shape(text, max_output_chars)
         return ToolOutcome(
             call_id=ctx.call_id,
             name=name,

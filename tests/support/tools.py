@@ -159,3 +159,26 @@ def echo_env(name: str) -> str:
         name: the variable.
     """
     return f"{name} is " + os.environ.get(name, "")
+
+
+@tool(max_attempts=3)
+def odd_result(kind: str, ctx: ToolContext) -> object:
+    """Return a result that is hard to send (journaled, so tests count the runs).
+
+    Args:
+        kind: ``surrogate`` (a lone UTF-16 surrogate), ``deep`` (a dict nested 100000 deep),
+            ``cycle`` (a list that holds itself) or ``bytes`` (bytes that are not UTF-8).
+    """
+    _journal(ctx, {"tool": "odd_result", "kind": kind, "call_id": ctx.call_id})
+    if kind == "surrogate":
+        return "half \udc80 a pair"
+    if kind == "bytes":
+        return b"\xff\xfe ok \xc3\x28"
+    if kind == "cycle":
+        loop: list[object] = []
+        loop.append(loop)
+        return loop
+    deep: dict[str, object] = {}
+    for _ in range(100_000):
+        deep = {"a": deep}
+    return deep
