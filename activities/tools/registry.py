@@ -23,7 +23,6 @@ and :mod:`activities.tools.definition` (:class:`ToolDef`, ``Risk``). It holds th
 
 from __future__ import annotations
 
-import asyncio
 import importlib
 import json
 import time
@@ -43,6 +42,7 @@ from activities.tools.errors import (
     ToolModuleImportError,
     UnknownToolError,
 )
+from activities.tools.threads import run_in_thread
 
 __all__ = [
     "REGISTRY",
@@ -111,7 +111,8 @@ def _validate(tool: ToolDef, raw: dict[str, Any]) -> BaseModel:
 async def _call(tool: ToolDef, validated: BaseModel, ctx: ToolContext) -> Any:
     """What ``tool`` returns for ``validated`` arguments, ``ctx`` injected if it takes one.
 
-    An async tool is awaited; a sync one runs in a worker thread. Whatever the tool raises
+    An async tool is awaited; a sync one runs in a daemon thread of its own, left behind if the
+    call is cancelled (:func:`activities.tools.threads.run_in_thread`). Whatever the tool raises
     (:class:`ToolError` or any other exception) propagates.
     """
     kwargs = {p: getattr(validated, f) for p, f in tool.field_names.items()}
@@ -119,7 +120,7 @@ async def _call(tool: ToolDef, validated: BaseModel, ctx: ToolContext) -> Any:
         kwargs[tool.context_param] = ctx
     if tool.is_async:
         return await tool.fn(**kwargs)
-    return await asyncio.to_thread(tool.fn, **kwargs)
+    return await run_in_thread(tool.fn, tool.name, **kwargs)
 
 
 class ToolRegistry:

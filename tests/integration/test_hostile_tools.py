@@ -4,14 +4,18 @@ ends as a named outcome for the model, run once, and leaves the worker able to t
 
 from __future__ import annotations
 
+import asyncio
+import subprocess
+import sys
 from pathlib import Path
 
 from temporalio.client import Client
 
-from tests.support.harness import TEST_TOOLS, Harness
+from activities.tools import threads
+from tests.support.harness import ROOT, TEST_TOOLS, Harness
 from tests.support.history import no_task_failed
 from tests.support.tools import journal_events
-from workers.testing.scripted_model import ScriptedModel, text, tool_calls
+from workers.testing.scripted_model import ScriptedModel, text, tool_call, tool_calls
 
 
 def tool_messages(model: ScriptedModel, index: int) -> list[str]:
@@ -38,3 +42,42 @@ async def test_results_that_cannot_be_sent_are_named_and_the_tool_runs_once(
     assert deep == "Error: odd_result ran, but its result nests too deeply to be turned into text"
     assert cycle.startswith("Error: odd_result ran, but its result cannot be turned into text")
     assert [c.status for c in res.tool_calls] == ["ok", "ok", "error", "error"]
+
+
+async def test_sync_tools_that_never_return_leave_the_worker_able_to_run_tools(
+    client: Client, tmp_path: Path
+):
+    before = threads.left_running()
+    hung = [("hang_forever", {"n": n}) for n in range(8)]  # more than the default executor's 6
+    model = ScriptedModel([tool_calls(hung), tool_call("record", {"label": "after"}), text("ok")])
+    agents = {"default": {"tools": [*TEST_TOOLS, "hang_forever"], "policy": {"default": "allow"}}}
+    async with Harness(client, tmp_path, model, agents=agents) as h:
+        handle = await h.start("go")
+        res = await asyncio.wait_for(handle.result(), 30)  # it stalled for good before
+        await no_task_failed(handle)
+    assert res.status == "completed"
+    assert [c.status for c in res.tool_calls] == ["timed_out"] * 8 + ["ok"]
+    assert "timeout" in tool_messages(model, 1)[0]
+    assert [e["label"] for e in journal_events(h.journal) if e["tool"] == "record"] == ["after"]
+    assert threads.left_running() - before == 8  # each stuck call holds its own thread, counted
+
+
+def test_a_stuck_sync_tool_does_not_keep_the_process_from_exiting(tmp_path: Path):
+    script = (
+        "import asyncio\n"
+        "from activities.tools import REGISTRY, ToolContext\n"
+        "import tests.support.tools\n"
+        "async def main():\n"
+        "    call = REGISTRY.invoke('hang_forever', {'n': 1}, ToolContext(workspace='.'))\n"
+        "    try:\n"
+        "        await asyncio.wait_for(call, 0.5)\n"
+        "    except TimeoutError:\n"
+        "        print('timed out', flush=True)\n"
+        "asyncio.run(main())\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=20
+    )  # asyncio.run joined the default executor's stuck thread: this never returned
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-1] == "timed out"
+    assert "tool_thread_left_running" in proc.stdout  # the stuck thread is logged

@@ -182,3 +182,15 @@ def odd_result(kind: str, ctx: ToolContext) -> object:
     for _ in range(100_000):
         deep = {"a": deep}
     return deep
+
+
+@tool(timeout_seconds=1, max_attempts=1)
+def hang_forever(n: int, ctx: ToolContext) -> str:
+    """Block its thread for an hour (far past its one-second timeout; journaled when it starts).
+
+    Args:
+        n: a number to tell the calls apart.
+    """
+    _journal(ctx, {"tool": "hang_forever", "n": n, "call_id": ctx.call_id})
+    time.sleep(3600)
+    return "woke up"
