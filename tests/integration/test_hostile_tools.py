@@ -8,12 +8,19 @@ import asyncio
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
+import pytest
 from temporalio.client import Client
 
+from activities.contracts import McpServerConfig
+from activities.mcp.pool import McpPool
+from activities.mcp.tools import result_text
 from activities.tools import threads
 from tests.support.harness import ROOT, TEST_TOOLS, Harness
 from tests.support.history import no_task_failed
+from tests.support.mcp import gone
+from tests.support.mcp import journal as mcp_journal
 from tests.support.tools import journal_events
 from workers.testing.scripted_model import ScriptedModel, text, tool_call, tool_calls
 
@@ -81,3 +88,88 @@ def test_a_stuck_sync_tool_does_not_keep_the_process_from_exiting(tmp_path: Path
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines()[-1] == "timed out"
     assert "tool_thread_left_running" in proc.stdout  # the stuck thread is logged
+
+
+def hostile_server(**extra: Any) -> dict[str, Any]:
+    """An ``mcp_servers`` entry for tests/support/mcp_hostile_server.py: one short attempt."""
+    return {
+        "command": ["python", "-m", "tests.support.mcp_hostile_server"],
+        "cwd": str(ROOT),
+        "env": {"MCP_TEST_JOURNAL": "${MCP_TEST_JOURNAL}"},
+        "timeout_seconds": 3,  # past the check (1.5 s) and a new server's start (about 1 s)
+        "max_attempts": 1,
+        "handshake_timeout_seconds": 1.5,  # also how long a ping may take after a timed-out call
+        **extra,
+    }
+
+
+def pids(tool: str) -> list[int]:
+    return [e["pid"] for e in mcp_journal() if e["tool"] == tool]
+
+
+def mcp_agents() -> dict[str, Any]:
+    return {
+        "default": {
+            "tools": [],
+            "mcp_servers": {"x": hostile_server()},
+            "limits": {"loop_repeats": 5},  # whoami again and again is no loop here
+        }
+    }
+
+
+def pool_server(handshake_timeout_seconds: float) -> McpServerConfig:
+    entry = hostile_server()
+    return McpServerConfig(
+        name="x",
+        command=entry["command"],
+        cwd=entry["cwd"],
+        env=entry["env"],
+        handshake_timeout_seconds=handshake_timeout_seconds,  # also the check's limit
+    )
+
+
+async def call(pool: McpPool, server: McpServerConfig, tool: str, timeout: float = 10) -> str:
+    """One call of the hostile server's ``tool``, cancelled after ``timeout`` seconds."""
+    args = {"mb": 50} if tool == "flood" else {}
+    result = await asyncio.wait_for(pool.call_tool(server, tool, args, {}), timeout)
+    return result_text(result)
+
+
+async def test_a_timed_out_mcp_call_keeps_a_server_that_answers_and_replaces_a_frozen_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setenv("MCP_TEST_JOURNAL", str(tmp_path / "mcp.jsonl"))
+    pool, server = McpPool(), pool_server(3)
+    try:
+        first = int(await call(pool, server, "whoami"))  # started
+        with pytest.raises(TimeoutError):
+            await call(pool, server, "hang", 1)  # never ends; the server still answers others
+        kept = int(await call(pool, server, "whoami"))
+        with pytest.raises(TimeoutError):
+            await call(pool, server, "freeze", 1)  # the server answers nothing more, alive
+        fresh = int(await call(pool, server, "whoami"))  # waited for the check: a new server
+        (hang,), (freeze,) = pids("hang"), pids("freeze")
+        assert first == kept == hang == freeze
+        assert fresh != freeze and pool.running() == 1
+        await asyncio.to_thread(gone, freeze)  # it was stopped: no orphan
+    finally:
+        await pool.aclose()
+    await asyncio.to_thread(gone, fresh)
+
+
+async def test_an_mcp_server_flooding_a_reply_is_replaced_after_the_call_times_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setenv("MCP_TEST_JOURNAL", str(tmp_path / "mcp.jsonl"))
+    pool, server = McpPool(), pool_server(3)
+    try:
+        await call(pool, server, "whoami")  # started
+        with pytest.raises(TimeoutError):  # 50 MiB in one line: the SDK reads it for minutes,
+            await call(pool, server, "flood", 1.5)  # and its reply held up every later one
+        fresh = int(await call(pool, server, "whoami"))
+        (flood,) = pids("flood")
+        assert fresh != flood
+        await asyncio.to_thread(gone, flood)
+    finally:
+        await pool.aclose()
+    await asyncio.to_thread(gone, fresh)
