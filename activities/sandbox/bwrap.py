@@ -20,14 +20,17 @@ process that escaped every namespace would still be ``nobody``), with:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
 import signal
 import subprocess
+import threading
 import time
 import uuid
 from pathlib import Path
+from typing import IO
 
 from activities.sandbox.backend import (
     STREAM_CAP,
@@ -169,6 +172,55 @@ def _files(workdir: Path) -> list[dict[str, object]]:
     return out
 
 
+def _drain(fd: int, kept: bytearray) -> None:
+    """Read ``fd`` to its end, keeping its first ``STREAM_CAP + 1`` bytes, dropping the rest."""
+    while chunk := os.read(fd, 1 << 16):
+        if len(kept) <= STREAM_CAP:
+            kept += chunk[: STREAM_CAP + 1 - len(kept)]
+
+
+def _feed(stream: IO[bytes], data: bytes) -> None:
+    """Write ``data`` to the program's stdin and close it (a program that exits unread: given up)."""
+    with contextlib.suppress(OSError):  # BrokenPipeError among them
+        stream.write(data)
+    with contextlib.suppress(OSError):
+        stream.close()
+
+
+def _wait(
+    proc: subprocess.Popen[bytes], stdin: bytes, timeout_s: float, groups: list[Path]
+) -> tuple[bytes, bytes, bool]:
+    """Feed stdin, wait for the program (killed at ``timeout_s``): ``(stdout, stderr, timed_out)``.
+
+    Each stream keeps its first ``STREAM_CAP + 1`` bytes and drops the rest as it arrives, so a
+    program printing without end costs the worker nothing (``communicate`` kept it all: 4 s of
+    ``print`` in a loop held 4.6 GB).
+    """
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    out, err = bytearray(), bytearray()
+    threads = [
+        threading.Thread(target=_drain, args=(proc.stdout.fileno(), out), daemon=True),
+        threading.Thread(target=_drain, args=(proc.stderr.fileno(), err), daemon=True),
+        threading.Thread(target=_feed, args=(proc.stdin, stdin), daemon=True),
+    ]
+    for t in threads:
+        t.start()
+    timed_out = False
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        with contextlib.suppress(OSError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        _kill_cgroups(groups)
+        proc.wait()
+    for t, stream in zip(threads, (proc.stdout, proc.stderr), strict=False):
+        t.join(timeout=5)  # the pipes end when the last process holding them has died
+        if not t.is_alive():
+            stream.close()
+    return bytes(out), bytes(err), timed_out
+
+
 def _cap(data: bytes) -> tuple[str, bool]:
     return data[:STREAM_CAP].decode(errors="replace"), len(data) > STREAM_CAP
 
@@ -204,17 +256,7 @@ class BubblewrapBackend:
             raise SandboxUnavailable(f"cannot start bubblewrap: {e}") from None
         finally:
             os.close(r)
-        timed_out = False
-        try:
-            out, err = proc.communicate(stdin, timeout=limits.timeout_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except OSError:
-                pass
-            _kill_cgroups(groups)
-            out, err = proc.communicate()
+        out, err, timed_out = _wait(proc, stdin, limits.timeout_s, groups)
         oom = self._oom(groups, err)
         _kill_cgroups(groups)
         if proc.returncode == 1 and err.startswith(b"bwrap:"):

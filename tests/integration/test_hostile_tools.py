@@ -5,6 +5,7 @@ ends as a named outcome for the model, run once, and leaves the worker able to t
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -173,3 +174,27 @@ async def test_an_mcp_server_flooding_a_reply_is_replaced_after_the_call_times_o
     finally:
         await pool.aclose()
     await asyncio.to_thread(gone, fresh)
+
+
+def test_a_sandboxed_program_printing_without_end_costs_the_worker_no_memory(tmp_path: Path):
+    script = (
+        "import json, resource\n"
+        "from activities.tools.registry import ToolContext\n"
+        "from activities.tools.sandbox_tools import configure, run_python\n"
+        f"configure({str(tmp_path / 'sandbox')!r})\n"
+        f"ctx = ToolContext(workspace={str(tmp_path)!r}, run_id='run-x')\n"
+        "code = 'import sys\\nwhile True: sys.stdout.write(\"y\" * 2**20)'\n"
+        "r = json.loads(run_python(ctx, code, timeout_s=3))\n"
+        "r['maxrss_mib'] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024\n"
+        "print(json.dumps({k: r[k] for k in ('timed_out', 'truncated', 'maxrss_mib')}))\n"
+        "print(len(r['stdout']), set(r['stdout']))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    summary, stdout = proc.stdout.splitlines()[-2:]
+    result = json.loads(summary)
+    assert result["timed_out"] and result["truncated"]
+    assert stdout == "65536 {'y'}"  # the first 64 KiB, the rest dropped as it came
+    assert result["maxrss_mib"] < 400  # communicate() kept every byte: gigabytes in 3 s
