@@ -38,6 +38,11 @@ from activities.tools.builtin import resolve_in_workspace
 from activities.tools.registry import ToolContext, ToolError, tool
 
 MAX_TIMEOUT_S = 120.0
+MAX_KEPT_FILES = 100
+"""Files of one call kept for the run's later calls, at most (their keys travel in the call's
+result: 30,000 tiny files made it larger than Temporal takes, and the call ran three times)."""
+MAX_KEPT_BYTES = 64 * 2**20
+"""Bytes of one call's files kept for the run's later calls, at most."""
 BACKEND: SandboxBackend = BubblewrapBackend()
 _root: list[Path] = []
 _store: list[Any] = []  # [LocalStorageDriver-like (put_bytes/get_bytes), codec or None]
@@ -121,18 +126,41 @@ def _copy_in(ctx: ToolContext, names: list[str], work: Path) -> None:
         shutil.copyfile(src, dest)
 
 
-def _keep_out(ctx: ToolContext, work: Path) -> None:
+def _keep_out(ctx: ToolContext, work: Path) -> tuple[set[str], dict[str, Any] | None]:
+    """Keep the work folder's files for the run's later calls (by name order, within limits).
+
+    At most :data:`MAX_KEPT_FILES` files and :data:`MAX_KEPT_BYTES` bytes are kept.
+
+    Returns:
+        The names kept, and None when that is every file, else ``{"files", "bytes", "why"}`` of
+        those that were not.
+    """
     store = _run_store(ctx)
-    for p in work.rglob("*"):
-        if p.is_file() and not p.is_symlink():
-            rel = p.relative_to(work)
-            key = _put(rel.as_posix(), p.read_bytes())
-            if key is not None:  # in the payload store: the run hands the key to later calls
-                ctx.new_files[rel.as_posix()] = key
-                continue
-            dest = store / rel  # no store configured: this worker's disk only
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(p, dest)
+    kept: set[str] = set()
+    kept_bytes = dropped_files = dropped_bytes = 0
+    for p in sorted(work.rglob("*")):
+        if not p.is_file() or p.is_symlink():
+            continue
+        size, rel = p.stat().st_size, p.relative_to(work)
+        if len(kept) >= MAX_KEPT_FILES or kept_bytes + size > MAX_KEPT_BYTES:
+            dropped_files, dropped_bytes = dropped_files + 1, dropped_bytes + size
+            continue
+        kept.add(str(rel))
+        kept_bytes += size
+        key = _put(rel.as_posix(), p.read_bytes())
+        if key is not None:  # in the payload store: the run hands the key to later calls
+            ctx.new_files[rel.as_posix()] = key
+            continue
+        dest = store / rel  # no store configured: this worker's disk only
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(p, dest)
+    if not dropped_files:
+        return kept, None
+    why = (
+        f"a call keeps at most {MAX_KEPT_FILES} files and {MAX_KEPT_BYTES // 2**20} MiB for later "
+        "calls (in name order); the others are not in files and later calls cannot use them"
+    )
+    return kept, {"files": dropped_files, "bytes": dropped_bytes, "why": why}
 
 
 def _run(ctx: ToolContext, argv: list[str], stdin: str, files: list[str], timeout_s: float) -> str:
@@ -143,10 +171,14 @@ def _run(ctx: ToolContext, argv: list[str], stdin: str, files: list[str], timeou
         _copy_in(ctx, files, work)
         ctx.heartbeat("sandbox starting")
         result = BACKEND.run(argv, work, Limits(timeout_s=timeout_s), stdin.encode())
-        _keep_out(ctx, work)
+        kept, not_kept = _keep_out(ctx, work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    return json.dumps(dataclasses.asdict(result))
+    out = dataclasses.asdict(result)
+    if not_kept is not None:  # only what was kept is listed (thousands of files: megabytes)
+        out["files"] = [f for f in out["files"] if f["name"] in kept]
+        out["not_kept"] = not_kept
+    return json.dumps(out)
 
 
 @tool(sandboxed=True, timeout_seconds=150)

@@ -17,7 +17,8 @@ from temporalio.client import Client
 from activities.contracts import McpServerConfig
 from activities.mcp.pool import McpPool
 from activities.mcp.tools import result_text
-from activities.tools import threads
+from activities.storage import LocalStorageDriver
+from activities.tools import ToolContext, sandbox_tools, threads
 from tests.support.harness import ROOT, TEST_TOOLS, Harness
 from tests.support.history import no_task_failed
 from tests.support.mcp import gone
@@ -198,3 +199,30 @@ def test_a_sandboxed_program_printing_without_end_costs_the_worker_no_memory(tmp
     assert result["timed_out"] and result["truncated"]
     assert stdout == "65536 {'y'}"  # the first 64 KiB, the rest dropped as it came
     assert result["maxrss_mib"] < 400  # communicate() kept every byte: gigabytes in 3 s
+
+
+def test_a_sandboxed_program_writing_many_files_keeps_a_bounded_number_named(tmp_path: Path):
+    sandbox_tools.configure(tmp_path / "sandbox", store=LocalStorageDriver(tmp_path / "store"))
+    ctx = ToolContext(workspace=tmp_path, run_id="run-x")
+    try:
+        code = (
+            "for i in range(150):\n"
+            "    open(f'f{i:03}', 'w').write('x')\n"
+            "open('zz-big', 'wb').write(b'y' * 2**20)\n"
+        )
+        r = json.loads(sandbox_tools.run_python(ctx, code))
+        big = json.loads(
+            sandbox_tools.run_python(
+                ctx, "for i in range(5):\n    open(f'b{i}', 'wb').write(b'z' * 15 * 2**20)"
+            )
+        )
+    finally:
+        sandbox_tools.configure(tmp_path / "sandbox")
+    assert r["exit_code"] == 0
+    # every key travels in the call's result: 30,000 files made it too large for Temporal
+    assert sorted(ctx.new_files)[:3] == ["b0", "b1", "b2"] and len(ctx.new_files) == 104
+    assert [f["name"] for f in r["files"]] == [f"f{i:03}" for i in range(100)]
+    assert r["not_kept"]["files"] == 51 and r["not_kept"]["bytes"] == 50 + 2**20
+    assert "at most 100 files" in r["not_kept"]["why"]
+    assert [f["name"] for f in big["files"]] == ["b0", "b1", "b2", "b3"]  # 64 MiB at most
+    assert big["not_kept"] == {**big["not_kept"], "files": 1, "bytes": 15 * 2**20}
