@@ -226,3 +226,25 @@ def test_a_sandboxed_program_writing_many_files_keeps_a_bounded_number_named(tmp
     assert "at most 100 files" in r["not_kept"]["why"]
     assert [f["name"] for f in big["files"]] == ["b0", "b1", "b2", "b3"]  # 64 MiB at most
     assert big["not_kept"] == {**big["not_kept"], "files": 1, "bytes": 15 * 2**20}
+
+
+def test_an_async_tool_that_swallows_cancellation_does_not_keep_the_worker_from_exiting():
+    script = (
+        "import asyncio\n"
+        "from activities.tools import REGISTRY, ToolContext\n"
+        "from workers.worker import run_to_end\n"
+        "import tests.support.tools\n"
+        "async def main():\n"
+        "    call = REGISTRY.invoke('ignore_cancel', {'n': 1}, ToolContext(workspace='.'))\n"
+        "    task = asyncio.ensure_future(call)\n"
+        "    await asyncio.sleep(0.3)\n"
+        "    task.cancel()  # what a timed-out activity does; the tool swallows it\n"
+        "    return 'main done'\n"
+        "print(run_to_end(main(), leftover_seconds=0.5), flush=True)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=20
+    )  # asyncio.run waited for such a task: the worker never exited after SIGTERM
+    assert proc.returncode == 0, proc.stderr
+    assert "tasks_left_running" in proc.stdout  # logged, then abandoned with the loop
+    assert proc.stdout.splitlines()[-1] == "main done"

@@ -194,3 +194,18 @@ def hang_forever(n: int, ctx: ToolContext) -> str:
     _journal(ctx, {"tool": "hang_forever", "n": n, "call_id": ctx.call_id})
     time.sleep(3600)
     return "woke up"
+
+
+@tool(timeout_seconds=1, max_attempts=1)
+async def ignore_cancel(n: int, ctx: ToolContext) -> str:
+    """Sleep for good, swallowing every cancellation (journaled when it starts).
+
+    Args:
+        n: a number to tell the calls apart.
+    """
+    _journal(ctx, {"tool": "ignore_cancel", "n": n, "call_id": ctx.call_id})
+    while True:
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            pass
