@@ -112,7 +112,9 @@ async def _call(tool: ToolDef, validated: BaseModel, ctx: ToolContext) -> Any:
     """What ``tool`` returns for ``validated`` arguments, ``ctx`` injected if it takes one.
 
     An async tool is awaited; a sync one runs in a daemon thread of its own, left behind if the
-    call is cancelled (:func:`activities.tools.threads.run_in_thread`). Whatever the tool raises
+    call is cancelled (:func:`activities.tools.threads.run_in_thread`); a retried call of a tool
+    that is not ``read`` whose earlier attempt is still running here is not started again
+    (``EarlierAttemptRunning``, a :class:`ToolError`). Whatever the tool raises
     (:class:`ToolError` or any other exception) propagates.
     """
     kwargs = {p: getattr(validated, f) for p, f in tool.field_names.items()}
@@ -120,7 +122,8 @@ async def _call(tool: ToolDef, validated: BaseModel, ctx: ToolContext) -> Any:
         kwargs[tool.context_param] = ctx
     if tool.is_async:
         return await tool.fn(**kwargs)
-    return await run_in_thread(tool.fn, tool.name, **kwargs)
+    key = ctx.idempotency_key if tool.risk != "read" else ""  # side effects: never twice at once
+    return await run_in_thread(tool.fn, tool.name, key, **kwargs)
 
 
 class ToolRegistry:

@@ -20,12 +20,19 @@ from typing import Any
 
 import structlog
 
+from activities.tools.errors import ToolError
+
 log = structlog.get_logger("activities.tools")
 
-__all__ = ["left_running", "run_in_thread"]
+__all__ = ["EarlierAttemptRunning", "left_running", "run_in_thread"]
 
-_left: set[threading.Thread] = set()
+_left: set[threading.Thread] = set()  # threads of cancelled calls, still running
+_keys: dict[threading.Thread, str] = {}  # running threads of calls with side effects -> key
 _lock = threading.Lock()
+
+
+class EarlierAttemptRunning(ToolError):
+    """An earlier attempt of the same call is still running here: it is not started again."""
 
 
 def left_running() -> int:
@@ -43,13 +50,23 @@ def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | Non
         future.set_result(result)
 
 
-async def run_in_thread(fn: Callable[..., Any], name: str, **kwargs: Any) -> Any:
+async def run_in_thread(fn: Callable[..., Any], name: str, key: str = "", **kwargs: Any) -> Any:
     """``fn(**kwargs)`` in a new daemon thread named ``tool-<name>``, with this context's variables.
+
+    Args:
+        fn: the tool's function.
+        name: the tool's name (for the thread's name and logs).
+        key: the call's idempotency key, for a tool with side effects ("" for none): while an
+            earlier attempt of that call is left running here, the call is not started again.
+        kwargs: the function's arguments.
 
     Returns:
         What ``fn`` returned.
 
     Raises:
+        EarlierAttemptRunning: ``key`` names a call whose earlier attempt is still running here
+            (Temporal retried it after a timeout): running it again could apply its effects twice
+            at once; the message says so, for the model.
         asyncio.CancelledError: the call was cancelled; the thread is left to finish on its own
             (counted by :func:`left_running` until it does).
         BaseException: whatever ``fn`` raised.
@@ -69,12 +86,22 @@ async def run_in_thread(fn: Callable[..., Any], name: str, **kwargs: Any) -> Any
         with _lock:
             finished.set()
             _left.discard(thread)
+            _keys.pop(thread, None)
         try:
             loop.call_soon_threadsafe(_settle, future, result, error)
         except RuntimeError:  # the event loop is closed: nobody waits any more
             pass
 
     thread = threading.Thread(target=work, name=f"tool-{name}", daemon=True)
+    with _lock:
+        if key and key in _keys.values():
+            raise EarlierAttemptRunning(
+                f"{name} was not run again: its earlier attempt timed out but is still running "
+                "on this worker, and a tool with side effects must not run twice at once; its "
+                "outcome is unknown"
+            )
+        if key:
+            _keys[thread] = key
     thread.start()
     try:
         return await future

@@ -248,3 +248,19 @@ def test_an_async_tool_that_swallows_cancellation_does_not_keep_the_worker_from_
     assert proc.returncode == 0, proc.stderr
     assert "tasks_left_running" in proc.stdout  # logged, then abandoned with the loop
     assert proc.stdout.splitlines()[-1] == "main done"
+
+
+async def test_a_retried_write_whose_first_attempt_still_runs_is_not_started_again(
+    client: Client, tmp_path: Path
+):
+    model = ScriptedModel([tool_call("slow_write", {"label": "once"}), text("ok")])
+    agents = {"default": {"tools": [*TEST_TOOLS, "slow_write"], "policy": {"default": "allow"}}}
+    async with Harness(client, tmp_path, model, agents=agents) as h:
+        handle = await h.start("go")
+        res = await asyncio.wait_for(handle.result(), 30)
+        await no_task_failed(handle)
+    assert res.status == "completed"
+    starts = [e for e in journal_events(h.journal) if e.get("phase") == "start"]
+    assert len(starts) == 1  # attempt 2 ran beside attempt 1 before: the write, twice at once
+    (message,) = tool_messages(model, 1)
+    assert message.startswith("Error: slow_write was not run again: its earlier attempt timed out")

@@ -209,3 +209,16 @@ async def ignore_cancel(n: int, ctx: ToolContext) -> str:
             await asyncio.sleep(3600)
         except asyncio.CancelledError:
             pass
+
+
+@tool(risk="write", timeout_seconds=1, max_attempts=2)
+def slow_write(label: str, ctx: ToolContext) -> str:
+    """Pretend to write for 4 s, past its one-second timeout (journaled at start and end).
+
+    Args:
+        label: a label to record.
+    """
+    _journal(ctx, {"tool": "slow_write", "label": label, "phase": "start", "t": time.time()})
+    time.sleep(4)
+    _journal(ctx, {"tool": "slow_write", "label": label, "phase": "end", "t": time.time()})
+    return f"wrote {label}"
