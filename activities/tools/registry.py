@@ -123,7 +123,7 @@ async def _call(tool: ToolDef, validated: BaseModel, ctx: ToolContext) -> Any:
     if tool.is_async:
         return await tool.fn(**kwargs)
     key = ctx.idempotency_key if tool.risk != "read" else ""  # side effects: never twice at once
-    return await run_in_thread(tool.fn, tool.name, key, **kwargs)
+    return await run_in_thread(tool.fn, kwargs, tool.name, key)
 
 
 class ToolRegistry:

@@ -50,15 +50,31 @@ def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | Non
         future.set_result(result)
 
 
-async def run_in_thread(fn: Callable[..., Any], name: str, key: str = "", **kwargs: Any) -> Any:
+def _claim(thread: threading.Thread, key: str, name: str) -> None:
+    """Record ``thread`` as running the call ``key`` (if any); refuse a second one of it."""
+    if not key:
+        return
+    with _lock:
+        if key in _keys.values():
+            raise EarlierAttemptRunning(
+                f"{name} was not run again: its earlier attempt timed out but is still running "
+                "on this worker, and a tool with side effects must not run twice at once; its "
+                "outcome is unknown"
+            )
+        _keys[thread] = key
+
+
+async def run_in_thread(
+    fn: Callable[..., Any], kwargs: dict[str, Any], name: str, key: str = ""
+) -> Any:
     """``fn(**kwargs)`` in a new daemon thread named ``tool-<name>``, with this context's variables.
 
     Args:
         fn: the tool's function.
+        kwargs: its arguments (a dict: a tool may have a parameter called ``name`` or ``key``).
         name: the tool's name (for the thread's name and logs).
         key: the call's idempotency key, for a tool with side effects ("" for none): while an
             earlier attempt of that call is left running here, the call is not started again.
-        kwargs: the function's arguments.
 
     Returns:
         What ``fn`` returned.
@@ -93,15 +109,7 @@ async def run_in_thread(fn: Callable[..., Any], name: str, key: str = "", **kwar
             pass
 
     thread = threading.Thread(target=work, name=f"tool-{name}", daemon=True)
-    with _lock:
-        if key and key in _keys.values():
-            raise EarlierAttemptRunning(
-                f"{name} was not run again: its earlier attempt timed out but is still running "
-                "on this worker, and a tool with side effects must not run twice at once; its "
-                "outcome is unknown"
-            )
-        if key:
-            _keys[thread] = key
+    _claim(thread, key, name)
     thread.start()
     try:
         return await future
