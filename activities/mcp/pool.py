@@ -117,6 +117,9 @@ class _StdioServer:
             args=argv[1:],
             env={k: expand(v) for k, v in self.server.env.items()},
             cwd=self.server.cwd,
+            # bytes that are not UTF-8 on stdout: U+FFFD, so that line is skipped as unparsable
+            # ("strict" killed the SDK's reader: the server stayed, and every call of it hung)
+            encoding_error_handler="replace",
         )
         async with stdio_client(params, errlog=self._errlog) as (read, write):
             self._read = read

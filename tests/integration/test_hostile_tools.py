@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from mcp.shared.exceptions import MCPError
 from temporalio.client import Client
 
 from activities.contracts import McpServerConfig
@@ -264,3 +265,21 @@ async def test_a_retried_write_whose_first_attempt_still_runs_is_not_started_aga
     assert len(starts) == 1  # attempt 2 ran beside attempt 1 before: the write, twice at once
     (message,) = tool_messages(model, 1)
     assert message.startswith("Error: slow_write was not run again: its earlier attempt timed out")
+
+
+async def test_bytes_that_are_not_utf8_on_an_mcp_servers_stdout_are_skipped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setenv("MCP_TEST_JOURNAL", str(tmp_path / "mcp.jsonl"))
+    pool, server = McpPool(), pool_server(10)
+    try:
+        # the SDK's reader died on them ("strict" decoding): this call and every later one hung
+        assert await call(pool, server, "garbage", 5) == "answered after garbage"
+        assert int(await call(pool, server, "whoami", 5)) == pids("garbage")[0]
+        with pytest.raises(MCPError, match="Connection closed"):  # exits mid-call: named
+            await call(pool, server, "vanish", 5)
+        fresh = int(await call(pool, server, "whoami", 5))  # the next call: a new server
+        assert fresh != pids("vanish")[0]
+    finally:
+        await pool.aclose()
+    await asyncio.to_thread(gone, fresh)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import time
 
 import anyio
@@ -42,12 +41,19 @@ def flood(mb: int) -> str:
     return "z" * (mb * 1024 * 1024)
 
 
+def _wire() -> int:
+    """The protocol's stdout: the SDK moved fd 1 to stderr and keeps the wire on a private fd."""
+    from mcp.server import stdio
+
+    claim = stdio._claims.get(1)  # noqa: SLF001 - the test server writes past the SDK on purpose
+    return claim.private_fd if claim is not None and claim.private_fd is not None else 1
+
+
 @server.tool(annotations=READ)
 def garbage() -> str:
-    """Write bytes that are not UTF-8 onto stdout (the protocol stream), then answer."""
+    """Write bytes that are not UTF-8 onto the protocol stream, then answer."""
     _journal("garbage")
-    sys.stdout.flush()
-    os.write(1, b"\xff\xfe\x80 not json \xc3\x28\n")
+    os.write(_wire(), b"\xff\xfe\x80 not json \xc3\x28\n")
     return "answered after garbage"
 
 
