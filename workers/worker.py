@@ -11,9 +11,10 @@ import asyncio
 import contextlib
 import gc
 import signal
+from collections.abc import Coroutine
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import structlog
 from temporalio.client import Client
@@ -42,6 +43,8 @@ from workflows.eval_suite import EvalSuite
 from workflows.memory_consolidation import MemoryConsolidation
 
 log = structlog.get_logger("workers.worker")
+
+T = TypeVar("T")
 
 
 class WorkerTuning:
@@ -300,3 +303,42 @@ async def run_worker(
     del workers, client, runtime
     gc.collect()
     log.info("worker_stopped")
+
+
+LEFTOVER_TASK_SECONDS = 5.0
+"""Seconds the tasks still running after the worker stopped get to end once cancelled."""
+
+
+def run_to_end(main: Coroutine[Any, Any, T], leftover_seconds: float = LEFTOVER_TASK_SECONDS) -> T:
+    """``asyncio.run(main)``, except that it never waits for good on a task that will not end.
+
+    Once ``main`` is done, every task still running is cancelled and given ``leftover_seconds``
+    to end; any that has not (an async tool that swallows ``CancelledError``, left behind when
+    its call timed out) is logged as ``tasks_left_running`` and abandoned with the event loop.
+    ``asyncio.run`` waited for it: the worker process never exited after SIGTERM.
+
+    Returns:
+        What ``main`` returned.
+
+    Raises:
+        BaseException: whatever ``main`` raised.
+    """
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    try:
+        return loop.run_until_complete(main)
+    finally:
+        try:
+            tasks = asyncio.all_tasks(loop)
+            for task in tasks:
+                task.cancel()
+            if tasks:
+                wait = asyncio.wait(tasks, timeout=leftover_seconds)
+                _, pending = loop.run_until_complete(wait)
+                if pending:
+                    names = sorted({t.get_name() for t in pending})[:20]
+                    log.warning("tasks_left_running", count=len(pending), tasks=names)
+            loop.run_until_complete(loop.shutdown_asyncgens())
+        finally:
+            asyncio.set_event_loop(None)
+            loop.close()

@@ -2,7 +2,9 @@
 
 Stdio servers are started once and reused by every call that names the same settings (the pool
 key is the sha256 of the pinned :class:`~activities.contracts.McpServerConfig` without its name);
-a server whose process has died is started again by the next call. Streamable-HTTP servers get
+a server whose process has died is started again by the next call, and so is one that does not
+answer a question in time after a call of it was cancelled (timed out): a server that froze, or is still
+sending a reply nobody waits for, would otherwise fail every later call. Streamable-HTTP servers get
 one short connection per operation, so a restarted server or a load balancer in front of several
 needs nothing from us. :meth:`McpPool.aclose` stops every server (worker shutdown).
 """
@@ -115,6 +117,9 @@ class _StdioServer:
             args=argv[1:],
             env={k: expand(v) for k, v in self.server.env.items()},
             cwd=self.server.cwd,
+            # bytes that are not UTF-8 on stdout: U+FFFD, so that line is skipped as unparsable
+            # ("strict" killed the SDK's reader: the server stayed, and every call of it hung)
+            encoding_error_handler="replace",
         )
         async with stdio_client(params, errlog=self._errlog) as (read, write):
             self._read = read
@@ -199,6 +204,7 @@ class McpPool:
     def __init__(self) -> None:
         self._stdio: dict[str, _StdioServer] = {}
         self._stopping: set[asyncio.Task[None]] = set()
+        self._checks: dict[str, asyncio.Task[None]] = {}  # pool key -> the check after a cancel
         self._lock = asyncio.Lock()
 
     def _retire(self, server: _StdioServer) -> None:
@@ -209,6 +215,9 @@ class McpPool:
 
     async def _stdio_client(self, server: McpServerConfig) -> Client:
         key = pool_key(server)
+        check = self._checks.get(key)
+        if check is not None:  # a call of it was cancelled: does it still answer?
+            await asyncio.shield(check)
         async with self._lock:
             running = self._stdio.get(key)
             if running is not None and not running.alive:
@@ -226,6 +235,41 @@ class McpPool:
             self._retire(running)
             raise
 
+    def _check_after_cancel(self, server: McpServerConfig, client: Client) -> None:
+        """Ask the server something in the background; retire it if it does not answer in time.
+
+        The next call of the same server waits for the check (:meth:`_stdio_client`), so it
+        goes to a fresh server rather than to one about to be retired.
+        """
+        key = pool_key(server)
+        if key in self._checks:
+            return
+        task = self._checks[key] = asyncio.ensure_future(self._answers_or_retire(server, client))
+        self._stopping.add(task)
+        task.add_done_callback(self._stopping.discard)
+        task.add_done_callback(lambda _: self._checks.pop(key, None))
+
+    async def _answers_or_retire(self, server: McpServerConfig, client: Client) -> None:
+        """Retire the server unless it answers within ``handshake_timeout_seconds``.
+
+        The question is ``tools/list`` (every tool server answers it; ``ping`` is gone from the
+        protocol since 2026-07-28).
+        """
+        limit = server.handshake_timeout_seconds
+        try:
+            await asyncio.wait_for(client.list_tools(), timeout=limit)
+            return
+        except Exception as exc:  # noqa: BLE001 - timed out, closed, answered with an error
+            error = f"{type(exc).__name__}: {exc}"[:300]
+        key = pool_key(server)
+        async with self._lock:
+            running = self._stdio.get(key)
+            if running is None or running.client is not client:
+                return  # already replaced (or stopped)
+            del self._stdio[key]
+            self._retire(running)
+        log.warning("mcp_server_unresponsive", server=server.name, timeout_s=limit, error=error)
+
     async def _with_client(
         self, server: McpServerConfig, op: Callable[[Client], Awaitable[T]]
     ) -> T:
@@ -233,6 +277,9 @@ class McpPool:
             client = await self._stdio_client(server)
             try:
                 return await op(client)
+            except asyncio.CancelledError:  # the call timed out (or the run let go of it)
+                self._check_after_cancel(server, client)
+                raise
             except Exception:
                 await self.discard_dead(server)
                 raise

@@ -33,7 +33,6 @@ from mcp.types import (
 )
 from temporalio.exceptions import ApplicationError
 
-from activities import redaction
 from activities.contracts import (
     ERR_MCP_UNAVAILABLE,
     InvokeToolInput,
@@ -44,6 +43,7 @@ from activities.contracts import (
 )
 from activities.mcp.config import McpServerSpec, tool_name
 from activities.mcp.pool import McpPool
+from activities.tools import output
 
 _RETRYABLE_CODES = {CONNECTION_CLOSED, REQUEST_TIMEOUT}
 
@@ -162,13 +162,6 @@ def _arguments(raw: str | dict[str, Any]) -> dict[str, Any]:
     return cast("dict[str, Any]", value)
 
 
-def _truncate(text: str, limit: int) -> tuple[str, bool]:
-    if len(text) <= limit:
-        return text, False
-    note = f"\n[... output truncated: {len(text)} characters in all, {limit} shown]"
-    return text[:limit] + note, True
-
-
 async def _call(
     pool: McpPool,
     req: InvokeToolInput,
@@ -213,15 +206,15 @@ async def invoke_mcp(pool: McpPool, req: InvokeToolInput, timeout: float | None)
         status, text = "error", f"Error: {e}"
     else:
         status, text = await _call(pool, req, target, recorded, timeout)
-    text = redaction.redact(text)  # before the cut: no secret leaks in part
-    content, truncated = _truncate(text, req.max_output_chars)
+    # redacted before the cut (no secret leaks in part), lone surrogates replaced
+    content, truncated, full_chars = output.shape(text, req.max_output_chars)
     return ToolOutcome(
         call_id=req.call_id,
         name=req.name,
         status=status,
         content=content,
         truncated=truncated,
-        output_chars=len(text),
+        output_chars=full_chars,
         duration_ms=(time.perf_counter() - started) * 1000.0,
         arguments=recorded,
     )

@@ -23,10 +23,11 @@ import stat
 from collections.abc import Generator
 from contextlib import contextmanager
 from pathlib import Path, PurePath
+from typing import BinaryIO
 
 from activities.tools.registry import ToolError
 
-__all__ = ["folder", "list_names", "read_limited", "write_replacing"]
+__all__ = ["folder", "list_names", "open_file", "read_limited", "write_replacing"]
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 # O_NONBLOCK: opening a FIFO put where a file was returns at once instead of waiting for a writer.
@@ -112,6 +113,25 @@ def read_limited(root: Path, rel: PurePath, limit: int) -> bytes:
             of its path is a symlink now.
         PermissionError: the file cannot be read.
     """
+    with open_file(root, rel) as fh:
+        size = os.fstat(fh.fileno()).st_size
+        data = fh.read(limit + 1) if size <= limit else b""
+    if size > limit or len(data) > limit:
+        size = max(size, len(data))
+        raise ToolError(
+            f"{rel.as_posix()!r} is too large to read (at least {size} bytes; at most {limit})"
+        )
+    return data
+
+
+def open_file(root: Path, rel: PurePath) -> BinaryIO:
+    """The regular file ``root/rel``, open for reading, reached without following a symlink.
+
+    Raises:
+        ToolError: the file is missing, is not a regular file (a folder, a FIFO, a device), or a
+            component of its path is a symlink now.
+        PermissionError: the file cannot be read.
+    """
     with folder(root, rel.parent) as dfd:
         try:
             fd = os.open(rel.name, _READ_FLAGS, dir_fd=dfd)
@@ -121,17 +141,11 @@ def read_limited(root: Path, rel: PurePath, limit: int) -> bytes:
             if e.errno == errno.ELOOP:
                 raise _changed(rel) from None
             raise
-    with os.fdopen(fd, "rb") as fh:
-        st = os.fstat(fh.fileno())
-        if not stat.S_ISREG(st.st_mode):
-            raise ToolError(f"{rel.as_posix()!r} is not a regular file")
-        data = fh.read(limit + 1) if st.st_size <= limit else b""
-    if st.st_size > limit or len(data) > limit:
-        size = max(st.st_size, len(data))
-        raise ToolError(
-            f"{rel.as_posix()!r} is too large to read (at least {size} bytes; at most {limit})"
-        )
-    return data
+    fh = os.fdopen(fd, "rb")
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        fh.close()
+        raise ToolError(f"{rel.as_posix()!r} is not a regular file")
+    return fh
 
 
 def list_names(root: Path, rel: PurePath) -> list[tuple[str, bool]]:

@@ -23,7 +23,6 @@ and :mod:`activities.tools.definition` (:class:`ToolDef`, ``Risk``). It holds th
 
 from __future__ import annotations
 
-import asyncio
 import importlib
 import json
 import time
@@ -33,8 +32,8 @@ from typing import Any, Literal, cast
 
 from pydantic import BaseModel, ValidationError
 
-from activities import redaction
 from activities.contracts import ToolInfo, ToolOutcome
+from activities.tools import output
 from activities.tools.context import ToolContext
 from activities.tools.definition import Risk, ToolDef
 from activities.tools.errors import (
@@ -43,6 +42,7 @@ from activities.tools.errors import (
     ToolModuleImportError,
     UnknownToolError,
 )
+from activities.tools.threads import run_in_thread
 
 __all__ = [
     "REGISTRY",
@@ -108,18 +108,13 @@ def _validate(tool: ToolDef, raw: dict[str, Any]) -> BaseModel:
         ) from None
 
 
-def _to_text(value: Any) -> str:
-    if isinstance(value, str):
-        return value
-    if isinstance(value, BaseModel):
-        value = value.model_dump(mode="json")
-    return json.dumps(value, default=str, ensure_ascii=False)
-
-
 async def _call(tool: ToolDef, validated: BaseModel, ctx: ToolContext) -> Any:
     """What ``tool`` returns for ``validated`` arguments, ``ctx`` injected if it takes one.
 
-    An async tool is awaited; a sync one runs in a worker thread. Whatever the tool raises
+    An async tool is awaited; a sync one runs in a daemon thread of its own, left behind if the
+    call is cancelled (:func:`activities.tools.threads.run_in_thread`); a retried call of a tool
+    that is not ``read`` whose earlier attempt is still running here is not started again
+    (``EarlierAttemptRunning``, a :class:`ToolError`). Whatever the tool raises
     (:class:`ToolError` or any other exception) propagates.
     """
     kwargs = {p: getattr(validated, f) for p, f in tool.field_names.items()}
@@ -127,14 +122,8 @@ async def _call(tool: ToolDef, validated: BaseModel, ctx: ToolContext) -> Any:
         kwargs[tool.context_param] = ctx
     if tool.is_async:
         return await tool.fn(**kwargs)
-    return await asyncio.to_thread(tool.fn, **kwargs)
-
-
-def _truncate(text: str, limit: int) -> tuple[str, bool]:
-    if len(text) <= limit:
-        return text, False
-    note = f"\n[... output truncated: {len(text)} characters in all, {limit} shown]"
-    return text[:limit] + note, True
+    key = ctx.idempotency_key if tool.risk != "read" else ""  # side effects: never twice at once
+    return await run_in_thread(tool.fn, kwargs, tool.name, key)
 
 
 class ToolRegistry:
@@ -219,11 +208,14 @@ class ToolRegistry:
             ctx: the call's context; ``ctx.call_id`` becomes the outcome's ``call_id``.
             max_output_chars: content longer than this (characters, > 0) is cut to its head plus
                 a note, and the outcome marked ``truncated``. Secrets are redacted first
-                (:func:`activities.redaction.redact`), so none is cut in half and leaks in part.
+                (:func:`activities.redaction.redact`), so none is cut in half and leaks in part,
+                and lone surrogates become U+FFFD (:func:`activities.tools.output.shape`).
 
         Returns:
-            The outcome: ``ok`` with the tool's output as text, or ``error`` (unknown tool,
-            malformed or invalid arguments, :class:`ToolError`) with content ``Error: ...``.
+            The outcome: ``ok`` with the tool's output as text
+            (:func:`activities.tools.output.to_text`), or ``error`` (unknown tool, malformed or
+            invalid arguments, :class:`ToolError`, a result that cannot be turned into text)
+            with content ``Error: ...``.
             ``duration_ms`` is the wall time of the whole call in milliseconds.
 
         Raises:
@@ -241,12 +233,12 @@ class ToolRegistry:
             recorded = raw
             validated = _validate(tool, raw)
             recorded = validated.model_dump(mode="json", by_alias=True)
-            text = _to_text(await _call(tool, validated, ctx))
+            text = output.to_text(await _call(tool, validated, ctx))
         except ToolError as e:
             status, text = "error", f"Error: {e}"
-        text = redaction.redact(text)
-        full_chars = len(text)
-        content, truncated = _truncate(text, max_output_chars)
+        except output.UnreadableResult as e:
+            status, text = "error", f"Error: {name} ran, but {e}"
+        content, truncated, full_chars = output.shape(text, max_output_chars)
         return ToolOutcome(
             call_id=ctx.call_id,
             name=name,

@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -34,10 +35,16 @@ from temporalio.api.common.v1 import Payload
 
 from activities.sandbox import BubblewrapBackend, Limits, SandboxBackend
 from activities.sandbox.bwrap import new_workdir
+from activities.tools import beneath
 from activities.tools.builtin import resolve_in_workspace
 from activities.tools.registry import ToolContext, ToolError, tool
 
 MAX_TIMEOUT_S = 120.0
+MAX_KEPT_FILES = 100
+"""Files of one call kept for the run's later calls, at most (their keys travel in the call's
+result: 30,000 tiny files made it larger than Temporal takes, and the call ran three times)."""
+MAX_KEPT_BYTES = 64 * 2**20
+"""Bytes of one call's files kept for the run's later calls, at most."""
 BACKEND: SandboxBackend = BubblewrapBackend()
 _root: list[Path] = []
 _store: list[Any] = []  # [LocalStorageDriver-like (put_bytes/get_bytes), codec or None]
@@ -127,27 +134,60 @@ def _copy_one(ctx: ToolContext, name: str, work: Path) -> None:
         dest.write_bytes(_get(key))
         return
     src = _run_store(ctx) / rel
-    if not src.is_file() or src.is_symlink():
-        src = resolve_in_workspace(ctx.workspace, name)
-        if not src.is_file():
-            raise ToolError(
-                f"file {name!r} is neither an earlier call's output nor in the workspace"
-            )
-    shutil.copyfile(src, dest)
+    if src.is_file() and not src.is_symlink():  # an earlier call's output, on this worker
+        shutil.copyfile(src, dest)
+        return
+    target = resolve_in_workspace(ctx.workspace, name)
+    if not target.is_file():
+        raise ToolError(f"file {name!r} is neither an earlier call's output nor in the workspace")
+    # opened beneath the workspace: a symlink swapped in since the check is not followed out
+    with beneath.open_file(ctx.workspace, target.relative_to(ctx.workspace)) as fsrc:
+        with open(dest, "wb") as fdst:
+            shutil.copyfileobj(fsrc, fdst)
 
 
-def _keep_out(ctx: ToolContext, work: Path, names: list[str]) -> None:
-    """Keep the files the backend listed (within its limits: not every file the program left)."""
+def _keep_out(
+    ctx: ToolContext, work: Path, listed: list[dict[str, object]]
+) -> tuple[set[str], dict[str, Any] | None]:
+    """Keep the files the backend listed for the run's later calls (in name order, within limits).
+
+    The backend lists regular files only, within its own limits (:mod:`activities.sandbox.workdir`);
+    of those, at most :data:`MAX_KEPT_FILES` files and :data:`MAX_KEPT_BYTES` bytes are kept.
+
+    Returns:
+        The names kept, and None when that is every listed file, else ``{"files", "bytes",
+        "why"}`` of those that were not.
+    """
     store = _run_store(ctx)
-    for name in names:
-        p = work / name
-        key = _put(name, p.read_bytes())
+    kept: set[str] = set()
+    kept_bytes = dropped_files = dropped_bytes = 0
+    for f in listed:
+        name, size = str(f["name"]), int(str(f["size"]))
+        if len(kept) >= MAX_KEPT_FILES or kept_bytes + size > MAX_KEPT_BYTES:
+            dropped_files, dropped_bytes = dropped_files + 1, dropped_bytes + size
+            continue
+        kept.add(name)
+        kept_bytes += size
+        with open(work / name, "rb", opener=_no_follow) as fh:
+            data = fh.read(size + 1)
+        key = _put(name, data)
         if key is not None:  # in the payload store: the run hands the key to later calls
             ctx.new_files[name] = key
             continue
         dest = store / name  # no store configured: this worker's disk only
         dest.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(p, dest)
+        dest.write_bytes(data)
+    if not dropped_files:
+        return kept, None
+    why = (
+        f"a call keeps at most {MAX_KEPT_FILES} files and {MAX_KEPT_BYTES // 2**20} MiB for later "
+        "calls (in name order); the others are not in files and later calls cannot use them"
+    )
+    return kept, {"files": dropped_files, "bytes": dropped_bytes, "why": why}
+
+
+def _no_follow(path: str, flags: int) -> int:
+    return os.open(path, flags | os.O_NOFOLLOW)
 
 
 def _run(ctx: ToolContext, argv: list[str], stdin: str, files: list[str], timeout_s: float) -> str:
@@ -161,10 +201,14 @@ def _run(ctx: ToolContext, argv: list[str], stdin: str, files: list[str], timeou
         _copy_in(ctx, files, work)
         ctx.heartbeat("sandbox starting")
         result = BACKEND.run(argv, work, Limits(timeout_s=timeout_s), stdin.encode())
-        _keep_out(ctx, work, [str(f["name"]) for f in result.files])
+        kept, not_kept = _keep_out(ctx, work, result.files)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    return json.dumps(dataclasses.asdict(result))
+    out = dataclasses.asdict(result)
+    if not_kept is not None:  # only what was kept is listed (thousands of files: megabytes)
+        out["files"] = [f for f in out["files"] if f["name"] in kept]
+        out["not_kept"] = not_kept
+    return json.dumps(out)
 
 
 @tool(sandboxed=True, timeout_seconds=150)

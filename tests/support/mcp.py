@@ -86,7 +86,7 @@ def gone(pid: int, timeout: float = 10.0) -> None:
             with open(f"/proc/{pid}/stat") as fh:
                 if fh.read().split(")")[-1].split()[0] in ("Z", "X"):
                     return
-        except FileNotFoundError:
+        except (FileNotFoundError, ProcessLookupError):  # gone before or while it was read
             return
         time.sleep(0.05)
     raise TimeoutError(f"process {pid} is still alive")

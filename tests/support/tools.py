@@ -159,3 +159,66 @@ def echo_env(name: str) -> str:
         name: the variable.
     """
     return f"{name} is " + os.environ.get(name, "")
+
+
+@tool(max_attempts=3)
+def odd_result(kind: str, ctx: ToolContext) -> object:
+    """Return a result that is hard to send (journaled, so tests count the runs).
+
+    Args:
+        kind: ``surrogate`` (a lone UTF-16 surrogate), ``deep`` (a dict nested 100000 deep),
+            ``cycle`` (a list that holds itself) or ``bytes`` (bytes that are not UTF-8).
+    """
+    _journal(ctx, {"tool": "odd_result", "kind": kind, "call_id": ctx.call_id})
+    if kind == "surrogate":
+        return "half \udc80 a pair"
+    if kind == "bytes":
+        return b"\xff\xfe ok \xc3\x28"
+    if kind == "cycle":
+        loop: list[object] = []
+        loop.append(loop)
+        return loop
+    deep: dict[str, object] = {}
+    for _ in range(100_000):
+        deep = {"a": deep}
+    return deep
+
+
+@tool(timeout_seconds=1, max_attempts=1)
+def hang_forever(n: int, ctx: ToolContext) -> str:
+    """Block its thread for an hour (far past its one-second timeout; journaled when it starts).
+
+    Args:
+        n: a number to tell the calls apart.
+    """
+    _journal(ctx, {"tool": "hang_forever", "n": n, "call_id": ctx.call_id})
+    time.sleep(3600)
+    return "woke up"
+
+
+@tool(timeout_seconds=1, max_attempts=1)
+async def ignore_cancel(n: int, ctx: ToolContext) -> str:
+    """Sleep for good, swallowing every cancellation (journaled when it starts).
+
+    Args:
+        n: a number to tell the calls apart.
+    """
+    _journal(ctx, {"tool": "ignore_cancel", "n": n, "call_id": ctx.call_id})
+    while True:
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            pass
+
+
+@tool(risk="write", timeout_seconds=1, max_attempts=2)
+def slow_write(label: str, ctx: ToolContext) -> str:
+    """Pretend to write for 4 s, past its one-second timeout (journaled at start and end).
+
+    Args:
+        label: a label to record.
+    """
+    _journal(ctx, {"tool": "slow_write", "label": label, "phase": "start", "t": time.time()})
+    time.sleep(4)
+    _journal(ctx, {"tool": "slow_write", "label": label, "phase": "end", "t": time.time()})
+    return f"wrote {label}"

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import structlog
 import typer
 from temporalio.client import Client
@@ -72,7 +70,7 @@ def worker(
     ``--task-queue Q --tools-only`` serves the tools a spec puts on queue ``Q``.
     """
     from workers.logging_setup import configure_logging
-    from workers.worker import run_worker
+    from workers.worker import run_to_end, run_worker
 
     settings = cli_settings()
     if task_queue:
@@ -80,7 +78,7 @@ def worker(
     configure_logging(settings.log_level, forward_core=True)
     log = structlog.get_logger("workers.cli")  # every line a JSON object, errors included
     try:
-        asyncio.run(run_worker(settings, tools_only=tools_only))
+        run_to_end(run_worker(settings, tools_only=tools_only))
     except rc.ServerUnreachable as e:
         log.error("worker_failed", error=str(e), exit_code=EXIT_UNREACHABLE)
         raise typer.Exit(EXIT_UNREACHABLE) from None
