@@ -66,7 +66,8 @@ class McpServerSpec(BaseModel):
         gt=0,
         le=600,
         description="seconds a stdio server has to answer the MCP handshake (10); then the "
-        "attempt fails naming the server, with the last lines of its stderr",
+        "attempt fails naming the server, with the last lines of its stderr. After a call of it "
+        "timed out, the seconds it has to answer tools/list before it is stopped and replaced",
     )
     risk: Literal["read", "write", "exec", "network"] | None = None
     tools: list[str] | None = Field(default=None, description="only these tools of the server")
