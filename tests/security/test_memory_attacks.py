@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from activities.memory import MemoryItem, Namespace
-from activities.memory.consolidation import _facts  # pyright: ignore[reportPrivateUsage]
+from activities.memory.consolidation import _facts
 from activities.memory.store_url import configure, default_store
 from activities.redaction import redacting
 from activities.tools.memory_tools import remember, search_memory
