@@ -71,13 +71,19 @@ class Stop(Exception):
 
 
 def cause_message(e: ActivityError) -> str:
-    """The messages of an activity error's cause chain, joined with ``: ``."""
+    """The messages of an activity error's cause chain, joined with ``: ``.
+
+    A message equal to the one before it is said once (a timeout's cause repeats it:
+    "activity StartToClose timeout: activity StartToClose timeout").
+    """
     cause: BaseException | None = e.cause
     parts: list[str] = []
     while cause is not None:
-        parts.append(str(cause))
+        text = str(cause)
+        if text and (not parts or parts[-1] != text):
+            parts.append(text)
         cause = getattr(cause, "cause", None)
-    return ": ".join(p for p in parts if p) or str(e)
+    return ": ".join(parts) or str(e)
 
 
 class RunContext:

@@ -237,6 +237,7 @@ class ToolStep:
                 cancelled=isinstance(e.cause, CancelledError) or at_deadline,
                 message=msg,
                 attempts=options.tool_attempts(info),
+                limit_seconds=info.timeout_seconds if info else None,
             )
             rec.status = settled.status
             rec.reason = msg

@@ -212,12 +212,29 @@ def settle_by_verdict(verdict: Decision | None) -> Settled | None:
     return Settled("rejected", f"A person rejected this tool call; it was not run. Reason: {why}")
 
 
-def settle_failure(timed_out: bool, cancelled: bool, message: str, attempts: int) -> Settled:
-    """A tool activity that failed for good: cancelled, timed out (structurally) or an error."""
+def settle_failure(
+    timed_out: bool,
+    cancelled: bool,
+    message: str,
+    attempts: int,
+    limit_seconds: float | None = None,
+) -> Settled:
+    """A tool activity that failed for good: cancelled, timed out (structurally) or an error.
+
+    ``limit_seconds``: the start-to-close timeout of one attempt, named when it ran out.
+    """
     if cancelled:
         return Settled("cancelled", f"The tool call was cancelled: {message}")
-    text = f"The tool failed and was given up after {attempts} attempt(s): {message}"
-    return Settled("timed_out" if timed_out else "error", text)
+    if timed_out:
+        limit = f" ({limit_seconds:g} s)" if limit_seconds else ""
+        text = (
+            f"The tool did not finish within its time limit{limit} and was given up after "
+            f"{attempts} attempt(s): {message}"
+        )
+        return Settled("timed_out", text)
+    return Settled(
+        "error", f"The tool failed and was given up after {attempts} attempt(s): {message}"
+    )
 
 
 def is_timeout_error(error: BaseException | None) -> bool:

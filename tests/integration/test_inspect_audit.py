@@ -321,7 +321,7 @@ async def test_local_tool_calls_that_rode_a_model_step_are_audited_as_they_ran(
     assert [m["role"] for m in asked[-3:]] == ["assistant", "tool", "tool"]
     assert asked[-2]["content"] == tool_msgs[0]["content"] and tool_msgs[0]["content"]
     assert asked[-1]["content"] == "42"
-    assert tool_msgs[2]["content"].startswith("The tool failed and was given up after 1 attempt")
+    assert tool_msgs[2]["content"].startswith("The tool did not finish within its time limit")
     assert "timed out after 1 s" in tool_msgs[2]["content"]
     # no activity or marker of their own: three model steps and the spec's local activity
     kinds = [e.WhichOneof("attributes") for e in history.events]

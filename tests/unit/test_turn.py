@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 import pytest
 from temporalio.api.failure.v1 import ApplicationFailureInfo, Failure, TimeoutFailureInfo
-from temporalio.exceptions import ApplicationError, TimeoutError, TimeoutType
+from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError, TimeoutType
 
 from activities.contracts import ModelReply, ToolCallRequest, ToolInfo, Usage
 from activities.spec import AgentSpec, Limits, PinnedSpec, Policy
@@ -24,6 +24,7 @@ from workflows.models import (
     ToolCallRecord,
 )
 from workflows.policy import PolicyDecision
+from workflows.run_context import cause_message
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 HISTORIES = Path(__file__).resolve().parents[1] / "histories"
@@ -156,13 +157,39 @@ def test_a_person_s_verdict_settles_the_call_with_the_text_the_model_is_told():
 
 def test_a_failed_tool_activity_settles_as_cancelled_timed_out_or_error():
     assert turn.settle_failure(False, True, "m", 3).status == "cancelled"
-    timed = turn.settle_failure(True, False, "activity StartToClose timeout", 3)
+    timed = turn.settle_failure(True, False, "activity StartToClose timeout", 3, 30.0)
     assert timed == turn.Settled(
         "timed_out",
-        "The tool failed and was given up after 3 attempt(s): activity StartToClose timeout",
+        "The tool did not finish within its time limit (30 s) and was given up after 3 "
+        "attempt(s): activity StartToClose timeout",
     )
+    failed = turn.settle_failure(False, False, "RuntimeError: boom", 2, 30.0)
+    assert failed.text == "The tool failed and was given up after 2 attempt(s): RuntimeError: boom"
     # a tool whose own message says "timed out" is an error, not a timeout (structural now)
     assert turn.settle_failure(False, False, "upstream timed out", 1).status == "error"
+
+
+def test_a_timeout_repeated_down_the_cause_chain_is_said_once():
+    inner = TimeoutError(
+        "activity StartToClose timeout", type=TimeoutType.START_TO_CLOSE, last_heartbeat_details=[]
+    )
+    outer = TimeoutError(
+        "activity StartToClose timeout", type=TimeoutType.START_TO_CLOSE, last_heartbeat_details=[]
+    )
+    outer.__cause__ = inner
+    e = ActivityError(
+        "activity error",
+        scheduled_event_id=5,
+        started_event_id=6,
+        identity="w",
+        activity_type="tool.invoke",
+        activity_id="1",
+        retry_state=None,
+    )
+    e.__cause__ = outer
+    assert cause_message(e) == "activity StartToClose timeout"
+    outer.__cause__ = ApplicationError("boom")
+    assert cause_message(e) == "activity StartToClose timeout: boom"
 
 
 def test_timeouts_are_recognised_by_their_type_not_their_message():
