@@ -25,10 +25,9 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 import shutil
 import tempfile
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any
 
 from temporalio.api.common.v1 import Payload
@@ -168,7 +167,7 @@ def _keep_out(
             continue
         kept.add(name)
         kept_bytes += size
-        with open(work / name, "rb", opener=_no_follow) as fh:
+        with beneath.open_file(work, PurePath(name)) as fh:  # no symlink on the way, a regular file
             data = fh.read(size + 1)
         key = _put(name, data)
         if key is not None:  # in the payload store: the run hands the key to later calls
@@ -184,10 +183,6 @@ def _keep_out(
         "calls (in name order); the others are not in files and later calls cannot use them"
     )
     return kept, {"files": dropped_files, "bytes": dropped_bytes, "why": why}
-
-
-def _no_follow(path: str, flags: int) -> int:
-    return os.open(path, flags | os.O_NOFOLLOW)
 
 
 def _run(ctx: ToolContext, argv: list[str], stdin: str, files: list[str], timeout_s: float) -> str:
