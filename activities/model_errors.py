@@ -21,7 +21,8 @@ from activities.contracts import (
     ERR_MODEL_REQUEST_REJECTED,
     ERR_MODEL_UNAVAILABLE,
 )
-from activities.model_limits import ReplyStalled, ReplyTooLarge
+from activities.http_cap import ReplyTooLarge
+from activities.model_limits import ReplyStalled
 from activities.model_reply import TooManyToolCalls
 from activities.streaming import ReplyCutOff
 

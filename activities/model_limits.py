@@ -8,7 +8,7 @@ until the activity's start-to-close timeout, which then named nothing. Here:
 
 * :func:`http_client`: the ``openai`` client's HTTP client, whose response bodies stop at
   ``max_reply_bytes`` bytes as received (a plain JSON body, or a whole event stream):
-  :class:`ReplyTooLarge`.
+  :class:`activities.http_cap.ReplyTooLarge`.
 * :func:`until_idle`: the chunks of a streamed reply, ended by :class:`ReplyStalled` when none
   comes for ``idle_seconds`` after the first (the wait for the first is the prompt's processing).
 * :func:`attempt_seconds`: the wall time the activity gives the HTTP exchange, a little under its
@@ -31,6 +31,8 @@ import httpx2
 import openai
 from temporalio import activity
 
+from activities.http_cap import cap_response_hook
+
 T = TypeVar("T")
 
 DEFAULT_MAX_REPLY_BYTES = 32 * 1024 * 1024
@@ -45,48 +47,20 @@ DEADLINE_MARGIN_SECONDS = 5.0
 start-to-close timeout, so its failure reaches the server first."""
 
 
-class ReplyTooLarge(Exception):
-    """The response body went past the reply cap (``AGENT_MODEL_MAX_REPLY_BYTES``)."""
-
-
 class ReplyStalled(Exception):
     """The reply stopped coming: no chunk within the idle timeout, or no end within the attempt."""
-
-
-class _CappedBody(httpx2.AsyncByteStream):
-    """A response body that raises :class:`ReplyTooLarge` past ``cap`` bytes."""
-
-    def __init__(self, body: httpx2.AsyncByteStream, cap: int) -> None:
-        self._body = body
-        self._cap = cap
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        received = 0
-        async for piece in self._body:
-            received += len(piece)
-            if received > self._cap:
-                raise ReplyTooLarge(
-                    f"the model server's reply went past {self._cap} bytes "
-                    f"(AGENT_MODEL_MAX_REPLY_BYTES); the rest was not read"
-                )
-            yield piece
-
-    async def aclose(self) -> None:
-        await self._body.aclose()
 
 
 def http_client(max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES) -> httpx2.AsyncClient:
     """The ``openai`` SDK's default HTTP client, its response bodies capped at ``max_reply_bytes``.
 
     The cap is a response hook, so it holds through any transport (proxies from the environment
-    included). Reading past it raises :class:`ReplyTooLarge` from the read (the SDK passes it on)
+    included). Reading past it raises :class:`activities.http_cap.ReplyTooLarge` from the read (the SDK passes it on)
     and the connection is closed.
     """
-
-    async def cap(response: httpx2.Response) -> None:
-        if isinstance(response.stream, httpx2.AsyncByteStream):
-            response.stream = _CappedBody(response.stream, max_reply_bytes)
-
+    cap = cap_response_hook(
+        max_reply_bytes, "the model server's reply (AGENT_MODEL_MAX_REPLY_BYTES)"
+    )
     return openai.DefaultAsyncHttpxClient(event_hooks={"response": [cap]})
 
 

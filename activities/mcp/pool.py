@@ -28,6 +28,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult, RequestParamsMeta, Tool
 
 from activities.contracts import McpServerConfig
+from activities.http_cap import cap_response_hook
 from activities.mcp.config import expand, stdio_argv
 
 log = structlog.get_logger("activities.mcp")
@@ -194,6 +195,13 @@ class _StdioServer:
         await self.stderr.close()
 
 
+MAX_HTTP_REPLY_BYTES = 32 * 1024 * 1024
+"""Bytes of one HTTP response of an MCP server over HTTP at most (32 MiB, as a model's reply,
+``activities/model_limits.py``): the SDK holds a body whole before it parses it, so a server
+answering without end would take the worker's memory; a tool's output is cut to
+``max_tool_output_chars`` (16,000 by default) anyway."""
+
+
 class McpPool:
     """The MCP connections of one worker.
 
@@ -201,7 +209,14 @@ class McpPool:
     (``mcp_server_stderr``, fields ``server`` and ``line``), never raw onto the worker's stderr.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, max_http_reply_bytes: int = MAX_HTTP_REPLY_BYTES) -> None:
+        """A pool with no server started yet.
+
+        Args:
+            max_http_reply_bytes: bytes of one HTTP response of a server over HTTP at most
+                (:data:`MAX_HTTP_REPLY_BYTES`); past it the call fails naming the server.
+        """
+        self._max_http_bytes = max_http_reply_bytes
         self._stdio: dict[str, _StdioServer] = {}
         self._stopping: set[asyncio.Task[None]] = set()
         self._checks: dict[str, asyncio.Task[None]] = {}  # pool key -> the check after a cancel
@@ -285,7 +300,9 @@ class McpPool:
                 raise
         headers = {k: expand(v) for k, v in server.headers.items()}
         timeout = httpx2.Timeout(30.0, read=300.0)
-        async with httpx2.AsyncClient(headers=headers, timeout=timeout) as http:
+        cap = cap_response_hook(self._max_http_bytes, f"MCP server {server.name}'s reply")
+        hooks = {"response": [cap]}
+        async with httpx2.AsyncClient(headers=headers, timeout=timeout, event_hooks=hooks) as http:
             transport = streamable_http_client(expand(server.url or ""), http_client=http)
             async with Client(transport, cache=None) as client:
                 return await op(client)

@@ -8,7 +8,8 @@ replay never asks a server anything. A call:
   ``ApplicationError(type="McpServerUnavailable")``, retryable: Temporal tries again (the next
   attempt starts a dead stdio server again) and, when the attempts are spent, the model is told;
 * a tool error (``isError``) or a protocol error the server answered (unknown tool, bad
-  parameters) comes back as ``status="error"``, for the model to read and act on.
+  parameters) comes back as ``status="error"``, for the model to read and act on; so does an
+  HTTP reply past :data:`activities.mcp.pool.MAX_HTTP_REPLY_BYTES` (not read further, not retried).
 
 The request's ``_meta`` carries ``{"idempotency_key": "<workflow id>/<tool_call_id>"}``, the same
 for every attempt of one call, so a server with side effects can deduplicate.
@@ -41,6 +42,7 @@ from activities.contracts import (
     ToolInfo,
     ToolOutcome,
 )
+from activities.http_cap import ReplyTooLarge
 from activities.mcp.config import McpServerSpec, tool_name
 from activities.mcp.pool import McpPool
 from activities.tools import output
@@ -77,6 +79,13 @@ def _group_parts(exc: BaseException) -> tuple[BaseException, ...]:
     if isinstance(exc, BaseExceptionGroup):
         return cast("BaseExceptionGroup[BaseException]", exc).exceptions
     return ()
+
+
+def _too_large(exc: BaseException) -> ReplyTooLarge | None:
+    """The :class:`ReplyTooLarge` in ``exc`` (the SDK raises it inside an exception group)."""
+    if isinstance(exc, ReplyTooLarge):
+        return exc
+    return next((t for e in _group_parts(exc) if (t := _too_large(e)) is not None), None)
 
 
 def _risk(spec: McpServerSpec, tool: Tool) -> Any:
@@ -177,6 +186,9 @@ async def _call(
             raise unavailable(target.server, e) from None
         return "error", f"Error: MCP server {target.server.name} answered {e.code}: {e.message}"
     except Exception as e:  # cannot start, unreachable (httpx2, OSError), unset ${VAR}, ...
+        too_large = _too_large(e)
+        if too_large is not None:  # the server answered: running the tool again changes nothing
+            return "error", f"Error: {too_large}"
         raise unavailable(target.server, e) from None
     text = result_text(result)
     if result.is_error:

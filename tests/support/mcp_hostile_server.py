@@ -1,6 +1,6 @@
-"""A hostile MCP server for the tests (official SDK, stdio): floods, garbage, hangs and exits.
+"""A hostile MCP server for the tests (official SDK, stdio or HTTP): floods, garbage, hangs, exits.
 
-Run as ``python -m tests.support.mcp_hostile_server``. Every call is appended to
+Run as ``python -m tests.support.mcp_hostile_server`` (stdio) or ``... http --port P``. Every call is appended to
 ``$MCP_TEST_JOURNAL`` (tool, pid) before it misbehaves.
 
 Tools: ``flood`` (a text result of ``mb`` MiB), ``garbage`` (writes bytes that are not UTF-8 onto
@@ -87,5 +87,19 @@ def whoami() -> str:
     return str(os.getpid())
 
 
+def main(argv: list[str] | None = None) -> None:
+    """``stdio`` (the default), or ``http --port P`` (streamable HTTP on 127.0.0.1)."""
+    import argparse
+
+    p = argparse.ArgumentParser()
+    p.add_argument("transport", nargs="?", choices=["stdio", "http"], default="stdio")
+    p.add_argument("--port", type=int, default=0)
+    a = p.parse_args(argv)
+    if a.transport == "http":
+        server.run("streamable-http", host="127.0.0.1", port=a.port)
+    else:
+        server.run("stdio")
+
+
 if __name__ == "__main__":
-    server.run("stdio")
+    main()

@@ -20,8 +20,9 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
 from activities.contracts import ERR_MODEL_OUTPUT_INVALID, ERR_MODEL_UNAVAILABLE, CallModelInput
+from activities.http_cap import ReplyTooLarge
 from activities.model import ModelActivities, classify_error
-from activities.model_limits import ReplyTooLarge, attempt_seconds
+from activities.model_limits import attempt_seconds
 from activities.model_reply import MAX_TOOL_CALLS
 from tests.support import hostile_model as hm
 
