@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import Iterator
 
 import pytest
@@ -12,7 +10,7 @@ import pytest
 from activities.contracts import InvokeToolInput, McpServerConfig, McpTarget
 from activities.mcp.pool import McpPool
 from activities.mcp.tools import invoke_mcp
-from tests.support.mcp import REPO, free_port, stop, wait_for_port
+from tests.support.mcp import http_server
 
 MIB = 1024 * 1024
 
@@ -20,18 +18,8 @@ MIB = 1024 * 1024
 @pytest.fixture
 def hostile_url() -> Iterator[str]:
     """tests/support/mcp_hostile_server.py over streamable HTTP."""
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.support.mcp_hostile_server", "http", "--port", str(port)],
-        cwd=REPO,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        wait_for_port(port)
-        yield f"http://127.0.0.1:{port}/mcp"
-    finally:
-        stop(proc)
+    with http_server(module="tests.support.mcp_hostile_server") as (url, _proc):
+        yield url
 
 
 def _call(url: str, tool: str, arguments: str) -> InvokeToolInput:

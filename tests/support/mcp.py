@@ -34,11 +34,13 @@ def free_port() -> int:
 
 
 @contextmanager
-def http_server(port: int | None = None) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
-    """Start tests/support/mcp_server.py over streamable HTTP; yields (url, process)."""
+def http_server(
+    port: int | None = None, module: str = "tests.support.mcp_server"
+) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """Start ``module`` (tests/support/mcp_server.py) over streamable HTTP; yields (url, process)."""
     port = port or free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.support.mcp_server", "http", "--port", str(port)],
+        [sys.executable, "-m", module, "http", "--port", str(port)],
         cwd=REPO,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
