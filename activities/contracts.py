@@ -177,6 +177,15 @@ class CallModelInput(BaseModel):
     those messages with the tool results filled in (``workflows.compaction.token_upper_bound``)
     is over it, the activity does not call the model (``ModelReply.model_skipped``)."""
     counted_messages: int = 0
+    max_attempts: int | None = None
+    """Attempts of this step the model server may fail (activities/model_attempts.py): the step's
+    retry policy then sets no maximum, so attempts lost with a worker (heartbeat or start-to-close
+    timeouts) do not use them up; the run's deadline bounds those. None (inputs recorded before
+    this field): the retry policy's ``maximum_attempts`` counts every attempt."""
+    context_window: int | None = None
+    """The largest prompt the model takes, in tokens (the spec's ``compaction.context_window``);
+    with the server's measured speed it sizes the attempt's own limit (activities/model_pace.py).
+    None: :data:`activities.model_pace.DEFAULT_WINDOW_TOKENS`."""
 
 
 class ModelReply(BaseModel):

@@ -50,6 +50,14 @@ from activities.contracts import (
 )
 from activities.heartbeat import await_with_heartbeats
 from activities.mcp.config import canonical_tool_name
+from activities.model_attempts import (
+    COUNT_KEY,
+    Returned,
+    as_application_error,
+    failures_so_far,
+    final,
+    used_up,
+)
 from activities.model_errors import classify_error
 from activities.model_limits import (
     DEFAULT_IDLE_SECONDS,
@@ -59,6 +67,7 @@ from activities.model_limits import (
     http_client,
     until_idle,
 )
+from activities.model_pace import DEFAULT_WINDOW_TOKENS, Pace, speed_of
 from activities.model_reply import check_tool_calls, token_count, without_lone_surrogates
 from activities.streaming import DeltaPublisher, ReplyAssembler, ReplyCutOff, publish_events
 
@@ -93,6 +102,12 @@ def _normalise(completion: Any, requested_model: str) -> ModelReply:
         finish_reason=choices[0].finish_reason,
         model=getattr(completion, "model", None) or requested_model,
     )
+
+
+def _timings(completion: Any) -> object:
+    """llama.cpp's ``timings`` of a reply or chunk (an extra field the SDK keeps), or None."""
+    extra = getattr(completion, "model_extra", None)
+    return cast("dict[str, Any]", extra).get("timings") if isinstance(extra, dict) else None
 
 
 def _request_kwargs(req: CallModelInput, after_invalid_output: bool = False) -> dict[str, Any]:
@@ -202,6 +217,21 @@ def _over_room(req: CallModelInput) -> bool:
     return sum(token_upper_bound(m) for m in req.messages[req.counted_messages :]) > req.token_room
 
 
+RECORDABLE_CHARS = 512 * 1024
+"""Characters of a reply's text and arguments below which it is surely recorded: Temporal's
+payload warning size (512 KiB); the hard limit is 2 MiB (docs/temporal-facts.md)."""
+
+
+def _may_be_too_large(reply: ModelReply) -> bool:
+    """Whether ``reply`` may be too large for Temporal to record.
+
+    Its upload then fails the attempt after the activity returned, so such an attempt is counted
+    as the model's failure before it returns (activities/model_attempts.py).
+    """
+    chars = len(reply.content or "") + sum(len(c.arguments) for c in reply.tool_calls)
+    return chars >= RECORDABLE_CHARS
+
+
 def _previous_error_type(info: activity.Info) -> str | None:
     """The error type the previous attempt heartbeated before it failed (None on attempt 1)."""
     if info.attempt <= 1:
@@ -248,6 +278,8 @@ class ModelActivities:
         )
         self._idle = idle_seconds
         self._max_invalid = max_invalid_attempts
+        self._pace = Pace()
+        self._returned = Returned()
         self._memory_url = memory_url
         self._tools = tools
 
@@ -272,7 +304,22 @@ class ModelActivities:
         """
         info = activity.info()
         attempt = info.attempt
-        outcomes, published = await self._tools_first(req) if req.tools_first else ([], False)
+        step = (info.workflow_run_id or "", info.activity_id)
+        failures = failures_so_far(attempt, info.heartbeat_details, req.max_attempts is not None)
+        returned = self._returned.count(step)  # large replies that could not be recorded
+        if returned > failures:
+            failures = returned
+            if (done := used_up(failures, req.max_attempts)) is not None:
+                raise done
+        beat = {COUNT_KEY: failures}  # every heartbeat carries the count (model_attempts.py)
+        try:
+            outcomes, published = (
+                await self._tools_first(req, beat) if req.tools_first else ([], False)
+            )
+        except Exception as exc:  # noqa: BLE001 - an attempt that ends here is counted too
+            err = exc if isinstance(exc, ApplicationError) else as_application_error(exc)
+            activity.heartbeat({"error": str(err), COUNT_KEY: failures + 1})
+            raise final(err, failures + 1, req.max_attempts) from None
         if outcomes and _over_room(req):
             return ModelReply(
                 model=req.model,
@@ -292,13 +339,15 @@ class ModelActivities:
         try:
             memory = await self._with_memory(req, kwargs)
             async with DeltaPublisher(req.turn, live=req.stream) as publisher:
-                reply = await self._exchange(kwargs, req, publisher)
+                reply = await self._exchange(kwargs, req, publisher, beat)
             reply.streamed_chars = publisher.streamed
         except asyncio.CancelledError:
             bound.info("model_step_cancelled")
             raise
         except Exception as exc:  # noqa: BLE001 - every failure is classified for Temporal
-            err = classify_error(exc, attempt, self._max_invalid)
+            err = final(
+                classify_error(exc, failures + 1, self._max_invalid), failures + 1, req.max_attempts
+            )
             if outcomes:  # the calls ran: their results are kept though the model failed
                 err = _with_outcomes(err, outcomes, published)
             bound.warning(
@@ -309,7 +358,7 @@ class ModelActivities:
                 retryable=not err.non_retryable,
             )
             # the next attempt names this error in its model_retry event (activities.streaming)
-            activity.heartbeat({"error": str(err), "error_type": err.type})
+            activity.heartbeat({"error": str(err), "error_type": err.type, COUNT_KEY: failures + 1})
             raise err from None
         reply.latency_ms = round((time.perf_counter() - started) * 1000, 2)
         reply.memory = memory
@@ -317,9 +366,13 @@ class ModelActivities:
         reply.temperature = kwargs["temperature"]
         _settle_reply(reply, req)
         _log_step(bound, reply, publisher.batches)
+        if _may_be_too_large(reply):  # recording it may fail after this returns
+            self._returned.note(step)
         return reply
 
-    async def _tools_first(self, req: CallModelInput) -> tuple[list[ToolOutcome], bool]:
+    async def _tools_first(
+        self, req: CallModelInput, beat: dict[str, Any]
+    ) -> tuple[list[ToolOutcome], bool]:
         """Run ``req.tools_first``; their results go into ``req.messages`` and the live stream.
 
         Their ``tool_finished`` events are published only for a watched run (``req.stream``).
@@ -335,7 +388,9 @@ class ModelActivities:
                 type="ToolsUnavailable",
                 non_retryable=True,
             )
-        outcomes = await await_with_heartbeats(self._tools(req.tools_first))
+        outcomes = await await_with_heartbeats(
+            self._tools(req.tools_first), lambda ms: {"waiting_ms": ms, **beat}
+        )
         req.messages = fill_tool_messages(req.messages, {o.call_id: o.content for o in outcomes})
         published = req.stream and await publish_events(
             [_finished_event(f, o) for f, o in zip(req.tools_first, outcomes, strict=True)]
@@ -343,34 +398,54 @@ class ModelActivities:
         return outcomes, published
 
     async def _exchange(
-        self, kwargs: dict[str, Any], req: CallModelInput, publisher: DeltaPublisher
+        self,
+        kwargs: dict[str, Any],
+        req: CallModelInput,
+        publisher: DeltaPublisher,
+        beat: dict[str, Any],
     ) -> ModelReply:
-        """The HTTP exchange of one attempt, streamed or not, heartbeating while it waits.
+        """The HTTP exchange of one attempt, streamed or not, heartbeating ``beat`` while it waits.
+
+        The exchange ends within :func:`activities.model_limits.attempt_seconds` (the backstop) or,
+        sooner, the limit the server's measured speed sizes (:mod:`activities.model_pace`); the
+        speed the reply reports is kept for the next attempts.
 
         Raises:
-            ReplyStalled: it did not end within :func:`activities.model_limits.attempt_seconds`.
+            ReplyStalled: it did not end within either limit.
             ValueError: the reply has more than ``MAX_TOOL_CALLS`` tool calls
                 (:func:`activities.model_reply.check_tool_calls`).
             Exception: what :meth:`_stream` or :meth:`_plain` raise.
         """
-        work = self._stream(kwargs, req, publisher) if req.stream else self._plain(kwargs, req)
+        timings: list[object] = []
+        work = (
+            self._stream(kwargs, req, publisher, timings)
+            if req.stream
+            else self._plain(kwargs, req, timings)
+        )
         seconds = attempt_seconds(activity.info())
+        why = "the attempt's start-to-close timeout, less a margin"
+        window = req.context_window or DEFAULT_WINDOW_TOKENS
+        paced = self._pace.limit(req.model, window, req.settings.max_tokens or 1024)
+        if paced is not None and (seconds is None or paced[0] < seconds):
+            seconds, why = round(paced[0], 1), f"sized from the server's speed: {paced[1]}"
         deadline = asyncio.timeout(seconds)
         try:
             async with deadline:
-                reply = await await_with_heartbeats(work)
+                reply = await await_with_heartbeats(work, lambda ms: {"waiting_ms": ms, **beat})
         except TimeoutError:
             if not deadline.expired():
                 raise
             raise ReplyStalled(
-                f"the model server did not finish its reply within {seconds:g} s "
-                "(the attempt's start-to-close timeout, less a margin)"
+                f"the model server did not finish its reply within {seconds:g} s ({why})"
             ) from None
+        self._pace.observe(req.model, speed_of(timings[-1] if timings else None))
         check_tool_calls(len(reply.tool_calls))
         return reply
 
-    async def _plain(self, kwargs: dict[str, Any], req: CallModelInput) -> ModelReply:
-        """One chat completion, not streamed (a step nobody watches).
+    async def _plain(
+        self, kwargs: dict[str, Any], req: CallModelInput, timings: list[object]
+    ) -> ModelReply:
+        """One chat completion, not streamed (a step nobody watches); its ``timings`` to ``timings``.
 
         Raises:
             openai.APIError: from the client (classified by the caller).
@@ -386,12 +461,19 @@ class ModelActivities:
                 # a 200 whose body ends before its JSON does: cut off in transit
                 raise ReplyCutOff(f"the reply body ends before its JSON does ({e})") from None
             raise  # malformed, not cut: unreadable output
+        timings.append(_timings(completion))
         return _normalise(completion, req.model)
 
     async def _stream(
-        self, kwargs: dict[str, Any], req: CallModelInput, publisher: DeltaPublisher
+        self,
+        kwargs: dict[str, Any],
+        req: CallModelInput,
+        publisher: DeltaPublisher,
+        timings: list[object],
     ) -> ModelReply:
         """One streamed chat completion, assembled (see :mod:`activities.streaming`).
+
+        The ``timings`` of chunks that carry them (llama.cpp's last one) go to ``timings``.
 
         Raises:
             openai.APIError: from the client (classified by the caller).
@@ -411,4 +493,7 @@ class ModelActivities:
         async with stream:  # closed however the loop ends: the connection is not left open
             async for chunk in until_idle(stream, self._idle):
                 assembler.add(chunk)
+                found = _timings(chunk)
+                if found is not None:
+                    timings.append(found)
         return assembler.reply(req.messages)

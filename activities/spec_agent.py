@@ -80,10 +80,19 @@ class AgentSpec(BaseModel):
     )
     max_output_tokens: int = Field(default=1024, ge=1)
     model_timeout_seconds: float = Field(
-        default=120, gt=0, description="start-to-close of one model attempt"
+        default=600,
+        gt=0,
+        description="start-to-close of one model attempt, a backstop: a dead worker is noticed by "
+        "heartbeats within seconds, and a server that reports its speed (llama.cpp) sizes a "
+        "shorter limit from it (activities/model_pace.py); 600 s lets a 2-core CPU process a "
+        "full 8,192-token window (about 100 prompt tokens/s, docs/local-model-facts.md)",
     )
     model_max_attempts: int = Field(
-        default=8, ge=1, description="attempts of one model step (Temporal retries)"
+        default=8,
+        ge=1,
+        description="attempts of one model step the model server may fail (errors, unreadable "
+        "or stalled replies); attempts lost with a worker do not count, the run's deadline "
+        "bounds them (activities/model_attempts.py)",
     )
     max_parse_failures: int = Field(
         default=2,

@@ -106,19 +106,22 @@ def memory_request(spec: Any, req: RunRequest) -> MemoryRequest | None:
     )
 
 
-def _model_retry(spec: Any, summary_of: int | None) -> RetryPolicy:
-    """A model step's retry policy (``spec`` is the pinned spec's ``AgentSpec``).
+SUMMARY_ATTEMPTS = 3
+"""Attempts of the compaction summary step the model server may fail."""
 
-    3 attempts for the compaction summary (``summary_of`` set); otherwise
-    ``spec.model_max_attempts``, backoff 1 s doubling up to 30 s.
+
+def _model_retry() -> RetryPolicy:
+    """A model step's retry policy: backoff 1 s doubling up to 30 s, no maximum of its own.
+
+    The step's limit is counted by the activity over the model's own failures
+    (``CallModelInput.max_attempts``, activities/model_attempts.py), so attempts lost with a
+    worker do not use it up; the run's deadline bounds the step (its schedule-to-close).
     """
-    if summary_of is not None:
-        return RetryPolicy(maximum_attempts=3)
     return RetryPolicy(
         initial_interval=timedelta(seconds=1),
         backoff_coefficient=2.0,
         maximum_interval=timedelta(seconds=30),
-        maximum_attempts=spec.model_max_attempts,
+        maximum_attempts=0,
     )
 
 
@@ -138,9 +141,10 @@ def model_complete(
     ``<the run's task queue>.model.<model>``, whose workers hold the limit.
 
     ``summary_of`` is set for the compaction summary step (that many dropped messages): no tools,
-    :data:`SUMMARY_SETTINGS`, 3 attempts; otherwise the spec's sampling, tools and retries
-    (``model_max_attempts``, backoff 1 s doubling up to 30 s). ``stream``: whether the activity
-    streams the reply (``CallModelInput.stream``).
+    :data:`SUMMARY_SETTINGS`, :data:`SUMMARY_ATTEMPTS` failures of the model; otherwise the spec's
+    sampling, tools and ``model_max_attempts``. Either way attempts lost with a worker are not
+    counted (:func:`_model_retry`). ``stream``: whether the activity streams the reply
+    (``CallModelInput.stream``).
     """
     spec = pinned.spec
     name = model or spec.model
@@ -162,11 +166,13 @@ def model_complete(
         tenant_id=req.tenant_id,
         stream=stream,
         memory=memory_request(spec, req) if summary_of is None else None,
+        max_attempts=spec.model_max_attempts if summary_of is None else SUMMARY_ATTEMPTS,
+        context_window=spec.compaction.context_window,
     )
     options: ActivityOptions = {
         "start_to_close_timeout": timedelta(seconds=spec.model_timeout_seconds),
         "heartbeat_timeout": MODEL_HEARTBEAT,
-        "retry_policy": _model_retry(spec, summary_of),
+        "retry_policy": _model_retry(),
         "summary": render.model_summary(name, turn, "" if summary_of is None else _SUMMARY_NOTE),
         "priority": tenant_priority(req.tenant_id),
     }

@@ -65,3 +65,37 @@ async def test_recorded_history_replays(client: Client, tmp_path: Path):
     replayer = Replayer(workflows=[AgentRun], data_converter=pydantic_data_converter)
     result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
     assert result.replay_failure is None
+
+
+async def test_attempts_lost_with_workers_do_not_use_up_the_model_steps_limit(
+    client: Client, dev_server_address: str, tmp_path: Path
+):
+    """Issue #35: a step whose every attempt died with its worker failed the run at
+    ``model_max_attempts``; now only the model's own failures count."""
+    import os
+    import signal
+
+    from tests.support.harness import spawn_worker_process
+
+    slow = text("never seen").with_delay(60)  # the worker dies while it waits for this
+    model = ScriptedModel([slow, slow, slow, text("made it")])
+    agents = {"default": {"model_max_attempts": 2}}
+    async with Harness(client, tmp_path, model, agents=agents, worker=False) as h:
+        log = tmp_path / "worker.log"
+        workers = [spawn_worker_process(h, dev_server_address, log)]
+        try:
+            handle = await h.start("outlive three workers")
+            for lost in range(1, 4):  # three attempts lost: more than the limit of 2
+                while model.count < lost:
+                    await asyncio.sleep(0.1)
+                os.killpg(workers[-1].pid, signal.SIGKILL)
+                workers[-1].wait()
+                workers.append(spawn_worker_process(h, dev_server_address, log))
+            res = await asyncio.wait_for(handle.result(), timeout=90)
+        finally:
+            for w in workers:
+                if w.poll() is None:
+                    w.send_signal(signal.SIGTERM)
+                    w.wait(timeout=30)
+    assert res.status == "completed" and res.output == "made it", res
+    assert model.count == 4
