@@ -14,6 +14,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -103,11 +104,9 @@ def test_unreadable_template_and_bad_flags_are_refused(tmp_path, capsys):
 
 
 def test_apply_settings_sets_nested_attributes_and_refuses_unknown_ones():
-    class Obj:
-        def __init__(self, **kw):
-            self.__dict__.update(kw)
-
-    params = Obj(port=0, model=Obj(path=""), cpuparams=Obj(n_threads=-1))
+    params = SimpleNamespace(
+        port=0, model=SimpleNamespace(path=""), cpuparams=SimpleNamespace(n_threads=-1)
+    )
     ws.apply_settings(params, {"port": 9, "model.path": "/m", "cpuparams.n_threads": 2})
     assert (params.port, params.model.path, params.cpuparams.n_threads) == (9, "/m", 2)
     with pytest.raises(ws.LaunchError, match="no model.nope"):
