@@ -185,10 +185,11 @@ def start_server(
     from ``settings`` (``AGENT_LLAMA_SERVER``, ``AGENT_LLAMA_BUILD``); when the wheel's server
     (chosen by ``auto``) is killed by a signal before it is ready (SIGILL: an instruction this CPU
     lacks), that is noted for this CPU and ``llama-server`` is built from source and started
-    instead. The server's output
-    goes to ``log_path`` (default ``<cache>/llama-server.log``). With ``detach`` the server gets
-    its own session so it outlives this process. If ``pid_file`` is given the server's pid is
-    written there. ``progress`` gets one line per step (default: none).
+    instead. The server's output goes to ``log_path`` (default ``<cache>/llama-server.log``).
+    With ``detach`` the server gets its own session so it outlives this process. If ``pid_file``
+    is given the server's pid is written there, with a piece of its command line
+    (:attr:`workers.local.model.llama_binary.ServerBinary.marker`) that stops check. ``progress``
+    gets one line per step (default: none).
 
     Raises:
         ModelServerError: the port is taken, the model or binary could not be made ready, or the
