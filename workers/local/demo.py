@@ -2,8 +2,8 @@
 
 Steps: copy a few of the Python standard library's own source files into the demo workspace
 (real data none of us wrote), start the Temporal dev server (temporal-dev.yml), the codec server,
-the local model server (built for this CPU on first use where the prebuilt one cannot run) and a
-worker, then
+the local model server (llama.cpp from the xllamacpp wheel on AVX2 x86-64 and arm64; built for
+this CPU on first use elsewhere) and a worker, then
 
 1. ask the default agent a two-part question about one of those files that needs two tool calls
    (its length from ``read_file``, where a function is defined from ``search_files``), print the

@@ -1,7 +1,8 @@
 """Build ``llama-server`` from source for this CPU, once per machine.
 
-Used by :mod:`workers.local.model.llama_binary` when the prebuilt server cannot run here (no
-AVX-512/AMX, arm64, ...) or when ``AGENT_LLAMA_BUILD=source`` asks for it.
+Used by :mod:`workers.local.model.llama_binary` when the ``xllamacpp`` wheel cannot run here
+(x86-64 without AVX2, architectures other than x86-64 and arm64, or its server crashed on this
+CPU) or when ``AGENT_LLAMA_BUILD=source`` asks for it.
 
 Source: the ``llama-cpp-python==0.3.36`` sdist on PyPI (MIT), which vendors the whole llama.cpp tree,
 ``tools/server`` included, under ``vendor/llama.cpp``. We only compile the ``llama-server`` target of

@@ -88,7 +88,9 @@ def wait_until_ready(
         if proc is not None and proc.poll() is not None:
             code = proc.returncode
             how = f"exited with {code}" if code >= 0 else f"was {describe_exit(code)}"
-            raise BinaryCannotRun(f"llama-server {how} before it was ready" + _log_tail(log_path))
+            raise BinaryCannotRun(
+                f"llama-server {how} before it was ready" + _log_tail(log_path), code
+            )
         if is_ready(host, port):
             return time.monotonic() - start
         if time.monotonic() - start > timeout:
@@ -113,7 +115,8 @@ def _port_in_use(host: str, port: int) -> bool:
 
 
 LLAMA_SERVER_MARKER = "llama-server"
-"""What the model server's command line always contains (its binary's name)."""
+"""What a model server's command line contains when its pid file names no marker (the
+``llama-server`` executables; the wheel's launcher records its module name instead)."""
 
 
 def stop_process(proc: subprocess.Popen, timeout: float = 10.0) -> None:
@@ -124,11 +127,16 @@ def stop_process(proc: subprocess.Popen, timeout: float = 10.0) -> None:
 def stop_pid_file(pid_file: Path, timeout: float = 10.0) -> bool:
     """Stop the server recorded in ``pid_file`` (by :func:`write_pid_file`); True if stopped.
 
-    Only a live process whose command line contains ``llama-server`` is signalled.
+    Only a live process whose command line contains the pid file's marker (else
+    ``llama-server``) is signalled.
     """
     return supervisor.stop(pid_file, timeout, LLAMA_SERVER_MARKER)
 
 
-def write_pid_file(pid_file: Path, pid: int) -> None:
-    """Record the model server's pid in ``pid_file`` (the pid alone; stops check the marker)."""
-    supervisor.write_pid_file(pid_file, pid)
+def write_pid_file(pid_file: Path, pid: int, marker: str = "") -> None:
+    """Record the model server's pid in ``pid_file``, and ``marker`` when given.
+
+    ``marker`` is a piece of its command line (e.g. ``workers.local.model.wheel_server``) that
+    stops check before they signal the pid.
+    """
+    supervisor.write_pid_file(pid_file, pid, marker)

