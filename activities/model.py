@@ -24,11 +24,10 @@ tool calls are taken from one reply.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, cast
+from typing import Any
 
 import openai
 import structlog
@@ -36,6 +35,7 @@ from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+import activities.model_parts as parts
 from activities.contracts import (
     ERR_MODEL_OUTPUT_INVALID,
     MODEL_COMPLETE,
@@ -43,13 +43,10 @@ from activities.contracts import (
     MemoryRef,
     ModelReply,
     StepToolCall,
-    ToolCallRequest,
     ToolOutcome,
-    Usage,
     fill_tool_messages,
 )
 from activities.heartbeat import await_with_heartbeats
-from activities.mcp.config import canonical_tool_name
 from activities.model_attempts import (
     COUNT_KEY,
     Returned,
@@ -68,179 +65,12 @@ from activities.model_limits import (
     until_idle,
 )
 from activities.model_pace import DEFAULT_WINDOW_TOKENS, Pace, speed_of
-from activities.model_reply import check_tool_calls, token_count, without_lone_surrogates
+from activities.model_reply import check_tool_calls
 from activities.streaming import DeltaPublisher, ReplyAssembler, ReplyCutOff, publish_events
 
 __all__ = ["ModelActivities", "classify_error"]
 
 log = structlog.get_logger("activities.model")
-
-
-def _normalise(completion: Any, requested_model: str) -> ModelReply:
-    """Turn a ``ChatCompletion`` into a :class:`ModelReply`; raise ValueError on a malformed one."""
-    choices = getattr(completion, "choices", None)
-    if not choices:
-        raise ValueError(f"reply has no choices: {str(completion)[:200]!r}")
-    if not choices[0].finish_reason:
-        raise ReplyCutOff("the reply has no finish_reason: it was cut off")
-    msg = choices[0].message
-    calls: list[ToolCallRequest] = []
-    for i, tc in enumerate(msg.tool_calls or []):
-        fn = tc.function
-        arguments = without_lone_surrogates(fn.arguments or "{}")
-        calls.append(ToolCallRequest(id=tc.id or f"call_{i}", name=fn.name, arguments=arguments))
-    u = completion.usage
-    usage = Usage(
-        prompt_tokens=token_count(getattr(u, "prompt_tokens", 0)),
-        completion_tokens=token_count(getattr(u, "completion_tokens", 0)),
-        total_tokens=token_count(getattr(u, "total_tokens", 0)),
-    )
-    return ModelReply(
-        content=msg.content,
-        tool_calls=calls,
-        usage=usage,
-        finish_reason=choices[0].finish_reason,
-        model=getattr(completion, "model", None) or requested_model,
-    )
-
-
-def _timings(completion: Any) -> object:
-    """llama.cpp's ``timings`` of a reply or chunk (an extra field the SDK keeps), or None."""
-    extra = getattr(completion, "model_extra", None)
-    return cast("dict[str, Any]", extra).get("timings") if isinstance(extra, dict) else None
-
-
-def _request_kwargs(req: CallModelInput, after_invalid_output: bool = False) -> dict[str, Any]:
-    """The ``chat.completions.create`` arguments for ``req``.
-
-    A retry sends the same request. Only when the previous attempt failed on output that could
-    not be read (``after_invalid_output``) and the spec sets ``retry_temperature_step`` is the
-    temperature raised by that step (capped at 1.0): a retry of the same prompt at the same
-    temperature tends to repeat an unparsable output. A rate limit, a 5xx, a cut-off stream or a
-    worker crash never changes the request.
-    """
-    temperature = req.settings.temperature
-    if after_invalid_output and req.settings.retry_temperature_step > 0:
-        temperature = min(1.0, temperature + req.settings.retry_temperature_step)
-    kwargs: dict[str, Any] = {
-        "model": req.model,
-        "messages": req.messages,
-        "temperature": temperature,
-    }
-    if req.settings.max_tokens:
-        kwargs["max_tokens"] = req.settings.max_tokens
-    if req.settings.top_p is not None:
-        kwargs["top_p"] = req.settings.top_p
-    if req.tools:
-        kwargs["tools"] = req.tools
-    return kwargs
-
-
-def _settle_reply(reply: ModelReply, req: CallModelInput) -> None:
-    """Canonicalise the reply's tool names against those offered and price its usage (USD)."""
-    offered = {t.get("function", {}).get("name") for t in req.tools}
-    for call in reply.tool_calls:  # MCP tools may be called `server.tool`: `server__tool`
-        call.name = canonical_tool_name(call.name, offered)
-    reply.usage.cost_usd = round(
-        reply.usage.prompt_tokens * req.prompt_price_per_mtok / 1e6
-        + reply.usage.completion_tokens * req.completion_price_per_mtok / 1e6,
-        8,
-    )
-
-
-def _log_step(bound: Any, reply: ModelReply, batches: int) -> None:
-    """The ``model_step`` log event of a step that answered (tokens, cost, calls, streaming)."""
-    bound.info(
-        "model_step",
-        latency_ms=reply.latency_ms,
-        prompt_tokens=reply.usage.prompt_tokens,
-        completion_tokens=reply.usage.completion_tokens,
-        total_tokens=reply.usage.total_tokens,
-        cost_usd=reply.usage.cost_usd,
-        tool_calls=[c.name for c in reply.tool_calls],
-        streamed_chars=reply.streamed_chars,
-        stream_batches=batches,
-    )
-
-
-def _finished_event(first: StepToolCall, out: ToolOutcome) -> dict[str, Any]:
-    """The ``tool_finished`` event of a ``tools_first`` call, as the workflow would emit it."""
-    call = first.call
-    arguments: Any = out.arguments
-    if arguments is None:
-        arguments = call.arguments
-        if isinstance(arguments, str):
-            with contextlib.suppress(ValueError):
-                arguments = json.loads(arguments)
-    status = out.status if out.failure is None else ("timed_out" if out.timed_out else "error")
-    return {
-        "type": "tool_finished",
-        "turn": call.turn,
-        "tool_call_id": call.call_id,
-        "name": call.name,
-        "arguments": arguments,
-        "status": status,
-        "duration_ms": out.duration_ms if out.failure is None else None,
-        "result": out.content,
-    }
-
-
-def _with_outcomes(
-    err: ApplicationError, outcomes: list[ToolOutcome], published: bool
-) -> ApplicationError:
-    """``err`` with one more detail: the ``tools_first`` results and whether they were published.
-
-    The detail is ``{"tool_outcomes": [...], "published": bool}``. The workflow records them
-    from the step's failure (workflows/tools_first.py), so a model that fails for good loses
-    none of the calls that ran before it.
-    """
-    return ApplicationError(
-        err.message,
-        *err.details,
-        {"tool_outcomes": [o.model_dump(mode="json") for o in outcomes], "published": published},
-        type=err.type,
-        non_retryable=err.non_retryable,
-        next_retry_delay=err.next_retry_delay,
-    )
-
-
-def _over_room(req: CallModelInput) -> bool:
-    """Whether the messages after ``req.counted_messages`` may be over ``req.token_room`` tokens.
-
-    The bound is the workflow's own (``workflows.compaction.token_upper_bound``), so the workflow
-    would count, and maybe compact, before it asked the model.
-    """
-    if req.token_room is None:
-        return False
-    from workflows.compaction import token_upper_bound
-
-    return sum(token_upper_bound(m) for m in req.messages[req.counted_messages :]) > req.token_room
-
-
-RECORDABLE_CHARS = 512 * 1024
-"""Characters of a reply's text and arguments below which it is surely recorded: Temporal's
-payload warning size (512 KiB); the hard limit is 2 MiB (docs/temporal-facts.md)."""
-
-
-def _may_be_too_large(reply: ModelReply) -> bool:
-    """Whether ``reply`` may be too large for Temporal to record.
-
-    Its upload then fails the attempt after the activity returned, so such an attempt is counted
-    as the model's failure before it returns (activities/model_attempts.py).
-    """
-    chars = len(reply.content or "") + sum(len(c.arguments) for c in reply.tool_calls)
-    return chars >= RECORDABLE_CHARS
-
-
-def _previous_error_type(info: activity.Info) -> str | None:
-    """The error type the previous attempt heartbeated before it failed (None on attempt 1)."""
-    if info.attempt <= 1:
-        return None
-    for detail in info.heartbeat_details or ():
-        fields = cast("dict[str, Any]", detail) if isinstance(detail, dict) else None
-        if fields is not None and fields.get("error_type"):
-            return str(fields["error_type"])
-    return None
 
 
 class ModelActivities:
@@ -305,29 +135,19 @@ class ModelActivities:
         info = activity.info()
         attempt = info.attempt
         step = (info.workflow_run_id or "", info.activity_id)
-        failures = failures_so_far(attempt, info.heartbeat_details, req.max_attempts is not None)
-        returned = self._returned.count(step)  # large replies that could not be recorded
-        if returned > failures:
-            failures = returned
-            if (done := used_up(failures, req.max_attempts)) is not None:
-                raise done
+        failures = self._failures(info, req, step)
         beat = {COUNT_KEY: failures}  # every heartbeat carries the count (model_attempts.py)
-        try:
-            outcomes, published = (
-                await self._tools_first(req, beat) if req.tools_first else ([], False)
-            )
-        except Exception as exc:  # noqa: BLE001 - an attempt that ends here is counted too
-            err = exc if isinstance(exc, ApplicationError) else as_application_error(exc)
-            activity.heartbeat({"error": str(err), COUNT_KEY: failures + 1})
-            raise final(err, failures + 1, req.max_attempts) from None
-        if outcomes and _over_room(req):
+        outcomes, published = await self._held_calls(req, beat)
+        if outcomes and parts.over_room(req):
             return ModelReply(
                 model=req.model,
                 tool_outcomes=outcomes,
                 tool_events_published=published,
                 model_skipped=True,
             )
-        kwargs = _request_kwargs(req, _previous_error_type(info) == ERR_MODEL_OUTPUT_INVALID)
+        kwargs = parts.request_kwargs(
+            req, parts.previous_error_type(info) == ERR_MODEL_OUTPUT_INVALID
+        )
         bound = log.bind(
             run_id=req.run_id,
             turn=req.turn,
@@ -345,30 +165,83 @@ class ModelActivities:
             bound.info("model_step_cancelled")
             raise
         except Exception as exc:  # noqa: BLE001 - every failure is classified for Temporal
-            err = final(
-                classify_error(exc, failures + 1, self._max_invalid), failures + 1, req.max_attempts
-            )
-            if outcomes:  # the calls ran: their results are kept though the model failed
-                err = _with_outcomes(err, outcomes, published)
-            bound.warning(
-                "model_step_failed",
-                latency_ms=round((time.perf_counter() - started) * 1000, 2),
-                error=str(err),
-                error_type=err.type,
-                retryable=not err.non_retryable,
-            )
-            # the next attempt names this error in its model_retry event (activities.streaming)
-            activity.heartbeat({"error": str(err), "error_type": err.type, COUNT_KEY: failures + 1})
-            raise err from None
+            held = (outcomes, published)
+            raise self._failed(exc, req, failures, held, bound, started) from None
         reply.latency_ms = round((time.perf_counter() - started) * 1000, 2)
         reply.memory = memory
         reply.tool_outcomes, reply.tool_events_published = outcomes, published
         reply.temperature = kwargs["temperature"]
-        _settle_reply(reply, req)
-        _log_step(bound, reply, publisher.batches)
-        if _may_be_too_large(reply):  # recording it may fail after this returns
+        parts.settle_reply(reply, req)
+        parts.log_step(bound, reply, publisher.batches)
+        if parts.may_be_too_large(reply):  # recording it may fail after this returns
             self._returned.note(step)
         return reply
+
+    def _failed(
+        self,
+        exc: Exception,
+        req: CallModelInput,
+        failures: int,
+        held: tuple[list[ToolOutcome], bool],
+        bound: Any,
+        started: float,
+    ) -> ApplicationError:
+        """The error an attempt that failed with ``exc`` raises, counted, logged and heartbeated.
+
+        ``held``: the outcomes of the step's held calls and whether their events were published
+        (kept in the error's details, :func:`activities.model_parts.with_outcomes`).
+        """
+        err = final(
+            classify_error(exc, failures + 1, self._max_invalid), failures + 1, req.max_attempts
+        )
+        if held[0]:  # the calls ran: their results are kept though the model failed
+            err = parts.with_outcomes(err, *held)
+        bound.warning(
+            "model_step_failed",
+            latency_ms=round((time.perf_counter() - started) * 1000, 2),
+            error=str(err),
+            error_type=err.type,
+            retryable=not err.non_retryable,
+        )
+        # the next attempt names this error in its model_retry event (activities.streaming)
+        activity.heartbeat({"error": str(err), "error_type": err.type, COUNT_KEY: failures + 1})
+        return err
+
+    def _failures(self, info: activity.Info, req: CallModelInput, step: tuple[str, str]) -> int:
+        """The model's failures in this step's earlier attempts (activities/model_attempts.py).
+
+        Raises:
+            ApplicationError: non-retryable ``PayloadsTooLarge`` when this worker saw the step's
+                replies fail to be recorded as many times as the step allows.
+        """
+        failures = failures_so_far(
+            info.attempt, info.heartbeat_details, req.max_attempts is not None
+        )
+        returned = self._returned.count(step)  # large replies that could not be recorded
+        if returned > failures:
+            failures = returned
+            if (done := used_up(failures, req.max_attempts)) is not None:
+                raise done
+        return failures
+
+    async def _held_calls(
+        self, req: CallModelInput, beat: dict[str, Any]
+    ) -> tuple[list[ToolOutcome], bool]:
+        """:meth:`_tools_first` when the step carries calls; a failure there counts as the step's.
+
+        Raises:
+            ApplicationError: what :meth:`_tools_first` raised (or it as one), non-retryable
+                when it reaches the step's limit.
+        """
+        if not req.tools_first:
+            return [], False
+        failures = beat[COUNT_KEY]
+        try:
+            return await self._tools_first(req, beat)
+        except Exception as exc:  # noqa: BLE001 - an attempt that ends here is counted too
+            err = exc if isinstance(exc, ApplicationError) else as_application_error(exc)
+            activity.heartbeat({"error": str(err), COUNT_KEY: failures + 1})
+            raise final(err, failures + 1, req.max_attempts) from None
 
     async def _tools_first(
         self, req: CallModelInput, beat: dict[str, Any]
@@ -393,7 +266,7 @@ class ModelActivities:
         )
         req.messages = fill_tool_messages(req.messages, {o.call_id: o.content for o in outcomes})
         published = req.stream and await publish_events(
-            [_finished_event(f, o) for f, o in zip(req.tools_first, outcomes, strict=True)]
+            [parts.finished_event(f, o) for f, o in zip(req.tools_first, outcomes, strict=True)]
         )
         return outcomes, published
 
@@ -461,8 +334,8 @@ class ModelActivities:
                 # a 200 whose body ends before its JSON does: cut off in transit
                 raise ReplyCutOff(f"the reply body ends before its JSON does ({e})") from None
             raise  # malformed, not cut: unreadable output
-        timings.append(_timings(completion))
-        return _normalise(completion, req.model)
+        timings.append(parts.timings_of(completion))
+        return parts.normalise(completion, req.model)
 
     async def _stream(
         self,
@@ -493,7 +366,7 @@ class ModelActivities:
         async with stream:  # closed however the loop ends: the connection is not left open
             async for chunk in until_idle(stream, self._idle):
                 assembler.add(chunk)
-                found = _timings(chunk)
+                found = parts.timings_of(chunk)
                 if found is not None:
                     timings.append(found)
         return assembler.reply(req.messages)

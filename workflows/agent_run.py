@@ -42,13 +42,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.model_step import ModelStep
     from workflows.models import WORKFLOW_NAME, RunData, RunRequest, RunResult, RunStatus
     from workflows.planning import PlanStep
-    from workflows.run_context import (
-        PATCH_RACE_WAITS,
-        WORKFLOW_REV,
-        RunContext,
-        Stop,
-        cause_message,
-    )
+    from workflows.run_context import RunContext, Stop, cause_message
     from workflows.state import (  # the search attributes, named here for callers
         SA_AGENT,
         SA_COST,
@@ -60,13 +54,10 @@ with workflow.unsafe.imports_passed_through():
         SA_TOKENS,
     )
     from workflows.tool_calls import ToolStep
-    from workflows.tools_first import PATCH_TOOLS_IN_STEP, ToolsFirst
+    from workflows.tools_first import ToolsFirst
+    from workflows.versions import WORKFLOW_REV, Versions
 
 __all__ = [
-    "PATCH_MEMORY",
-    "PATCH_RACE_WAITS",
-    "PATCH_V2",
-    "PATCH_V4",
     "SA_AGENT",
     "SA_COST",
     "SA_PARENT",
@@ -78,18 +69,6 @@ __all__ = [
     "WORKFLOW_REV",
     "AgentRun",
 ]
-
-PATCH_MEMORY = "memory-consolidation"
-"""Patch id of the memory handoff at the end of a run whose spec writes memory."""
-PATCH_V4 = "agent-run-v4"
-"""Patch id of revision 4: ``spec.resolve`` runs as a local activity (then the code's
-``WORKFLOW_REV``, 4 or later, is pinned: local tools and fewer upserts from 4, the deadline as
-activities' timeout from 5; docs/throughput.md)."""
-PATCH_V2 = "agent-run-v2"
-"""Patch id of the second workflow version (one deadline timer per run, throttled search-attribute
-refreshes, continue-as-new at the spec's own thresholds, AgentStatus after a chat message,
-compaction counting only new messages). Deprecated: every run takes these paths, histories recorded
-with the marker replay, those recorded before it (v1) no longer do (tests/histories/README.md)."""
 
 
 @workflow.defn(name=WORKFLOW_NAME)
@@ -146,7 +125,7 @@ class AgentRun(RunHandlers):
         mem = pinned.spec.memory if pinned else None
         if pinned is None or mem is None or not mem.write or s.req is None or not s.messages:
             return
-        if not workflow.patched(PATCH_MEMORY):
+        if not self._ctx.versions.memory_handoff():
             return
         req = s.req
         inp = HandoffInput(
@@ -168,7 +147,7 @@ class AgentRun(RunHandlers):
             workflow.logger.warning("memory handoff failed", extra={"error": str(e.cause or e)})
 
     async def _run(self, req: RunRequest) -> RunResult:
-        workflow.deprecate_patch(PATCH_V2)
+        Versions.deprecated()
         started_with_sa = workflow.info().typed_search_attributes.get(SA_AGENT) is not None
         try:
             if req.carry is not None:
@@ -188,9 +167,9 @@ class AgentRun(RunHandlers):
         ctx = self._ctx
         # before the spec's local activity (a patch marker after one in the same workflow task
         # fails replay), in the same task as its marker: no action of its own (docs/throughput.md)
-        in_step = workflow.patched(PATCH_TOOLS_IN_STEP)
+        in_step, resolve_local = Versions.at_start()
         try:
-            if workflow.patched(PATCH_V4):
+            if resolve_local:
                 inp, opts = options.spec_resolve(req, WORKFLOW_REV)
                 pinned = await options.execute_local(spec_resolve, inp, opts)
             else:  # runs started before revision 4 (their spec.resolve is an activity)
@@ -231,7 +210,7 @@ class AgentRun(RunHandlers):
         own = {SA_STATUS: "running", SA_AGENT: req.agent, SA_TENANT: req.tenant_id,
                SA_PRINCIPAL: req.principal_id}  # fmt: skip
         if (
-            ctx.rev4()
+            ctx.versions.upsert_changed_only
             and s.search_attributes
             and all(started.get(key) == value for key, value in own.items())
         ):

@@ -59,8 +59,6 @@ SA_PARENT_RUN = SearchAttributeKey.for_keyword("ParentRunId")
 ``ParentWorkflowId`` (the parent's workflow id) the server sets both, a run cannot."""
 CHILD_APPROVALS_SIGNAL = "child_approvals"
 """Signal a child sends its parent whenever the calls it waits on change (:class:`ChildApprovals`)."""
-PATCH_SHOWN_STATUS = "parent-status-from-children"
-"""Patch: a parent upserts ``AgentStatus`` when a child's approvals change what it shows."""
 ANSWER_CHARS = 16_000
 """Characters of a child's answer given to the parent's model at most."""
 
@@ -238,7 +236,7 @@ class ChildStep:
 
     def _shown_status_changed(self, before: LiveStatus | RunStatus) -> None:
         """Upsert ``AgentStatus`` when a child's approvals changed the status people see."""
-        if shown_status(self.ctx.s) != before and workflow.patched(PATCH_SHOWN_STATUS):
+        if shown_status(self.ctx.s) != before and self.ctx.versions.upsert_shown_status():
             self.ctx.upsert_search_attributes()
 
     def child_of_call(self, tool_call_id: str) -> str | None:

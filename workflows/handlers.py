@@ -200,7 +200,7 @@ class Decisions:
         """
         s, cid = self._ctx.s, sig.tool_call_id
         known = cid in s.verdicts or any(r.id == cid for r in s.tool_calls)
-        if not self._ctx.rev3() or (known and cid not in s.unconfirmed):
+        if not self._ctx.versions.hold_early_decisions or (known and cid not in s.unconfirmed):
             return False
         s.parked.append((cid, sig, workflow.now()))
         return True

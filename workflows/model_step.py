@@ -28,14 +28,6 @@ SA_REFRESH_TURNS = 5
 """Revision 3: TotalTokens and CostUsd are refreshed after every ``SA_REFRESH_TURNS``-th model step."""
 
 
-PATCH_UNIQUE_CALL_IDS = "unique-call-ids"
-"""Patch id: a tool call id the model repeats (in a reply, or from an earlier turn) is renamed
-(:func:`workflows.turn.unique_call_ids`); before it, a reused id found the earlier call's verdict
-(an approval bypass). Asked only when a reply repeats an id, so other runs record no marker (no
-event, no ``TemporalChangeVersion`` upsert); then in the task that brings the model step's
-result, before any local activity of that task."""
-
-
 class ModelStep:
     """Runs the model steps of one run."""
 
@@ -81,16 +73,20 @@ class ModelStep:
         if reply.tool_calls:  # a repeated id never shares a verdict (patch asked only then)
             taken = {*s.verdicts, *s.pending, *(r.id for r in s.tool_calls)}
             calls = turn.unique_call_ids(reply.tool_calls, taken)
-            if calls != reply.tool_calls and workflow.patched(PATCH_UNIQUE_CALL_IDS):
+            if calls != reply.tool_calls and ctx.versions.unique_call_ids():
                 reply = reply.model_copy(update={"tool_calls": calls})
         s.usage = s.usage.add(reply.usage)
         ctx.emit("model_finished", reply=reply)
         # TotalTokens and CostUsd stay current in listings: each upsert is an event and a
         # visibility write on the server, so not one every turn.
-        if ctx.rev3():  # by turns: a workflow.now() difference must not change commands
+        if (
+            ctx.versions.refresh_by_turns
+        ):  # by turns: a workflow.now() difference must not change commands
             # revision 4: not when the reply ends the turn (the status upsert that follows
             # carries the same figures in the same workflow task)
-            if s.turn % SA_REFRESH_TURNS == 0 and (reply.tool_calls or not ctx.rev4()):
+            if s.turn % SA_REFRESH_TURNS == 0 and (
+                reply.tool_calls or not ctx.versions.upsert_changed_only
+            ):
                 ctx.upsert_search_attributes()
         elif s.sa_upserted_at is None or (
             (workflow.now() - s.sa_upserted_at).total_seconds() >= SA_REFRESH_SECONDS

@@ -30,29 +30,16 @@ with workflow.unsafe.imports_passed_through():
     from workflows.events import RunEvents
     from workflows.handlers import Decisions
     from workflows.models import IgnoredSignal, LiveStatus, RunData, RunRequest, RunStatus
+    from workflows.versions import Versions
 
 if TYPE_CHECKING:
     from workflows.activity_options import ActivityOptions
 
 T = TypeVar("T")
 
-WORKFLOW_REV = 5
-"""Revision of this code's behaviour, recorded in each run's history: ``spec.resolve`` echoes it
-into ``PinnedSpec.workflow_rev`` (0 in runs recorded before; they replay the revision-2 branches).
-Revision 3 takes no decision that changes commands from a ``workflow.now()`` difference, and
-refuses decisions for approval requests not yet in history. Revision 4 (with patch
-``agent-run-v4``: ``spec.resolve`` as a local activity) runs tools marked ``local`` as local
-activities and upserts search attributes only when what they show changed (docs/throughput.md).
-Revision 5 takes the deadline without a timer where a timeout does its work
-(:meth:`RunContext.with_deadline`). A revision is for a change to every new run's commands: it
-costs a run nothing, where each ``workflow.patched`` id costs every new run a marker and an upsert
-of ``TemporalChangeVersion`` (two events and a visibility write). Other changes use
-``workflow.patched`` (tests/histories/README.md says when each old branch goes)."""
-PATCH_RACE_WAITS = "race-person-waits"
-"""A race whose work waited for a person (Code Mode) re-arms the deadline instead of ending."""
 SA_REFRESH_SECONDS = 10.0
 """Least workflow time between two search-attribute refreshes within a turn loop (status changes
-and the end of the run always upsert). Revision 2 only: see ``WORKFLOW_REV``."""
+and the end of the run always upsert). Before revision 3 only (workflows/versions.py)."""
 
 
 class Stop(Exception):
@@ -100,6 +87,8 @@ class RunContext:
         """Wrap ``s`` and ``events``; creates no command."""
         self.s = s
         self.events = events
+        self.versions = Versions(lambda: self.s.pinned)
+        """Which behaviour this run takes (workflows/versions.py)."""
         self.decisions = Decisions(self)
         self.outside_task = False
         self._seen: tuple[datetime, int] | None = None  # (time, history length) last seen
@@ -132,21 +121,6 @@ class RunContext:
         if req is None:
             raise ApplicationError("the run has no request", non_retryable=True)
         return req
-
-    def rev3(self) -> bool:
-        """Whether the run started with revision 3 (a value in its history, not a marker)."""
-        pinned = self.s.pinned
-        return pinned is not None and pinned.workflow_rev >= 3
-
-    def rev4(self) -> bool:
-        """Whether the run started with revision 4 (local tools, fewer upserts)."""
-        pinned = self.s.pinned
-        return pinned is not None and pinned.workflow_rev >= 4
-
-    def rev5(self) -> bool:
-        """Whether the run started with revision 5 (the deadline as activities' timeout)."""
-        pinned = self.s.pinned
-        return pinned is not None and pinned.workflow_rev >= 5
 
     # ------------------------------------------------------------ what people see
 
@@ -206,7 +180,7 @@ class RunContext:
         s = self.s
         if not s.search_attributes or s.req is None:
             return
-        if not self.rev4():
+        if not self.versions.upsert_changed_only:
             workflow.upsert_search_attributes(  # pyright: ignore[reportUnknownMemberType] - SDK: update type unparameterized
                 state.search_attribute_pairs(s, initial)
             )
@@ -253,7 +227,11 @@ class RunContext:
         server task, and almost every step ends long before the deadline.
         """
         waited, waits = self.s.waited_seconds, self.s.waits
-        moved = self._deadline_waits != waits if self.rev3() else self._deadline_waited != waited
+        moved = (
+            self._deadline_waits != waits
+            if self.versions.deadline_by_events
+            else self._deadline_waited != waited
+        )
         if self._deadline is None or moved:
             if self._deadline is not None and not self._deadline.done():
                 self._deadline.cancel()
@@ -272,7 +250,9 @@ class RunContext:
 
         From revision 5 an activity timed out at the deadline counts too.
         """
-        if self.rev3():  # only events in history (a timer, a timeout) end the run on time
+        if (
+            self.versions.deadline_by_events
+        ):  # only events in history (a timer, a timeout) end the run on time
             deadline = self._deadline
             fired = (
                 deadline is not None and deadline.done() and self._deadline_waits == self.s.waits
@@ -286,7 +266,7 @@ class RunContext:
         From revision 5 the time left is its schedule-to-close timeout; before, the deadline
         timer bounds the activity. Only a timeout's value comes from the clock; which commands follow depends on events.
         """
-        if self.rev5():
+        if self.versions.deadline_as_timeout:
             opts["schedule_to_close_timeout"] = timedelta(
                 seconds=max(self.remaining_seconds(), 0.001)
             )
@@ -298,7 +278,7 @@ class RunContext:
         Only activities given :meth:`with_deadline` have that timeout in this runtime.
         """
         cause: BaseException | None = e.cause
-        while self.rev5() and cause is not None:
+        while self.versions.deadline_as_timeout and cause is not None:
             if (
                 isinstance(cause, ActivityTimeoutError)
                 and cause.type == TimeoutType.SCHEDULE_TO_CLOSE
@@ -321,7 +301,7 @@ class RunContext:
         Raises:
             Stop: ``interrupted`` or ``timeout``.
         """
-        if bounded and self.rev5():
+        if bounded and self.versions.deadline_as_timeout:
             return await self._race_interrupt(make)
         deadline = self.deadline_timer()  # its timer before make()'s first command
         task: asyncio.Future[T] = asyncio.ensure_future(make())
@@ -337,7 +317,7 @@ class RunContext:
             if task.done():
                 return task.result()
             moved = deadline.cancelled() or self.s.waits != self._deadline_waits
-            if self.s.interrupt is None and moved and workflow.patched(PATCH_RACE_WAITS):
+            if self.s.interrupt is None and moved and self.versions.rearm_after_person_waits():
                 deadline = self.deadline_timer()
                 continue
             break

@@ -28,15 +28,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.policy import Search, evaluate, re2_search, re_search
     from workflows.run_context import RunContext, Stop, cause_message
 
-__all__ = ["PATCH_POLICY_RE2", "Stop", "ToolStep", "cause_message"]
-
-PATCH_POLICY_RE2 = "policy-re2"
-r"""Patch id: runs that took it match policy patterns with RE2 (linear time, :func:`re2_search`);
-runs from before it keep Python's ``re`` (:func:`re_search`), whose verdict differs for some
-patterns (``\d`` and non-ASCII digits), so that their recorded decisions replay. Decided at the
-run's first pattern match in a policy evaluation, which follows a model step's activity and
-precedes every local activity of its workflow task (a patch marker after a local activity's in one
-task fails replay)."""
+__all__ = ["Stop", "ToolStep", "cause_message"]
 
 
 class ToolStep:
@@ -111,16 +103,16 @@ class ToolStep:
             await self.gather(running, records, outcomes, bounded)
         return records, outcomes
 
-    @staticmethod
-    def policy_search() -> Search:
-        """The engine of the policy's patterns: RE2 if the run takes :data:`PATCH_POLICY_RE2`.
+    def policy_search(self) -> Search:
+        """The engine of the policy's patterns: RE2 if the run takes patch ``policy-re2``.
 
         Else ``re``. Asked at the first pattern matched, so a run whose policy matches no pattern
         records no marker (no event, no ``TemporalChangeVersion`` upsert).
         """
+        versions = self.ctx.versions
 
         def search(pattern: str, text: str) -> bool:
-            engine = re2_search if workflow.patched(PATCH_POLICY_RE2) else re_search
+            engine = re2_search if versions.policy_re2() else re_search
             return engine(pattern, text)
 
         return search
@@ -160,7 +152,7 @@ class ToolStep:
                     approvers=decision.approvers,
                     reason=decision.reason,
                 )
-                if ctx.rev3() and ctx.outside_task:
+                if ctx.versions.hold_early_decisions and ctx.outside_task:
                     # the model's reply was applied outside a workflow task (a query on a
                     # worker without the run cached): not in history until the next task
                     s.unconfirmed.add(call.id)
@@ -224,7 +216,7 @@ class ToolStep:
         if announce:  # not again for a call announced when it was held for the model step
             ctx.emit("tool_started", tool_call_id=call.id, name=call.name, arguments=rec.arguments)
         try:
-            if ctx.rev4() and options.runs_local(info):
+            if ctx.versions.local_tool_activities and options.runs_local(info):
                 out = await options.execute_local(tool_invoke, inp, opts)
             else:
                 out = await workflow.execute_activity(tool_invoke, inp, **opts)

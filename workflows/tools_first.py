@@ -44,9 +44,6 @@ with workflow.unsafe.imports_passed_through():
     from workflows.run_context import RunContext
     from workflows.tool_calls import ToolStep
 
-PATCH_TOOLS_IN_STEP = "tools-in-model-step"
-"""Patch id: runs started from it hold allowed local tools' calls for the next model step."""
-
 
 class ToolsFirst:
     """Holds a turn's local tool calls for the next model step, and settles them from its reply."""
@@ -182,7 +179,7 @@ class ToolsFirst:
     def settle_from_failure(self, error: ActivityError) -> None:
         """Record the held calls from a failed step's ``tool_outcomes`` detail, if it has one.
 
-        The step ran them, then the model failed (``activities.model._with_outcomes``); a step
+        The step ran them, then the model failed (``activities.model_parts.with_outcomes``); a step
         that timed out or was cancelled has none, and the calls stay held.
         """
         cause = error.cause

@@ -18,11 +18,16 @@ from typer.testing import CliRunner
 from activities.contracts import TOKENS_COUNT, CountTokensInput, ModelReply, TokenCounts
 from workers.cli import app
 from workers.history import load_history_file, replay_file, replay_histories
-from workflows.agent_run import PATCH_V2, PATCH_V4, WORKFLOW_REV, AgentRun
-from workflows.model_step import PATCH_UNIQUE_CALL_IDS
+from workflows.agent_run import AgentRun
 from workflows.models import RunResult
-from workflows.tool_calls import PATCH_POLICY_RE2
-from workflows.tools_first import PATCH_TOOLS_IN_STEP
+from workflows.versions import (
+    PATCH_POLICY_RE2,
+    PATCH_TOOLS_IN_STEP,
+    PATCH_UNIQUE_CALL_IDS,
+    PATCH_V2,
+    PATCH_V4,
+    WORKFLOW_REV,
+)
 
 HISTORIES = Path(__file__).resolve().parents[1] / "histories"
 # The histories a deploy of the current code accepts: recorded by it (top level, the patch

@@ -24,8 +24,8 @@ from workers import client as rc
 from workers.history import replay
 from workers.testing.scripted_model import ScriptedModel, garbage, text, tool_call, tool_calls
 from workers.testing.scripted_replies import ToolCall
-from workflows.model_step import PATCH_UNIQUE_CALL_IDS
 from workflows.models import RunResult
+from workflows.versions import PATCH_UNIQUE_CALL_IDS
 
 ALLOW = {"default": {"policy": {"default": "allow"}}}
 

@@ -12,7 +12,7 @@ from temporalio.client import Client
 from tests.support.harness import Harness
 from workers.history import replay
 from workers.testing.scripted_model import ScriptedModel, text, tool_calls
-from workflows.tool_calls import PATCH_POLICY_RE2
+from workflows.versions import PATCH_POLICY_RE2
 
 REDOS = "a" * 40 + "!"
 

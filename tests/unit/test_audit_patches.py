@@ -8,8 +8,7 @@ from pathlib import Path
 from workers.history import audit, load_history_file
 from workers.history._entries import ToolCallEntry
 from workers.history._walk import patch_ids
-from workflows.model_step import PATCH_UNIQUE_CALL_IDS
-from workflows.tool_calls import PATCH_POLICY_RE2
+from workflows.versions import PATCH_POLICY_RE2, PATCH_UNIQUE_CALL_IDS
 
 HISTORIES = Path(__file__).resolve().parents[1] / "histories"
 

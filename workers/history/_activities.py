@@ -20,10 +20,9 @@ from workers.history._entries import (
 from workers.history._payloads import as_dict, first_object
 from workers.history._rules import failure_text, status_after_policy, tool_failure_status
 from workers.history._walk import At, Walk, iso, ms_between
-from workflows.model_step import PATCH_UNIQUE_CALL_IDS
 from workflows.policy import evaluate, parse_arguments, re2_search, re_search
-from workflows.tool_calls import PATCH_POLICY_RE2
 from workflows.turn import unique_call_ids
+from workflows.versions import PATCH_POLICY_RE2, PATCH_UNIQUE_CALL_IDS
 
 _CLOSED_STATUS = {
     EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED: "completed",
