@@ -75,10 +75,11 @@ chaos: install ## runs with approvals while workers and the dev server are SIGKI
 upgrade-chaos: install ## 200 runs in flight while a changed build is ramped 0 -> 50 -> 100% with one rollback (bench/upgrade_chaos.py)
 	$(BIN)/python -m bench.upgrade_chaos $(UPGRADE_CHAOS_ARGS)
 
-lint: $(VENV)/.bench-installed ## ruff (lint and format check), then pyright over the code, tests and bench (config in pyproject.toml: strict modules listed there)
+lint: $(VENV)/.bench-installed ## ruff (lint and format check), pyright over the code, tests and bench (strict modules in pyproject.toml), import-linter (layers, no cycles)
 	$(BIN)/ruff check workflows activities workers tests bench
 	$(BIN)/ruff format --check workflows activities workers tests bench
 	$(BIN)/pyright --project pyproject.toml
+	$(BIN)/lint-imports
 
 docs: install ## regenerate docs/agent-spec.md and docs/cli.md from the spec models and the CLI
 	$(BIN)/python -m workers.cli.gen_docs

@@ -23,6 +23,7 @@ from activities.contracts import (
 )
 from activities.mcp.config import canonical_tool_name
 from activities.model_reply import token_count, without_lone_surrogates
+from activities.rules import token_upper_bound
 from activities.streaming import ReplyCutOff
 
 
@@ -157,13 +158,11 @@ def with_outcomes(
 def over_room(req: CallModelInput) -> bool:
     """Whether the messages after ``req.counted_messages`` may be over ``req.token_room`` tokens.
 
-    The bound is the workflow's own (``workflows.compaction.token_upper_bound``), so the workflow
+    The bound is the workflow's own (``activities.rules.token_upper_bound``), so the workflow
     would count, and maybe compact, before it asked the model.
     """
     if req.token_room is None:
         return False
-    from workflows.compaction import token_upper_bound
-
     return sum(token_upper_bound(m) for m in req.messages[req.counted_messages :]) > req.token_room
 
 

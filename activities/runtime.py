@@ -43,6 +43,7 @@ from activities.redaction import (
     redacting,
     redactor_for,
 )
+from activities.rules import failure_text
 from activities.search_attributes import namespace_has_search_attributes
 from activities.spec import (
     AgentSpec,
@@ -338,13 +339,12 @@ class RuntimeActivities:
             )
             if attempt < attempts:
                 await asyncio.sleep(1.0)
-        from workflows.turn import settle_failure  # the text the workflow tells the model
 
         return ToolOutcome(
             call_id=req.call_id,
             name=req.name,
             status="error",
-            content=settle_failure(timed_out, False, failure, attempts).text,
+            content=failure_text(timed_out, False, failure, attempts)[1],
             failure=failure,
             timed_out=timed_out,
         )

@@ -31,6 +31,7 @@ from temporalio.contrib.workflow_streams import WorkflowStreamClient
 from activities import redaction
 from activities.contracts import ModelReply, ToolCallRequest, Usage
 from activities.model_reply import token_count, without_lone_surrogates
+from activities.rules import clip
 
 log = structlog.get_logger("activities.streaming")
 
@@ -58,11 +59,9 @@ async def publish_events(items: list[dict[str, Any]]) -> bool:
     For events an activity knows before the workflow does: the results of the tool calls a model
     step runs first (``tool_finished``, workflows/tools_first.py), published before the model is
     asked, so a live view shows them before the step's text. Items are stamped ``at`` and
-    clipped as the workflow's own (``workflows.events.clip``), and redacted. Returns whether the
+    clipped as the workflow's own (``activities.rules.clip``), and redacted. Returns whether the
     server took them; a failure is logged and never fails the step.
     """
-    from workflows.events import clip
-
     if not activity.info().workflow_id:
         return False
     try:

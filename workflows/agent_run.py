@@ -33,6 +33,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.contracts import ERR_MCP_UNAVAILABLE
     from activities.interfaces import spec_resolve
     from activities.memory.consolidation import HANDOFF, HandoffInput, scopes_for
+    from workflows.approvals import Decisions
     from workflows.children import ChildStep
     from workflows.compaction_step import CompactionStep
     from workflows.events import RunEvents
@@ -84,10 +85,11 @@ class AgentRun(RunHandlers):
         # the run's event stream (workflows/events.py), carried through continue-as-new
         events = RunEvents(carry.events if carry is not None else None)
         self._ctx = ctx = RunContext(RunData(started_at=now, sa_upserted_at=now), events)
+        self._decisions = Decisions(ctx)
         self._children = ChildStep(ctx)
         self._handoffs = HandoffStep(ctx)
         self._model = ModelStep(ctx)
-        self._tools = ToolStep(ctx, self._children, self._handoffs)
+        self._tools = ToolStep(ctx, self._children, self._handoffs, self._decisions)
         self._model.first = self._first = ToolsFirst(ctx, self._tools)
         self._compaction = CompactionStep(ctx)
         self._plan = PlanStep(ctx, self._model, self._tools)
@@ -330,7 +332,7 @@ class AgentRun(RunHandlers):
 
     def _continue_as_new(self) -> None:
         ctx = self._ctx
-        ctx.decisions.drop_parked()
+        self._decisions.drop_parked()
         s = ctx.s
         carry = s.model_copy(
             update={"continued_runs": s.continued_runs + 1, "events": ctx.events.carry()}
@@ -350,7 +352,7 @@ class AgentRun(RunHandlers):
         """End the run with ``status``: cancel what was pending, upsert, emit ``run_finished``."""
         ctx = self._ctx
         s = ctx.s
-        ctx.decisions.drop_parked()
+        self._decisions.drop_parked()
         self._first.drop()
         for rec in s.tool_calls:
             if rec.status in ("pending", "running"):

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -43,7 +43,27 @@ with workflow.unsafe.imports_passed_through():
 if TYPE_CHECKING:
     from activities.spec import PinnedSpec
     from activities.spec_settings import CodeModeSpec
-    from workflows.tool_calls import ToolStep
+    from workflows.run_context import RunContext
+
+
+class ToolStep(Protocol):
+    """What a script's host calls (``workflows.tool_calls.ToolStep``, which runs the script).
+
+    A protocol, so that this module needs no import of the tool step that imports it.
+    """
+
+    ctx: RunContext
+
+    async def execute(
+        self, calls: list[ToolCallRequest]
+    ) -> tuple[list[ToolCallRecord], dict[str, str]]:
+        """Carry ``calls`` out as ordinary calls of the run: policy, approvals, activities."""
+        ...
+
+    def finished(self, rec: ToolCallRecord, result: str) -> None:
+        """Emit ``tool_finished`` for a call that ended with ``result``."""
+        ...
+
 
 STDOUT_CAP = 16_000
 """Characters of the script's ``print()`` output the model is given."""

@@ -36,6 +36,8 @@ from typing import Any, cast
 
 from pydantic import BaseModel, Field
 
+from activities.rules import token_upper_bound
+
 __all__ = [
     "DEFAULT_TARGET_RATIO",
     "SUMMARY_PREFIX",
@@ -53,9 +55,6 @@ DEFAULT_TARGET_RATIO = 0.75
 SUMMARY_PREFIX = "[Summary of earlier conversation]\n"
 """Start of the ``user`` message that :meth:`CompactionPlan.apply` inserts for a summary."""
 
-IMAGE_PART_TOKENS_BOUND = 1000
-"""Tokens allowed per ``image_url`` content part by :func:`token_upper_bound` (the ``tokens.count``
-activity counts 85, OpenAI's low-detail figure)."""
 
 TRUNCATION_MARKER = "\n[... truncated {n} characters]"
 """Appended by :func:`truncate_tool_results` to a shortened tool result."""
@@ -394,28 +393,3 @@ def summary_request(
             f"<conversation>\n{body}\n</conversation>",
         },
     ]
-
-
-def token_upper_bound(message: Mapping[str, Any]) -> int:
-    """Tokens that ``tokens.count`` can count for ``message`` at most, without an encoder.
-
-    ``2 * bytes(JSON of the message) + 8``, plus :data:`IMAGE_PART_TOKENS_BOUND` per image part.
-    Why it holds: a byte-level BPE token (tiktoken's encodings) covers at least one UTF-8 byte, so
-    a string never has more tokens than bytes; ``tokens.count`` counts each value once (tool-call
-    arguments re-serialised, at most twice their bytes) plus at most 4 tokens of overhead per
-    message (OpenAI Cookbook, "How to count tokens"). Checked against the activity in
-    ``tests/unit/test_tokens_counting.py``. The workflow uses it to skip counting while even the bound
-    stays under the compaction budget.
-    """
-    content = message.get("content")
-    images = (
-        sum(
-            1
-            for part in cast("list[Any]", content)
-            if (_mapping(part) or {}).get("type") == "image_url"
-        )
-        if isinstance(content, list)
-        else 0
-    )
-    size = len(json.dumps(message, ensure_ascii=False, default=str).encode("utf-8"))
-    return 2 * size + 8 + IMAGE_PART_TOKENS_BOUND * images

@@ -42,7 +42,7 @@ with workflow.unsafe.imports_passed_through():
         Variant,
     )
     from activities.evals.scorers import passed
-    from workflows.children import CHILD_APPROVALS_SIGNAL, ChildApprovals
+    from workflows.child_rules import CHILD_APPROVALS_SIGNAL, ChildApprovals
     from workflows.inbound import Invalid, decode, decode_args
     from workflows.models import (
         WORKFLOW_NAME,

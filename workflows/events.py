@@ -23,9 +23,11 @@ its history). A subscriber asking for a truncated offset restarts at the oldest 
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any, cast
+from typing import Any
 
 from temporalio import workflow
+
+from activities.rules import clip
 
 with workflow.unsafe.imports_passed_through():
     from temporalio.contrib.workflow_streams import (
@@ -49,26 +51,8 @@ MAX_CARRIED_ITEMS = 1000
 """Most items handed to the next run on continue-as-new (its input is history too)."""
 MAX_CARRIED_BYTES = 256 * 1024
 """Most payload bytes handed to the next run on continue-as-new."""
-MAX_FIELD_CHARS = 4000
-"""String fields of workflow-emitted events (arguments, results) are clipped to this length."""
 PUBLISHER_TTL = timedelta(minutes=15)
 """How long an activity publisher's de-duplication state survives continue-as-new."""
-
-
-def clip(value: Any, limit: int = MAX_FIELD_CHARS) -> Any:
-    """``value`` with every string longer than ``limit`` cut, marked ``...[N more chars]``.
-
-    Lists and dicts are clipped recursively; other values are returned unchanged.
-    """
-    if isinstance(value, str):
-        if len(value) <= limit:
-            return value
-        return value[:limit] + f"...[{len(value) - limit} more chars]"
-    if isinstance(value, dict):
-        return {k: clip(v, limit) for k, v in cast("dict[Any, Any]", value).items()}
-    if isinstance(value, list):
-        return [clip(v, limit) for v in cast("list[Any]", value)]
-    return value
 
 
 class _WatchedStream(WorkflowStream):

@@ -9,24 +9,13 @@ nothing a client sends can fail a workflow task. Handlers only change the run st
 (:class:`workflows.models.RunData`, through the run's :class:`workflows.run_context.RunContext`);
 the loop in :mod:`workflows.agent_run` acts on it.
 
-:class:`Decisions` (the run context's ``decisions``) checks, records and holds the approvals and
-rejections the ``approve``/``reject`` signals and the ``decide`` update bring. Who may decide is
-:func:`workflows.turn.decision_problem`; a signed decision is checked with :mod:`activities.signing`.
-
-Held decisions (revision 3): sdk-core answers a query on a worker without the run cached by
-applying events whose workflow task has not started yet (a model step's completion) at the
-previous task's time; an approver who sees the request through that query may send a decision
-that replay then delivers *before* the reply that asked for it (tests/histories/chaos/README.md).
-From revision 3 of the workflow (``PinnedSpec.workflow_rev``), requests made in such an activation
-are *unconfirmed* until an activation inside a task: ``decide`` refuses them, ``approve``/``reject``
-signals for them (or for calls not known yet) are held and applied once confirmed or once the
-reply that asks for them is applied in the same activation; else they are ignored, with why.
+Decisions are checked, recorded and held by :class:`workflows.approvals.Decisions`; the handlers
+here only decode what clients send and hand it over.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from temporalio import workflow
 from temporalio.exceptions import ApplicationError
@@ -34,17 +23,14 @@ from temporalio.exceptions import ApplicationError
 with workflow.unsafe.imports_passed_through():
     from pydantic import BaseModel
 
-    import activities.signing as signing
     import workflows.state as state
     import workflows.turn as turn
-    from workflows.children import CHILD_APPROVALS_SIGNAL, ChildApprovals, refused_by_child
+    from workflows.child_rules import CHILD_APPROVALS_SIGNAL, ChildApprovals, refused_by_child
     from workflows.inbound import Invalid, decode_args
     from workflows.models import (
         ApproveSignal,
         DecideResult,
         DecideUpdate,
-        Decision,
-        IgnoredSignal,
         InterruptSignal,
         MessageSignal,
         PrincipalSignal,
@@ -54,6 +40,7 @@ with workflow.unsafe.imports_passed_through():
     )
 
 if TYPE_CHECKING:
+    from workflows.approvals import Decisions
     from workflows.children import ChildStep
     from workflows.run_context import RunContext
 
@@ -69,175 +56,18 @@ def _refused(problem: str) -> ApplicationError:
     return ApplicationError(problem, type=DECISION_REFUSED, non_retryable=True)
 
 
-class Decisions:
-    """Checks, records and holds the decisions of one run (``ctx.s`` is the run state)."""
-
-    def __init__(self, ctx: RunContext) -> None:
-        """Belong to ``ctx``; creates no command."""
-        self._ctx = ctx
-
-    def problem(
-        self, tool_call_id: str, principal_id: str, roles: Collection[str] = ()
-    ) -> str | None:
-        """Why a decision for this call cannot be taken now, or None (:func:`turn.decision_problem`)."""
-        s = self._ctx.s
-        return turn.decision_problem(
-            tool_call_id,
-            principal_id,
-            decided={k: v.decision for k, v in s.verdicts.items()},
-            waiting={k: p.approvers for k, p in s.pending.items()},
-            known={r.id for r in s.tool_calls},
-            policy=s.pinned.spec.policy if s.pinned else None,
-            roles=roles,
-        )
-
-    def signature_problem(self, d: ApproveSignal | RejectSignal | DecideUpdate) -> str | None:
-        """Why a decision's signature is not acceptable, or None (also when none is required)."""
-        pinned = self._ctx.s.pinned
-        policy = pinned.spec.policy if pinned else None
-        if policy is None or not policy.require_signed_decisions:
-            return None
-        if isinstance(d, DecideUpdate):
-            decision, args = d.decision, d.arguments if d.decision == "approve" else None
-        else:
-            decision = "approve" if isinstance(d, ApproveSignal) else "reject"
-            args = d.arguments if isinstance(d, ApproveSignal) else None
-        message = signing.decision_message(
-            workflow.info().workflow_id,
-            d.tool_call_id,
-            decision,
-            args,
-            d.principal_id,
-            d.signed_at or "",
-            d.roles,
-        )
-        return signing.signature_problem(policy.decision_keys, message, d.signature)
-
-    def record(
-        self,
-        tool_call_id: str,
-        decision: Literal["approve", "reject", "timeout"],
-        principal_id: str,
-        arguments: dict[str, Any] | None,
-        comment: str | None,
-        via: Literal["signal", "update", "timer"],
-    ) -> None:
-        """Record a decision that was checked (or a timeout), and emit ``approval_decided``."""
-        s = self._ctx.s
-        d = Decision(
-            tool_call_id=tool_call_id,
-            decision=decision,
-            principal_id=principal_id,
-            at=workflow.now().isoformat(),
-            arguments=arguments,
-            comment=comment,
-            via=via,
-        )
-        s.verdicts[tool_call_id] = d
-        s.decisions.append(d)
-        if via != "timer":
-            for rec in s.tool_calls:
-                if rec.id == tool_call_id:
-                    rec.decided_by = principal_id
-        pending = s.pending.get(tool_call_id)
-        if via == "timer":
-            shown = pending.arguments if pending else None
-        else:
-            shown = arguments if arguments is not None else (pending.arguments if pending else {})
-        self._ctx.emit(
-            "approval_decided",
-            tool_call_id=tool_call_id,
-            name=pending.name if pending else "",
-            arguments=shown,
-            decision=decision,
-            principal_id=principal_id,
-        )
-
-    def by_signal(self, sig: ApproveSignal | RejectSignal) -> None:
-        """An ``approve``/``reject`` signal: recorded, or ignored with why."""
-        name = "approve" if isinstance(sig, ApproveSignal) else "reject"
-        problem = self.problem(
-            sig.tool_call_id, sig.principal_id, sig.roles
-        ) or self.signature_problem(sig)
-        if problem:
-            self._ctx.ignore(name, sig.principal_id, problem, sig.tool_call_id)
-        elif isinstance(sig, ApproveSignal):
-            self.record(
-                sig.tool_call_id, "approve", sig.principal_id, sig.arguments, sig.comment, "signal"
-            )
-        else:
-            self.record(sig.tool_call_id, "reject", sig.principal_id, None, sig.reason, "signal")
-
-    # ------------------------------------------------------------ held (revision 3)
-
-    def release_held(self) -> bool:
-        """Confirm requests made outside a task once time moved; apply or drop held signals.
-
-        Called where the run waits for a person (from the wait's condition, see
-        :meth:`RunContext.observe`); returns False.
-        """
-        ctx = self._ctx
-        ctx.observe()
-        s, now = ctx.s, workflow.now()
-        if not ctx.outside_task:
-            s.unconfirmed.clear()
-        held, s.parked = s.parked, []
-        for cid, sig, at in held:
-            if cid in s.pending and cid not in s.unconfirmed:
-                self.by_signal(sig)
-            elif at == now or cid in s.unconfirmed:
-                s.parked.append((cid, sig, at))
-            else:
-                self.by_signal(sig)  # unknown still: ignored with the reason
-        return False
-
-    def park(self, sig: ApproveSignal | RejectSignal) -> bool:
-        """Hold a decision whose call is not (yet) pending in history (v3); True if held.
-
-        The same workflow task may bring the signal and the model reply that asks for the
-        approval, in either order (live vs replay): a signal for an unknown call is held until
-        time moves on, one for a request made outside a workflow task until it is confirmed.
-        """
-        s, cid = self._ctx.s, sig.tool_call_id
-        known = cid in s.verdicts or any(r.id == cid for r in s.tool_calls)
-        if not self._ctx.versions.hold_early_decisions or (known and cid not in s.unconfirmed):
-            return False
-        s.parked.append((cid, sig, workflow.now()))
-        return True
-
-    def drop_parked(self) -> None:
-        """No call waits any more: each held signal is ignored, with why."""
-        s = self._ctx.s
-        held, s.parked = s.parked, []
-        for _, sig, _ in held:
-            self.by_signal(sig)
-
-    def held_as_ignored(self) -> list[IgnoredSignal]:
-        """Held signals for unknown calls, as the ``state`` query shows them (ignored, with why)."""
-        s = self._ctx.s
-        return [
-            IgnoredSignal(
-                signal="approve" if isinstance(sig, ApproveSignal) else "reject",
-                principal_id=sig.principal_id,
-                at=at.isoformat(),
-                reason=self.problem(cid, sig.principal_id) or "held",
-                tool_call_id=cid,
-            )
-            for cid, sig, at in s.parked
-            if cid not in s.unconfirmed
-        ]
-
-
 class RunHandlers:
     """The message handlers of ``AgentRun`` (its one base class).
 
     They decode what a client sent and change the run state through the run's context
-    (``self._ctx``); decisions go to ``self._ctx.decisions``, those for a child run's call to
-    ``self._children`` (forwarding is the only command a handler creates: a signal to the child).
+    (``self._ctx``); decisions go to ``self._decisions`` (workflows/approvals.py), those for a
+    child run's call to ``self._children`` (forwarding is the only command a handler creates: a
+    signal to the child).
     """
 
     _ctx: RunContext
     _children: ChildStep
+    _decisions: Decisions
 
     def _payload(self, args: tuple[Any, ...], model: type[M], signal: str) -> M | None:
         """Decode a signal's payload; an invalid one is recorded as ignored (returns None)."""
@@ -249,7 +79,7 @@ class RunHandlers:
 
     def _on_decision(self, sig: ApproveSignal | RejectSignal) -> None:
         """An approve/reject signal: forwarded to a child, held (revision 3), or taken."""
-        decisions = self._ctx.decisions
+        decisions = self._decisions
         if (child := self._children.child_of_call(sig.tool_call_id)) is not None:
             self._children.forward_decision(sig, child)
         elif not decisions.park(sig):
@@ -279,7 +109,7 @@ class RunHandlers:
         if child is not None:
             self._children.forward_decision(upd, child)
             return DecideResult(tool_call_id=upd.tool_call_id, decision=upd.decision)
-        self._ctx.decisions.record(
+        self._decisions.record(
             upd.tool_call_id,
             upd.decision,
             upd.principal_id,
@@ -294,7 +124,7 @@ class RunHandlers:
         upd = decode_args(args, DecideUpdate, "update decide")
         if isinstance(upd, Invalid):
             raise _refused(upd.problem)
-        s, decisions = self._ctx.s, self._ctx.decisions
+        s, decisions = self._ctx.s, self._decisions
         if self._children.child_of_call(upd.tool_call_id) is not None:
             # a child's call: forwarded, and the child checks who decides (roles included)
             problem = refused_by_child(s.child_pending, upd.tool_call_id, upd.principal_id)
@@ -384,7 +214,7 @@ class RunHandlers:
     @workflow.query(name="state")
     def state(self) -> RunState:
         """The run's live state (docs/contract.md)."""
-        return state.run_state(self._ctx.s, held=self._ctx.decisions.held_as_ignored())
+        return state.run_state(self._ctx.s, held=self._decisions.held_as_ignored())
 
     @workflow.query(name="transcript")
     def transcript(self) -> list[dict[str, Any]]:

@@ -458,7 +458,7 @@ class RunData(BaseModel):
     parked: list[tuple[str, ApproveSignal | RejectSignal, datetime]] = Field(
         default_factory=list[tuple[str, ApproveSignal | RejectSignal, datetime]],
         exclude=True,
-        description="decisions held (workflows/handlers.py, Decisions)",
+        description="decisions held (workflows/approvals.py, Decisions)",
     )
 
 

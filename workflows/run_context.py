@@ -28,7 +28,6 @@ with workflow.unsafe.imports_passed_through():
     from activities.contracts import ModelReply
     from activities.spec import PinnedSpec
     from workflows.events import RunEvents
-    from workflows.handlers import Decisions
     from workflows.models import IgnoredSignal, LiveStatus, RunData, RunRequest, RunStatus
     from workflows.versions import Versions
 
@@ -89,7 +88,9 @@ class RunContext:
         self.events = events
         self.versions = Versions(lambda: self.s.pinned)
         """Which behaviour this run takes (workflows/versions.py)."""
-        self.decisions = Decisions(self)
+        self.release_held: Callable[[], bool] = lambda: False
+        """Applies or drops decisions held for calls not yet known, where the run waits for a
+        person; returns False (:meth:`workflows.approvals.Decisions.release_held` sets itself)."""
         self.outside_task = False
         self._seen: tuple[datetime, int] | None = None  # (time, history length) last seen
         self._deadline: asyncio.Future[None] | None = None
@@ -368,7 +369,7 @@ class RunContext:
         started = workflow.now()
         try:
             await workflow.wait_condition(
-                lambda: self.decisions.release_held() or done() or s.interrupt is not None,
+                lambda: self.release_held() or done() or s.interrupt is not None,
                 timeout=timeout,
                 timeout_summary=f"waiting for {what} (timeout)" if timeout is not None else None,
             )
@@ -387,7 +388,7 @@ class RunContext:
         Raises:
             Stop: ``interrupted`` or ``timeout``.
         """
-        self.decisions.release_held()
+        self.release_held()
         s = self.s
         if s.interrupt is not None:
             raise Stop("interrupted", s.interrupt.reason)

@@ -11,7 +11,7 @@ from typing import Any
 from temporalio.common import SearchAttributeKey, SearchAttributeUpdate
 
 import workflows.render as render
-from workflows.children import children_markdown, shown_status, with_child_approvals
+from workflows.child_rules import children_markdown, shown_status, with_child_approvals
 from workflows.models import IgnoredSignal, RunData, RunResult, RunState, RunStatus
 from workflows.plan import plan_markdown
 
@@ -40,7 +40,7 @@ def _shared(data: RunData, view: type[RunState] | type[RunResult]) -> dict[str, 
 def run_state(data: RunData, held: list[IgnoredSignal] | None = None) -> RunState:
     """Answer of the ``state`` query: every field of RunState read from the run state.
 
-    ``held`` are decisions held for calls not known yet (workflows/handlers.py, Decisions), shown as ignored.
+    ``held`` are decisions held for calls not known yet (workflows/approvals.py, Decisions), shown as ignored.
     """
     fields: dict[str, Any] = {
         **_shared(data, RunState),

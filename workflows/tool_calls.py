@@ -21,6 +21,7 @@ with workflow.unsafe.imports_passed_through():
     import workflows.turn as turn
     from activities.contracts import ToolCallRequest, ToolInfo, ToolOutcome, Usage
     from activities.interfaces import tool_invoke
+    from workflows.approvals import Decisions
     from workflows.children import ChildStep
     from workflows.code_mode import run_script
     from workflows.handoff import HandoffStep
@@ -34,9 +35,15 @@ __all__ = ["Stop", "ToolStep", "cause_message"]
 class ToolStep:
     """Carries out tool calls for one run."""
 
-    def __init__(self, ctx: RunContext, children: ChildStep, handoffs: HandoffStep) -> None:
-        """Work on ``ctx``; ``ask_*`` calls go to ``children``, ``handoff_to_*`` to ``handoffs``."""
+    def __init__(
+        self, ctx: RunContext, children: ChildStep, handoffs: HandoffStep, decisions: Decisions
+    ) -> None:
+        """Work on ``ctx``; ``ask_*`` calls go to ``children``, ``handoff_to_*`` to ``handoffs``.
+
+        ``decisions`` records an approval that timed out.
+        """
         self.ctx = ctx
+        self._decisions = decisions
         self._children = children
         self._handoffs = handoffs
         self._ask_share = 1  # children started in this turn share what is left of the budget
@@ -76,7 +83,7 @@ class ToolStep:
                     self.invoke(call, rec, tools.get(call.name))
                 )
         if ctx.s.pending:
-            ctx.decisions.release_held()
+            ctx.release_held()
             await self._await_approvals()
             for call, rec in zip(calls, records, strict=True):
                 if rec.policy != "approve":
@@ -295,7 +302,7 @@ class ToolStep:
     async def _await_approvals(self) -> None:
         """Wait until every pending call has a verdict (or the approval timeout).
 
-        Woken by :meth:`workflows.handlers.Decisions.record`, which the ``decide`` update and the
+        Woken by :meth:`workflows.approvals.Decisions.record`, which the ``decide`` update and the
         ``approve``/``reject`` signals call: it writes ``s.verdicts``, the condition below reads it.
         A child run first tells its parent the calls it waits on (``report_approvals``: no effect
         for a top-level run).
@@ -317,7 +324,7 @@ class ToolStep:
                 raise Stop("failed", "approval timed out") from None
             for cid in waiting:
                 if cid not in s.verdicts:
-                    ctx.decisions.record(cid, "timeout", "system", None, None, "timer")
+                    self._decisions.record(cid, "timeout", "system", None, None, "timer")
         for cid in waiting:
             s.pending.pop(cid, None)
         self._children.report_approvals()

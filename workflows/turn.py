@@ -22,8 +22,8 @@ from temporalio.api.failure.v1 import Failure
 from temporalio.exceptions import TimeoutError as ActivityTimeoutError
 
 from activities.contracts import ModelReply, ToolCallRequest, ToolInfo
+from activities.rules import failure_text, token_upper_bound
 from activities.spec import Limits, Policy
-from workflows.compaction import token_upper_bound
 from workflows.loop_detection import Signature, detect_loop, turn_signature
 from workflows.models import Decision, RunData, RunStatus, ToolCallRecord, ToolCallStatus
 from workflows.policy import PolicyDecision, may_decide, parse_arguments
@@ -219,22 +219,8 @@ def settle_failure(
     attempts: int,
     limit_seconds: float | None = None,
 ) -> Settled:
-    """A tool activity that failed for good: cancelled, timed out (structurally) or an error.
-
-    ``limit_seconds``: the start-to-close timeout of one attempt, named when it ran out.
-    """
-    if cancelled:
-        return Settled("cancelled", f"The tool call was cancelled: {message}")
-    if timed_out:
-        limit = f" ({limit_seconds:g} s)" if limit_seconds else ""
-        text = (
-            f"The tool did not finish within its time limit{limit} and was given up after "
-            f"{attempts} attempt(s): {message}"
-        )
-        return Settled("timed_out", text)
-    return Settled(
-        "error", f"The tool failed and was given up after {attempts} attempt(s): {message}"
-    )
+    """A tool activity that failed for good (:func:`activities.rules.failure_text`)."""
+    return Settled(*failure_text(timed_out, cancelled, message, attempts, limit_seconds))
 
 
 def is_timeout_error(error: BaseException | None) -> bool:

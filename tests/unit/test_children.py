@@ -1,9 +1,9 @@
-"""Sub-agents' pure half (workflows/children.py): ids, budgets, requests, answers, approvals."""
+"""Sub-agents' pure half (workflows/child_rules.py): ids, budgets, requests, answers, approvals."""
 
 from __future__ import annotations
 
 from activities.contracts import Usage
-from workflows.children import (
+from workflows.child_rules import (
     child_answer,
     child_holding,
     child_limits,
@@ -90,7 +90,7 @@ def test_children_markdown_lists_children_and_handoffs():
 
 
 def test_the_parent_refuses_only_what_the_childs_approver_list_rules_out():
-    from workflows.children import refused_by_child
+    from workflows.child_rules import refused_by_child
     from workflows.models import PendingApproval
 
     def pending(call: str, approvers: list[str]) -> PendingApproval:

@@ -13,9 +13,9 @@ from openai.types.chat import ChatCompletionMessageParam
 from activities.contracts import ERR_MODEL_OUTPUT_INVALID, ERR_MODEL_UNAVAILABLE
 from activities.model import classify_error
 from activities.model_reply import MAX_REPORTED_TOKENS, token_count, without_lone_surrogates
+from activities.rules import clip
 from activities.streaming import ReplyAssembler
 from workers.testing.scripted_model import ScriptedModel, text, tool_calls
-from workflows.events import clip
 
 MESSAGES: list[dict[str, Any]] = [{"role": "user", "content": "read two files"}]
 

@@ -8,7 +8,9 @@ from pathlib import Path
 from workflows.versions import Versions
 
 WORKFLOWS = Path(__file__).resolve().parents[2] / "workflows"
-ASKS = re.compile(r"workflow\.patched|deprecate_patch|workflow_rev\s*(?:[<>]=?|==|!=)|\brev[0-9]\(\)")
+ASKS = re.compile(
+    r"workflow\.patched|deprecate_patch|workflow_rev\s*(?:[<>]=?|==|!=)|\brev[0-9]\(\)"
+)
 
 
 def test_no_module_but_versions_asks_a_patch_or_the_revision():

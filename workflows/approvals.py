@@ -1,0 +1,196 @@
+"""Approvals of one run: who may decide, the decision recorded, decisions held for unknown calls.
+
+:class:`Decisions` checks, records and holds the approvals and rejections that the
+``approve``/``reject`` signals and the ``decide`` update bring. Who may decide is
+:func:`workflows.turn.decision_problem`; a signed decision is checked with :mod:`activities.signing`.
+
+Held decisions (revision 3): sdk-core answers a query on a worker without the run cached by
+applying events whose workflow task has not started yet (a model step's completion) at the
+previous task's time; an approver who sees the request through that query may send a decision
+that replay then delivers *before* the reply that asked for it (tests/histories/chaos/README.md).
+From revision 3 of the workflow (``PinnedSpec.workflow_rev``), requests made in such an activation
+are *unconfirmed* until an activation inside a task: ``decide`` refuses them, ``approve``/``reject``
+signals for them (or for calls not known yet) are held and applied once confirmed or once the
+reply that asks for them is applied in the same activation; else they are ignored, with why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import TYPE_CHECKING, Any, Literal
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    import activities.signing as signing
+    import workflows.turn as turn
+    from workflows.models import (
+        ApproveSignal,
+        DecideUpdate,
+        Decision,
+        IgnoredSignal,
+        RejectSignal,
+    )
+
+if TYPE_CHECKING:
+    from workflows.run_context import RunContext
+
+
+class Decisions:
+    """Checks, records and holds the decisions of one run (``ctx.s`` is the run state)."""
+
+    def __init__(self, ctx: RunContext) -> None:
+        """Belong to ``ctx`` (whose waits for people release held decisions); no command here."""
+        self._ctx = ctx
+        ctx.release_held = self.release_held
+
+    def problem(
+        self, tool_call_id: str, principal_id: str, roles: Collection[str] = ()
+    ) -> str | None:
+        """Why a decision for this call cannot be taken now, or None (:func:`turn.decision_problem`)."""
+        s = self._ctx.s
+        return turn.decision_problem(
+            tool_call_id,
+            principal_id,
+            decided={k: v.decision for k, v in s.verdicts.items()},
+            waiting={k: p.approvers for k, p in s.pending.items()},
+            known={r.id for r in s.tool_calls},
+            policy=s.pinned.spec.policy if s.pinned else None,
+            roles=roles,
+        )
+
+    def signature_problem(self, d: ApproveSignal | RejectSignal | DecideUpdate) -> str | None:
+        """Why a decision's signature is not acceptable, or None (also when none is required)."""
+        pinned = self._ctx.s.pinned
+        policy = pinned.spec.policy if pinned else None
+        if policy is None or not policy.require_signed_decisions:
+            return None
+        if isinstance(d, DecideUpdate):
+            decision, args = d.decision, d.arguments if d.decision == "approve" else None
+        else:
+            decision = "approve" if isinstance(d, ApproveSignal) else "reject"
+            args = d.arguments if isinstance(d, ApproveSignal) else None
+        message = signing.decision_message(
+            workflow.info().workflow_id,
+            d.tool_call_id,
+            decision,
+            args,
+            d.principal_id,
+            d.signed_at or "",
+            d.roles,
+        )
+        return signing.signature_problem(policy.decision_keys, message, d.signature)
+
+    def record(
+        self,
+        tool_call_id: str,
+        decision: Literal["approve", "reject", "timeout"],
+        principal_id: str,
+        arguments: dict[str, Any] | None,
+        comment: str | None,
+        via: Literal["signal", "update", "timer"],
+    ) -> None:
+        """Record a decision that was checked (or a timeout), and emit ``approval_decided``."""
+        s = self._ctx.s
+        d = Decision(
+            tool_call_id=tool_call_id,
+            decision=decision,
+            principal_id=principal_id,
+            at=workflow.now().isoformat(),
+            arguments=arguments,
+            comment=comment,
+            via=via,
+        )
+        s.verdicts[tool_call_id] = d
+        s.decisions.append(d)
+        if via != "timer":
+            for rec in s.tool_calls:
+                if rec.id == tool_call_id:
+                    rec.decided_by = principal_id
+        pending = s.pending.get(tool_call_id)
+        if via == "timer":
+            shown = pending.arguments if pending else None
+        else:
+            shown = arguments if arguments is not None else (pending.arguments if pending else {})
+        self._ctx.emit(
+            "approval_decided",
+            tool_call_id=tool_call_id,
+            name=pending.name if pending else "",
+            arguments=shown,
+            decision=decision,
+            principal_id=principal_id,
+        )
+
+    def by_signal(self, sig: ApproveSignal | RejectSignal) -> None:
+        """An ``approve``/``reject`` signal: recorded, or ignored with why."""
+        name = "approve" if isinstance(sig, ApproveSignal) else "reject"
+        problem = self.problem(
+            sig.tool_call_id, sig.principal_id, sig.roles
+        ) or self.signature_problem(sig)
+        if problem:
+            self._ctx.ignore(name, sig.principal_id, problem, sig.tool_call_id)
+        elif isinstance(sig, ApproveSignal):
+            self.record(
+                sig.tool_call_id, "approve", sig.principal_id, sig.arguments, sig.comment, "signal"
+            )
+        else:
+            self.record(sig.tool_call_id, "reject", sig.principal_id, None, sig.reason, "signal")
+
+    # ------------------------------------------------------------ held (revision 3)
+
+    def release_held(self) -> bool:
+        """Confirm requests made outside a task once time moved; apply or drop held signals.
+
+        Called where the run waits for a person (from the wait's condition, see
+        :meth:`RunContext.observe`); returns False.
+        """
+        ctx = self._ctx
+        ctx.observe()
+        s, now = ctx.s, workflow.now()
+        if not ctx.outside_task:
+            s.unconfirmed.clear()
+        held, s.parked = s.parked, []
+        for cid, sig, at in held:
+            if cid in s.pending and cid not in s.unconfirmed:
+                self.by_signal(sig)
+            elif at == now or cid in s.unconfirmed:
+                s.parked.append((cid, sig, at))
+            else:
+                self.by_signal(sig)  # unknown still: ignored with the reason
+        return False
+
+    def park(self, sig: ApproveSignal | RejectSignal) -> bool:
+        """Hold a decision whose call is not (yet) pending in history (v3); True if held.
+
+        The same workflow task may bring the signal and the model reply that asks for the
+        approval, in either order (live vs replay): a signal for an unknown call is held until
+        time moves on, one for a request made outside a workflow task until it is confirmed.
+        """
+        s, cid = self._ctx.s, sig.tool_call_id
+        known = cid in s.verdicts or any(r.id == cid for r in s.tool_calls)
+        if not self._ctx.versions.hold_early_decisions or (known and cid not in s.unconfirmed):
+            return False
+        s.parked.append((cid, sig, workflow.now()))
+        return True
+
+    def drop_parked(self) -> None:
+        """No call waits any more: each held signal is ignored, with why."""
+        s = self._ctx.s
+        held, s.parked = s.parked, []
+        for _, sig, _ in held:
+            self.by_signal(sig)
+
+    def held_as_ignored(self) -> list[IgnoredSignal]:
+        """Held signals for unknown calls, as the ``state`` query shows them (ignored, with why)."""
+        s = self._ctx.s
+        return [
+            IgnoredSignal(
+                signal="approve" if isinstance(sig, ApproveSignal) else "reject",
+                principal_id=sig.principal_id,
+                at=at.isoformat(),
+                reason=self.problem(cid, sig.principal_id) or "held",
+                tool_call_id=cid,
+            )
+            for cid, sig, at in s.parked
+            if cid not in s.unconfirmed
+        ]
