@@ -36,6 +36,7 @@ from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities import metrics
 from activities.contracts import (
     ERR_MODEL_OUTPUT_INVALID,
     MODEL_COMPLETE,
@@ -296,9 +297,11 @@ class ModelActivities:
             reply.streamed_chars = publisher.streamed
         except asyncio.CancelledError:
             bound.info("model_step_cancelled")
+            metrics.model_step_failed(req.tenant_id, req.model, cancelled=True)
             raise
         except Exception as exc:  # noqa: BLE001 - every failure is classified for Temporal
             err = classify_error(exc, attempt, self._max_invalid)
+            metrics.model_step_failed(req.tenant_id, req.model)
             if outcomes:  # the calls ran: their results are kept though the model failed
                 err = _with_outcomes(err, outcomes, published)
             bound.warning(
@@ -317,6 +320,7 @@ class ModelActivities:
         reply.temperature = kwargs["temperature"]
         _settle_reply(reply, req)
         _log_step(bound, reply, publisher.batches)
+        metrics.model_step(req.tenant_id, req.model, reply.usage, reply.latency_ms)
         return reply
 
     async def _tools_first(self, req: CallModelInput) -> tuple[list[ToolOutcome], bool]:
