@@ -211,3 +211,45 @@ async def test_agentctl_worker_serves_them_at_agent_metrics_address(
         log = (tmp_path / "worker.log").read_text()
         assert '"metrics_serving"' in log
         assert all(line.startswith("{") for line in log.splitlines() if line.strip()), log[-2000:]
+
+
+async def test_the_console_serves_health_and_metrics_on_its_own_address(
+    client: Client, dev_server_address: str, tmp_path: Path, monkeypatch
+):
+    from workers.console.serve import run_server
+
+    monkeypatch.setenv("AGENT_STATE_DIR", str(tmp_path))  # the console's token and signing key
+    endpoint = MetricsEndpoint("127.0.0.1:0", SdkMetrics.start(), run_counts_seconds=0.01)
+    url = await endpoint.start()
+    task: asyncio.Task[None] | None = None
+    try:
+        assert (await get(f"{url}/healthz")).status_code == 503
+        console_client = await Client.connect(
+            dev_server_address, data_converter=client.data_converter, **endpoint.client_options()
+        )
+        task = asyncio.create_task(
+            run_server(console_client, "127.0.0.1", 0, lambda r: f"http://ui/{r}", endpoint)
+        )
+        del console_client
+
+        async def serving() -> Any:
+            r = await get(f"{url}/healthz")
+            return r if r.status_code == 200 else None
+
+        assert (await until(serving)).json() == {"status": "serving"}
+        await get(f"{url}/metrics")  # counts runs through the console's client ...
+        found = samples((await get(f"{url}/metrics")).text)  # ... which the SDK's series show
+        counted = value(found, "temporal_request_total", operation="CountWorkflowExecutions")
+        assert counted >= 2
+        assert "agent_runs" in found and "agent_runs_awaiting_approval" in found
+        # no authentication on this address: the console's own token is not needed here
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        task = None
+        after = await get(f"{url}/healthz")
+        assert (after.status_code, after.json()) == (503, {"status": "stopped"})
+    finally:
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        await endpoint.stop()
