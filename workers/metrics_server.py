@@ -52,10 +52,20 @@ from workers.config import Settings
 from workers.logging_setup import core_logging_config
 from workers.run_counts import RunCounts
 
-__all__ = ["Health", "MetricsEndpoint", "SdkMetrics", "endpoint_from_settings", "split_address"]
+__all__ = [
+    "HEALTH_PATH",
+    "METRICS_PATH",
+    "Health",
+    "MetricsEndpoint",
+    "SdkMetrics",
+    "endpoint_from_settings",
+    "split_address",
+]
 
 log = structlog.get_logger("workers.metrics_server")
 
+HEALTH_PATH = "/healthz"
+METRICS_PATH = "/metrics"
 SDK_SCRAPE_TIMEOUT = 5.0
 """Seconds a scrape waits for the SDK's own exporter before it answers without its series."""
 RUN_COUNTS_TIMEOUT = 8.0
@@ -191,8 +201,8 @@ class MetricsEndpoint:
         """
         disable_created_metrics()  # *_created series: OpenMetrics' idea, noise in text 0.0.4
         app = web.Application()
-        app.router.add_get("/healthz", self._healthz)
-        app.router.add_get("/metrics", self._metrics)
+        app.router.add_get(HEALTH_PATH, self._healthz)
+        app.router.add_get(METRICS_PATH, self._metrics)
         runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
         await runner.setup()
         host, port = split_address(self.address)
