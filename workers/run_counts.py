@@ -115,7 +115,10 @@ class RunCounts:
             f"{_base_query()} GROUP BY ExecutionStatus", rpc_timeout=QUERY_TIMEOUT
         )
         by_execution = {str(g.group_values[0]): g.count for g in total.groups if g.group_values}
-        for status in {*EXECUTION_STATUSES, *by_execution}:
+        for status in [
+            *EXECUTION_STATUSES,
+            *(s for s in by_execution if s not in EXECUTION_STATUSES),
+        ]:
             RUNS.labels(status).set(by_execution.get(status, 0))
         if self._with_status is None:
             self._with_status = await namespace_has_search_attributes(self._client)

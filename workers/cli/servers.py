@@ -38,17 +38,18 @@ def serve(
     metrics = endpoint_from_settings(cli_settings())
 
     async def go(client: Client) -> None:
-        where = f"{host}:{port}"
-        try:
-            if metrics is not None:
-                where = metrics.address
+        if metrics is not None:
+            try:
                 await metrics.start()
-                where = f"{host}:{port}"
+            except OSError as e:
+                where = metrics.address
+                raise CommandFailed(f"cannot serve on {where}: {e.strerror or e}") from None
+        try:
             await run_server(client, host, port, web_ui_url, metrics)
         except AuthConfigError as e:
             raise CommandFailed(str(e)) from None
         except OSError as e:
-            raise CommandFailed(f"cannot serve on {where}: {e.strerror or e}") from None
+            raise CommandFailed(f"cannot serve on {host}:{port}: {e.strerror or e}") from None
         finally:
             if metrics is not None:
                 await metrics.stop()
