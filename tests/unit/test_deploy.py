@@ -45,8 +45,8 @@ def deployments() -> list[dict[str, Any]]:
 
 
 def settings_env() -> dict[str, str]:
-    maps = [d for d in documents() if d["kind"] == "ConfigMap"]
-    return {k: v for m in maps for k, v in m["data"].items()}
+    (settings,) = [d for d in documents() if d["metadata"]["name"] == "agent-runtime-settings"]
+    return dict(settings["data"])
 
 
 def test_the_image_runs_as_a_user_that_is_not_root():
@@ -106,3 +106,19 @@ def test_the_worker_gets_time_to_shut_down_gracefully():
     (worker,) = [d for d in deployments() if d["metadata"]["name"] == "agent-worker"]
     grace = worker["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
     assert grace > WorkerTuning.graceful_shutdown_timeout.total_seconds() + 5
+
+
+def test_every_variable_the_example_sets_is_a_setting():
+    from workers.config import env_var
+
+    known = {env_var(f) for f in Settings.model_fields} | {"TEMPORAL_API_KEY"}
+    named = set(settings_env()) | set(docker_env()) - {
+        "PYTHONDONTWRITEBYTECODE",
+        "PYTHONUNBUFFERED",
+        "PIP_NO_CACHE_DIR",
+        "PIP_DISABLE_PIP_VERSION_CHECK",
+    }
+    for deployment in deployments():
+        for c in deployment["spec"]["template"]["spec"]["containers"]:
+            named |= {v["name"] for v in c.get("env", [])}
+    assert named - known == set()
