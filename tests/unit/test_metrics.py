@@ -91,3 +91,26 @@ def test_addresses(address: str, parsed: tuple[str | None, int]):
 def test_a_bad_metrics_address_is_refused(bad: str):
     with pytest.raises(ValidationError, match="host:port"):
         Settings(metrics_address=bad)
+
+
+def test_a_hostile_tenant_name_stays_one_label_value():
+    from prometheus_client import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    evil = 'evil"} agent_model_cost_usd_total 1e9\n# x'
+    metrics.model_step(evil, "m-evil", Usage(prompt_tokens=1), 1.0)
+    text = generate_latest(REGISTRY).decode()
+    tenants = {
+        s.labels.get("tenant")
+        for f in text_string_to_metric_families(text)
+        if f.name == "agent_model_tokens"
+        for s in f.samples
+    }
+    assert evil in tenants
+    cost = [
+        s.value
+        for f in text_string_to_metric_families(text)
+        if f.name == "agent_model_cost_usd"
+        for s in f.samples
+    ]
+    assert cost and max(cost) < 1e9
