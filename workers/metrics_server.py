@@ -27,8 +27,8 @@ model, 20 runs of two model steps and one tool call each made 1,974 updates (99 
 gauges, request counters and latencies, poll and task latencies), all of it work on the worker's
 event loop, whose CPU is what a run costs (docs/benchmarks.md), and a buffer that is not drained
 in time drops updates. The core exporter costs the worker's Python nothing per update, keeps the
-SDK's names, units and buckets (Temporal's SDK dashboards work unchanged) and costs one
-loopback request per scrape.
+SDK's own names, units and buckets (its defaults: what a dashboard written for the SDK's
+Prometheus exporter expects) and costs one loopback request per scrape.
 """
 
 from __future__ import annotations
