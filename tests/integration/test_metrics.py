@@ -11,6 +11,8 @@ import asyncio
 import os
 import signal
 import socket
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -253,3 +255,34 @@ async def test_the_console_serves_health_and_metrics_on_its_own_address(
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
         await endpoint.stop()
+
+
+async def test_agentctl_serve_serves_them_apart_from_the_console(
+    dev_server_address: str, tmp_path: Path
+):
+    metrics_port, console_port = _free_port(), _free_port()
+    env = dict(
+        os.environ,
+        TEMPORAL_ADDRESS=dev_server_address,
+        AGENT_METRICS_ADDRESS=f"127.0.0.1:{metrics_port}",
+        AGENT_STATE_DIR=str(tmp_path),
+    )
+    argv = [sys.executable, "-m", "workers.cli", "serve", "--port", str(console_port)]
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+
+        async def serving() -> Any:
+            try:
+                return (await get(f"http://127.0.0.1:{metrics_port}/healthz")).status_code == 200
+            except httpx.TransportError:
+                return None
+
+        await until(serving, timeout=60)
+        found = samples((await get(f"http://127.0.0.1:{metrics_port}/metrics")).text)
+        assert "agent_runs" in found and "temporal_request_total" in found
+        # the console's own address keeps its authentication; it has no /metrics of its own
+        assert (await get(f"http://127.0.0.1:{console_port}/metrics")).status_code == 401
+    finally:
+        proc.send_signal(signal.SIGINT)
+        out, _ = await asyncio.to_thread(proc.communicate, None, 30)
+    assert b"Traceback" not in out, out.decode()[-2000:]
