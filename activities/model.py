@@ -36,6 +36,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 import activities.model_parts as parts
+from activities import metrics
 from activities.contracts import (
     ERR_MODEL_OUTPUT_INVALID,
     MODEL_COMPLETE,
@@ -163,8 +164,10 @@ class ModelActivities:
             reply.streamed_chars = publisher.streamed
         except asyncio.CancelledError:
             bound.info("model_step_cancelled")
+            metrics.model_step_failed(req.tenant_id, req.model, cancelled=True)
             raise
         except Exception as exc:  # noqa: BLE001 - every failure is classified for Temporal
+            metrics.model_step_failed(req.tenant_id, req.model)
             held = (outcomes, published)
             raise self._failed(exc, req, failures, held, bound, started) from None
         reply.latency_ms = round((time.perf_counter() - started) * 1000, 2)
@@ -173,6 +176,7 @@ class ModelActivities:
         reply.temperature = kwargs["temperature"]
         parts.settle_reply(reply, req)
         parts.log_step(bound, reply, publisher.batches)
+        metrics.model_step(req.tenant_id, req.model, reply.usage, reply.latency_ms)
         if parts.may_be_too_large(reply):  # recording it may fail after this returns
             self._returned.note(step)
         return reply

@@ -20,6 +20,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
+from activities import metrics
 from activities.code_mode import code_tool
 from activities.contracts import (
     ERR_MCP_UNAVAILABLE,
@@ -258,8 +259,10 @@ class RuntimeActivities:
             outcome = await await_with_heartbeats(self._run(req), lambda ms: {"running_ms": ms})
         except asyncio.CancelledError:
             bound.info("tool_cancelled")
+            metrics.tool_call(req.name, "cancelled")
             raise
         except Exception as exc:
+            metrics.tool_call(req.name, "infrastructure_error")
             bound.warning(
                 "tool_infrastructure_error",
                 duration_ms=round((time.perf_counter() - started) * 1000, 2),
@@ -274,6 +277,7 @@ class RuntimeActivities:
             output_chars=outcome.output_chars,
             truncated=outcome.truncated,
         )
+        metrics.tool_call(req.name, outcome.status, outcome.duration_ms)
         return outcome
 
     def _run(self, req: InvokeToolInput) -> Coroutine[Any, Any, ToolOutcome]:
@@ -330,6 +334,7 @@ class RuntimeActivities:
             else:
                 bound.info("tool_call", status=outcome.status, duration_ms=outcome.duration_ms,
                            output_chars=outcome.output_chars, in_model_step=True)  # fmt: skip
+                metrics.tool_call(req.name, outcome.status, outcome.duration_ms)
                 return outcome
             bound.warning(
                 "tool_infrastructure_error",
@@ -340,6 +345,7 @@ class RuntimeActivities:
             if attempt < attempts:
                 await asyncio.sleep(1.0)
 
+        metrics.tool_call(req.name, "timed_out" if timed_out else "infrastructure_error")
         return ToolOutcome(
             call_id=req.call_id,
             name=req.name,

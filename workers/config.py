@@ -198,6 +198,23 @@ class Settings(BaseSettings):
         "OTEL_SERVICE_NAME", "agent-runtime", "service.name of the exported spans"
     )
 
+    metrics_address: str | None = _env(
+        "AGENT_METRICS_ADDRESS",
+        None,
+        "host:port where the worker and `agentctl serve` answer GET /healthz (200 while polling "
+        "or serving, else 503) and GET /metrics (Prometheus text: the Temporal SDK's series and "
+        "the runtime's own, workers/metrics_server.py); open, without authentication, so bind it "
+        "where only the scraper reaches (default unset: not served; docs/deploying.md)",
+    )
+    metrics_run_counts_seconds: float = _env(
+        "AGENT_METRICS_RUN_COUNTS_SECONDS",
+        15.0,
+        "seconds /metrics reuses its counts of runs by status (visibility queries, refreshed at "
+        "most this often, at scrape time; 15; 0: not counted by this process)",
+        ge=0,
+        allow_inf_nan=False,
+    )
+
     console_auth: Literal["token", "oidc", "proxy"] = _env(
         "AGENT_CONSOLE_AUTH",
         "token",
@@ -267,6 +284,17 @@ class Settings(BaseSettings):
         """``memory_url``, or the SQLite file in the state folder."""
         path = (Path(self.state_dir).expanduser() / "memory.db").resolve()
         return self.memory_url or f"sqlite://{path}"
+
+    @field_validator("metrics_address")
+    @classmethod
+    def _host_port(cls, value: str | None) -> str | None:
+        """``host:port`` (``[::1]:9464`` for IPv6), port 0-65535; raises ValueError otherwise."""
+        if value is None:
+            return None
+        host, sep, port = value.rpartition(":")
+        if not sep or not port.isdigit() or int(port) > 65535:
+            raise ValueError("give host:port, e.g. 0.0.0.0:9464")
+        return value
 
     @field_validator("tool_modules", mode="before")
     @classmethod

@@ -135,3 +135,16 @@ def _forward_core_logs(level: str) -> None:
     )
     runtime = Runtime(telemetry=TelemetryConfig(logging=logging_config))
     Runtime.set_default(runtime, error_if_already_set=False)
+    _core_logging[:] = [logging_config]
+
+
+_core_logging: list[Any] = []
+
+
+def core_logging_config() -> Any:
+    """The ``LoggingConfig`` of :func:`configure_logging`'s ``forward_core`` (None without it).
+
+    A second Temporal runtime of the process (the metrics one, :mod:`workers.metrics_server`)
+    takes it too, so the core's log lines stay JSON lines of ours.
+    """
+    return _core_logging[0] if _core_logging else None

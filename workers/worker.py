@@ -35,6 +35,7 @@ from activities.tokens import tokens_count
 from activities.tools import load_tool_modules
 from activities.tools.sandbox_tools import configure as configure_sandbox
 from workers.config import STATE_DIR_DEFAULT, Settings, load_settings
+from workers.metrics_server import MetricsEndpoint, endpoint_from_settings
 from workers.payloads.encryption import codec_from_setting
 from workers.sandbox import workflow_runner
 from workers.versioning import deployment_config
@@ -270,16 +271,63 @@ def build_worker(
 
 
 async def run_worker(
-    settings: Settings | None = None, client: Client | None = None, tools_only: bool = False
+    settings: Settings | None = None,
+    client: Client | None = None,
+    tools_only: bool = False,
+    *,
+    stop: asyncio.Event | None = None,
+    metrics: MetricsEndpoint | None = None,
 ) -> None:
-    """Run a worker until SIGTERM or SIGINT, then shut down gracefully (MCP servers stopped)."""
+    """Run a worker until SIGTERM or SIGINT, then shut down gracefully (MCP servers stopped).
+
+    With ``AGENT_METRICS_ADDRESS`` set, ``GET /healthz`` and ``GET /metrics`` are served there
+    from before the connection to Temporal until the worker stopped (:mod:`workers.metrics_server`):
+    ``/healthz`` answers 200 only while the workers poll.
+
+    Args:
+        settings: the settings (default :func:`load_settings`).
+        client: a connected client (default: :func:`workers.client.connect`, on the metrics
+            endpoint's Temporal runtime when there is one).
+        tools_only: serve only ``tool.invoke`` (see :func:`build_worker`).
+        stop: set to stop (besides SIGTERM and SIGINT).
+        metrics: a started endpoint to report to, which the caller stops (default: the one
+            ``AGENT_METRICS_ADDRESS`` asks for, started and stopped here).
+    """
     from workers.client import connect
 
     settings = settings or load_settings()
-    client = client or await connect(settings)
+    own_metrics = metrics is None
+    metrics = metrics or endpoint_from_settings(settings)
+    if metrics is not None and own_metrics:
+        await metrics.start()
+    try:
+        client = client or await connect(settings, **(metrics.client_options() if metrics else {}))
+        if metrics is not None:
+            metrics.watch(client)
+        await _serve(settings, client, tools_only, stop or asyncio.Event(), metrics)
+    finally:
+        if metrics is not None:
+            metrics.health.phase = "stopped"
+            metrics.watch(None)
+            if own_metrics:
+                await metrics.stop()
+    # Drop the client (and the workers holding it) before the event loop closes: a Temporal client
+    # still alive at interpreter exit crashed the process in 6 of 20 tries (docs/temporal-facts.md).
+    del client
+    gc.collect()
+    log.info("worker_stopped")
+
+
+async def _serve(
+    settings: Settings,
+    client: Client,
+    tools_only: bool,
+    stop: asyncio.Event,
+    metrics: MetricsEndpoint | None,
+) -> None:
+    """Poll until ``stop`` is set or a signal comes; ``metrics.health`` follows the workers."""
     runtime = runtime_activities(settings)
     workers = build_workers(client, settings, tools_only=tools_only, runtime=runtime)
-    stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
@@ -291,18 +339,32 @@ async def run_worker(
         model_endpoint=settings.openai_base_url,
         spec_file=settings.spec_file,
         model_queues=[w.task_queue for w in workers[1:]],
+        metrics=metrics.url if metrics is not None else None,
     )
-    async with contextlib.AsyncExitStack() as stack:
-        for w in workers:
-            await stack.enter_async_context(w)
-        await stop.wait()
-        log.info("worker_stopping")
+    try:
+        async with contextlib.AsyncExitStack() as stack:
+            for w in workers:
+                await stack.enter_async_context(w)
+            if metrics is not None:
+                await _until_polling(workers, stop)
+                metrics.health.polling(workers)
+            await stop.wait()
+            if metrics is not None:
+                metrics.health.phase = "stopping"
+            log.info("worker_stopping")
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
     await runtime.aclose()
-    # Drop the client (and the workers holding it) before the event loop closes: a Temporal client
-    # still alive at interpreter exit crashed the process in 6 of 20 tries (docs/temporal-facts.md).
-    del workers, client, runtime
-    gc.collect()
-    log.info("worker_stopped")
+
+
+async def _until_polling(workers: list[Worker], stop: asyncio.Event) -> None:
+    """Wait until every worker runs (``is_running``: validated, pollers started) or ``stop``.
+
+    A worker that cannot start raises out of its ``async with`` (the SDK cancels this task).
+    """
+    while not stop.is_set() and not all(w.is_running for w in workers):
+        await asyncio.sleep(0.05)
 
 
 LEFTOVER_TASK_SECONDS = 5.0

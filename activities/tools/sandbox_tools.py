@@ -32,6 +32,7 @@ from typing import Any
 
 from temporalio.api.common.v1 import Payload
 
+from activities import metrics
 from activities.sandbox import BubblewrapBackend, Limits, SandboxBackend
 from activities.sandbox.bwrap import new_workdir
 from activities.tools import beneath
@@ -185,7 +186,9 @@ def _keep_out(
     return kept, {"files": dropped_files, "bytes": dropped_bytes, "why": why}
 
 
-def _run(ctx: ToolContext, argv: list[str], stdin: str, files: list[str], timeout_s: float) -> str:
+def _run(
+    ctx: ToolContext, tool: str, argv: list[str], stdin: str, files: list[str], timeout_s: float
+) -> str:
     if not 0 < timeout_s <= MAX_TIMEOUT_S:
         raise ToolError(f"timeout_s must be in (0, {MAX_TIMEOUT_S:g}]")
     _utf8("the program or its arguments", *argv)
@@ -196,6 +199,7 @@ def _run(ctx: ToolContext, argv: list[str], stdin: str, files: list[str], timeou
         _copy_in(ctx, files, work)
         ctx.heartbeat("sandbox starting")
         result = BACKEND.run(argv, work, Limits(timeout_s=timeout_s), stdin.encode())
+        metrics.sandbox_run(ctx.tenant_id, tool, result)
         kept, not_kept = _keep_out(ctx, work, result.files)
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -221,7 +225,7 @@ def run_python(
     """
     if not code.strip():
         raise ToolError("code is empty")
-    return _run(ctx, ["python3", "-I", "-c", code], "", files or [], timeout_s)
+    return _run(ctx, "run_python", ["python3", "-I", "-c", code], "", files or [], timeout_s)
 
 
 @tool(risk="exec", sandboxed=True, timeout_seconds=150)
@@ -241,4 +245,4 @@ def run_command(
         for a in argv
     ):
         raise ToolError("argv must be a non-empty list of strings")
-    return _run(ctx, argv, stdin or "", [], timeout_s)
+    return _run(ctx, "run_command", argv, stdin or "", [], timeout_s)

@@ -51,6 +51,8 @@ VARIABLES = {
     "AGENT_S3_BUCKET": ("s3_bucket", None, "b", "b"),
     "AGENT_S3_PREFIX": ("s3_prefix", "", "pre/", "pre/"),
     "AGENT_CODEC_PORT": ("codec_port", 8234, "9001", 9001),
+    "AGENT_METRICS_ADDRESS": ("metrics_address", None, "0.0.0.0:9464", "0.0.0.0:9464"),
+    "AGENT_METRICS_RUN_COUNTS_SECONDS": ("metrics_run_counts_seconds", 15.0, "0", 0.0),
     "AGENT_CONSOLE_AUTH": ("console_auth", "token", "oidc", "oidc"),
     "AGENT_CONSOLE_PRINCIPAL": ("console_principal", "console", "ann", "ann"),
     "AGENT_CONSOLE_TENANTS": ("console_tenants", "*", "a,b", "a,b"),

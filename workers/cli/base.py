@@ -92,11 +92,14 @@ def cli_settings() -> Settings:
         return load_settings()
 
 
-def _with_client(fn: Callable[[Client], Awaitable[T]]) -> T:
-    """Connect, run ``fn``, and drop the client before the loop closes (avoids a crash at exit)."""
+def _with_client(fn: Callable[[Client], Awaitable[T]], **connect_options: Any) -> T:
+    """Connect, run ``fn``, and drop the client before the loop closes (avoids a crash at exit).
+
+    ``connect_options`` go to :func:`workers.client.connect` (e.g. ``runtime=``).
+    """
 
     async def main() -> T:
-        client = await rc.connect()
+        client = await rc.connect(**connect_options)
         try:
             return await fn(client)
         finally:

@@ -26,19 +26,35 @@ def serve(
     host: str = typer.Option("127.0.0.1", "--host", help="interface to bind"),
     port: int = typer.Option(8235, "--port", help="TCP port"),
 ) -> None:
-    """Serve the run console (/) and the runs' events as Server-Sent Events."""
+    """Serve the run console (/) and the runs' events as Server-Sent Events.
+
+    With ``AGENT_METRICS_ADDRESS`` set, ``/healthz`` and ``/metrics`` are served there too (open,
+    on that address only; docs/deploying.md).
+    """
     from workers.console.auth import AuthConfigError
     from workers.console.serve import run_server
+    from workers.metrics_server import endpoint_from_settings
+
+    metrics = endpoint_from_settings(cli_settings())
 
     async def go(client: Client) -> None:
+        if metrics is not None:
+            try:
+                await metrics.start()
+            except OSError as e:
+                where = metrics.address
+                raise CommandFailed(f"cannot serve on {where}: {e.strerror or e}") from None
         try:
-            await run_server(client, host, port, web_ui_url)
+            await run_server(client, host, port, web_ui_url, metrics)
         except AuthConfigError as e:
             raise CommandFailed(str(e)) from None
         except OSError as e:
             raise CommandFailed(f"cannot serve on {host}:{port}: {e.strerror or e}") from None
+        finally:
+            if metrics is not None:
+                await metrics.stop()
 
-    _with_client(go)
+    _with_client(go, **(metrics.client_options() if metrics is not None else {}))
 
 
 @app.command("decision-key")

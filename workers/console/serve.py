@@ -83,6 +83,7 @@ from workers.console.runs import (
     _state,
 )
 from workers.console.suites import _suite, _suite_page, _suites
+from workers.metrics_server import MetricsEndpoint
 
 __all__ = [
     "AUTH_KEY",
@@ -205,20 +206,33 @@ async def start_server(
 
 
 async def run_server(
-    client: Client, host: str, port: int, web_ui_url: Callable[[str], str]
+    client: Client,
+    host: str,
+    port: int,
+    web_ui_url: Callable[[str], str],
+    metrics: MetricsEndpoint | None = None,
 ) -> None:
     """Serve until cancelled (Ctrl-C); prints the console's address.
 
     In token mode the login link (``?token=``) is printed only to a terminal: output that goes to
     a file (``make demo``'s ``logs/console.log``) names the token's file (mode 0600) instead, so
     the token is never written where another local user may read it.
+
+    ``metrics`` (``AGENT_METRICS_ADDRESS``, started by the caller): its ``/healthz`` answers 200
+    while the console serves, and its ``/metrics`` counts runs by status through ``client``.
     """
     runner, url = await start_server(client, host, port, web_ui_url)
+    if metrics is not None:
+        metrics.watch(client)
+        metrics.health.phase = "serving"
     print(f"run console: {_login_line(url)}  (events: {url}/runs/RUN_ID/events; Ctrl-C to stop)")
     sys.stdout.flush()
     try:
         await asyncio.Event().wait()
     finally:
+        if metrics is not None:
+            metrics.health.phase = "stopped"
+            metrics.watch(None)
         await runner.cleanup()
 
 
