@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import structlog
 import typer
 from temporalio.client import Client
 
@@ -69,6 +68,8 @@ def worker(
 
     ``--task-queue Q --tools-only`` serves the tools a spec puts on queue ``Q``.
     """
+    import structlog
+
     from workers.logging_setup import configure_logging
     from workers.worker import run_to_end, run_worker
 
