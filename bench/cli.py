@@ -40,6 +40,7 @@ from workers.testing.scripted_model import ScriptedModel, text, tool_call
 from workers.worker import build_worker
 from workflows.models import RunRequest
 
+IMPORT = "import workers.cli.commands"
 TARGET_S = 0.3
 """What issue #35 asked of ``agentctl status`` (median wall seconds)."""
 GATED = {
@@ -119,19 +120,15 @@ async def scenario_cli(opts: Options) -> dict[str, Any]:
                     )
                     call = st.pending_approvals[0].tool_call_id
                     opts.log(f"cli: run {h.id} waits for approval of {call}")
+                    describe = ["workflow", "describe", "--workflow-id", h.id]
+                    server = ["--address", srv.address, "--namespace", "default"]
                     commands: dict[str, list[str]] = {
                         "agentctl status RUN": [agentctl, "status", h.id],
                         "agentctl list": [agentctl, "list"],
-                        "agentctl approve RUN CALL": [
-                            agentctl, "approve", h.id, f"{call}-not-waiting", "-p", "bench",
-                        ],  # fmt: skip
-                        "temporal workflow describe": [
-                            temporal, "workflow", "describe", "--workflow-id", h.id,
-                            "--address", srv.address, "--namespace", "default",
-                        ],  # fmt: skip
-                        "python -c 'import workers.cli.commands'": [
-                            sys.executable, "-c", "import workers.cli.commands",
-                        ],  # fmt: skip
+                        # a call id the run does not have: refused by the validator, run unchanged
+                        "agentctl approve RUN CALL": [agentctl, "approve", h.id, f"{call}-x"],
+                        "temporal workflow describe": [temporal, *describe, *server],
+                        "python -c 'import workers.cli.commands'": [sys.executable, "-c", IMPORT],
                     }
                     out: dict[str, Any] = {"runs_each": n, "target_s": TARGET_S}
                     for name, argv in commands.items():

@@ -26,6 +26,7 @@ from temporalio.common import (
     SearchAttributePair,
     TypedSearchAttributes,
 )
+from temporalio.contrib.workflow_streams import WorkflowStreamClient
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -275,9 +276,7 @@ async def wait_for_state(
 
 async def transcript(client: Client, run_id: str) -> list[dict[str, Any]]:
     """Query ``transcript``."""
-    return await handle(client, run_id).query(
-        QUERY_TRANSCRIPT, result_type=list[dict[str, Any]]
-    )
+    return await handle(client, run_id).query(QUERY_TRANSCRIPT, result_type=list[dict[str, Any]])
 
 
 async def pending_call_ids(client: Client, run_id: str) -> list[str]:
