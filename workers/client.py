@@ -34,7 +34,6 @@ from activities.contracts import fairness_key
 from activities.search_attributes import namespace_has_search_attributes
 from activities.signing import decision_message, sign_decision
 from workers.config import Settings, load_settings, temporal_connect_config
-from workers.decision_keys import local_signer
 from workers.payloads.converter import build_data_converter
 from workers.telemetry import temporal_plugins
 from workflows.events import TOPIC as EVENTS_TOPIC
@@ -328,7 +327,12 @@ async def decide(
         comment=comment,
         roles=sorted(set(roles)),
     )
-    key = local_signer(load_settings().state_dir) if signer == "local" else signer
+    if signer == "local":
+        from workers.decision_keys import local_signer  # loads cryptography: only to decide
+
+        key = local_signer(load_settings().state_dir)
+    else:
+        key = signer
     if key is not None:
         upd.signed_at = datetime.now(UTC).isoformat()
         upd.signature = sign_decision(

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from activities.evals.contracts import RunRecord, SuiteProgress
 from activities.extras import require
@@ -102,16 +102,13 @@ def _interval(diffs: list[float]) -> tuple[float, float]:
         d = diffs[0] if diffs else 0.0
         return d, d
     np = _np()
-    res = cast(
-        Any,
-        _stats().bootstrap(
-            (np.array(diffs),),
-            np.mean,
-            confidence_level=CONFIDENCE,
-            n_resamples=BOOTSTRAP_RESAMPLES,
-            method="percentile",
-            random_state=0,  # scipy's old name of rng: the same resamples
-        ),
+    res = _stats().bootstrap(
+        (np.array(diffs),),
+        np.mean,
+        confidence_level=CONFIDENCE,
+        n_resamples=BOOTSTRAP_RESAMPLES,
+        method="percentile",
+        random_state=0,  # scipy's old name of rng: the same resamples
     )
     return float(res.confidence_interval.low), float(res.confidence_interval.high)
 
