@@ -50,8 +50,6 @@ from workflows.models import (
     RunResult,
     RunState,
 )
-from workflows.render import static_details, static_summary
-from workflows.state import SA_AGENT, SA_PRINCIPAL, SA_STATUS, SA_TENANT
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -196,6 +194,9 @@ async def start_run(
     ``AgentStatus`` ``running`` (a revision-4 run then needs no upsert until something changes,
     docs/throughput.md); the run keeps them current from then on.
     """
+    from workflows.render import static_details, static_summary
+    from workflows.state import SA_AGENT, SA_PRINCIPAL, SA_STATUS, SA_TENANT
+
     task_queue = task_queue or load_settings().task_queue
     workflow_id = workflow_id or f"run-{uuid.uuid4()}"
     sa: TypedSearchAttributes | None = None
