@@ -4,19 +4,27 @@ A heavy package that only one feature uses is an extra, imported where that feat
 runtime installs light and ``agentctl`` starts fast (issue #35). When it is missing, the feature
 fails with :class:`MissingExtraError`, whose message names the pip command that installs it.
 
-=============  =========================================  ======================================
-extra          packages                                   what imports them
-=============  =========================================  ======================================
-``evals``      scipy (and numpy)                          the evaluation report's interval and
-                                                          McNemar test (activities/evals/report.py)
-``postgres``   psycopg[binary]                            the memory store on PostgreSQL
-                                                          (activities/memory/pg_store.py)
-=============  =========================================  ======================================
+=============  ======================  =============================================================
+extra          packages                what imports them
+=============  ======================  =============================================================
+``evals``      scipy (143 MB)          the evaluation report's interval and McNemar test
+                                       (activities/evals/report.py)
+``postgres``   psycopg[binary] (13 MB) the memory store on PostgreSQL (activities/memory/pg_store.py,
+                                       ``AGENT_MEMORY_URL=postgresql://...``)
+``code-mode``  pydantic-monty (43 MB)  Code Mode: a script over the agent's tools
+                                       (activities/code_mode.py, a spec's ``code_mode``)
+``otel``       opentelemetry           tracing (workers/telemetry.py, ``AGENT_OTEL``)
+=============  ======================  =============================================================
+
+Sizes are what each adds to an installed virtual environment (2026-11-27). Memory (numpy,
+wordllama, apsw, sqlite-vec: about 155 MB) stays in the runtime: the shipped agents and the demo
+use it; it is imported only when a run, a command or the console uses memory.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from types import ModuleType
 
 PACKAGE = "agent-runtime"
@@ -29,6 +37,22 @@ class MissingExtraError(ImportError):
 def install_hint(extra: str) -> str:
     """The pip command that installs ``extra``: ``pip install 'agent-runtime[extra]'``."""
     return f"pip install '{PACKAGE}[{extra}]'"
+
+
+def missing_extra(extra: str, feature: str, error: ModuleNotFoundError) -> MissingExtraError:
+    """The error to raise from ``except ModuleNotFoundError as error`` around an extra's import."""
+    return MissingExtraError(
+        f"{feature} needs {error.name or 'a package'}, which is not installed: "
+        f"{install_hint(extra)}"
+    )
+
+
+def installed(module: str) -> bool:
+    """Whether ``module`` can be imported (without importing it)."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def require(module: str, extra: str, feature: str) -> ModuleType:
@@ -45,6 +69,4 @@ def require(module: str, extra: str, feature: str) -> ModuleType:
     try:
         return importlib.import_module(module)
     except ModuleNotFoundError as e:
-        raise MissingExtraError(
-            f"{feature} needs {e.name or module}, which is not installed: {install_hint(extra)}"
-        ) from e
+        raise missing_extra(extra, feature, e) from e
