@@ -7,22 +7,35 @@ STATE := .agent-runtime
 AGENTCTL := $(BIN)/agentctl
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: help install test test-unit test-slow demo demo-check security dev-server codec-server model-server worker stop bench chaos upgrade-chaos lint docs clean
+.PHONY: help runtime install sandbox test test-unit test-slow demo demo-check security dev-server codec-server model-server worker stop bench chaos upgrade-chaos lint docs clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
 
-$(VENV)/.installed: pyproject.toml
-	@command -v bwrap >/dev/null || { echo "installing bubblewrap (the sandbox of run_python/run_command)"; \
-	  (apt-get update -qq && apt-get install -y -qq bubblewrap libseccomp2) >/dev/null 2>&1 || \
-	  echo "warning: could not install bubblewrap; run_python/run_command will fail until it is"; }
+# The runtime alone (no extras, no test tools): what the servers, the worker and the demo run.
+$(VENV)/.runtime-installed: pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip 2>&1 | grep -v 'is ignored' || true
-	$(BIN)/pip install -q -e '.[test]' 2>&1 | grep -v 'is ignored' || true
+	$(BIN)/pip install -q -e . 2>&1 | grep -v 'is ignored' || true
 	$(BIN)/python -c "import temporalio, openai, pydantic, tiktoken, structlog, workers.cli.commands"
 	touch $@
 
-install: $(VENV)/.installed ## create .venv and install the project with its test dependencies
+# The runtime with every extra (evals, postgres, code-mode, otel) and the test tools; bubblewrap
+# for the sandbox's tests.
+$(VENV)/.installed: $(VENV)/.runtime-installed
+	@$(MAKE) --no-print-directory sandbox
+	$(BIN)/pip install -q -e '.[test]' 2>&1 | grep -v 'is ignored' || true
+	$(BIN)/python -c "import scipy.stats, psycopg, pydantic_monty, opentelemetry.sdk, pytest, workers.cli.commands"
+	touch $@
+
+runtime: $(VENV)/.runtime-installed ## create .venv and install the runtime only (no extras, no test tools)
+
+install: $(VENV)/.installed ## create .venv and install the project with every extra and its test dependencies
+
+sandbox: ## install bubblewrap (the sandbox of run_python/run_command) with apt-get when it is missing
+	@command -v bwrap >/dev/null || { echo "installing bubblewrap (the sandbox of run_python/run_command)"; \
+	  (apt-get update -qq && apt-get install -y -qq bubblewrap libseccomp2) >/dev/null 2>&1 || \
+	  echo "warning: could not install bubblewrap (apt-get needs root and a Debian package archive): run_python and run_command fail until it is installed (apt-get install bubblewrap libseccomp2)"; }
 
 test: install ## run the test suite (real Temporal dev server, scripted model server); not the slow tests
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not slow" tests
@@ -36,22 +49,22 @@ test-slow: install ## the slow tests: build llama-server from source in a clean 
 test-unit: install ## unit tests only (no server)
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests/unit
 
-dev-server: install ## start the local Temporal server + Web UI (temporal-dev.yml), in the background
+dev-server: runtime ## start the local Temporal server + Web UI (temporal-dev.yml), in the background
 	$(AGENTCTL) dev-server --background
 
-model-server: install ## install, verify and serve the local model on 127.0.0.1:8110, in the background
+model-server: runtime ## install, verify and serve the local model on 127.0.0.1:8110, in the background
 	$(AGENTCTL) model-server --background
 
-codec-server: install ## start the codec server the Web UI uses to show payloads stored outside the history
+codec-server: runtime ## start the codec server the Web UI uses to show payloads stored outside the history
 	$(BIN)/python -m workers.local.procs start-codec-server
 
-worker: install ## start a worker in the background (logs: .agent-runtime/logs/worker.log)
+worker: runtime sandbox ## start a worker in the background (logs: .agent-runtime/logs/worker.log)
 	$(BIN)/python -m workers.local.procs start-worker
 
-demo: install ## the whole thing on a fresh machine: servers, worker, a real agent run on the local model
+demo: runtime ## the whole thing on a fresh machine: servers, worker, a real agent run on the local model
 	$(BIN)/python -m workers.local.demo
 
-demo-check: install ## the demo end to end; exits non-zero when any step fails or the answer is wrong
+demo-check: runtime ## the demo end to end; exits non-zero when any step fails or the answer is wrong
 	$(BIN)/python -m workers.local.demo --check
 
 stop: ## stop the dev server, model server and worker started by make (by their recorded pids)
@@ -77,7 +90,7 @@ lint: $(VENV)/.bench-installed ## ruff (lint and format check), then pyright ove
 	$(BIN)/ruff format --check workflows activities workers tests bench
 	$(BIN)/pyright --project pyproject.toml
 
-docs: install ## regenerate docs/agent-spec.md and docs/cli.md from the spec models and the CLI
+docs: runtime ## regenerate docs/agent-spec.md and docs/cli.md from the spec models and the CLI
 	$(BIN)/python -m workers.cli.gen_docs
 
 clean: stop ## remove the venv and local state (runs, logs, model stays in ~/.cache)
