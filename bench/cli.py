@@ -1,7 +1,8 @@
 """Scenario ``cli``: how long an ``agentctl`` command takes to answer, beside ``temporal``.
 
 ``python -m bench.run --only cli``. Each command is a fresh process, as a person runs it, timed
-from spawn to exit (wall seconds), 10 times each (5 with ``--quick``), one after the other:
+from spawn to exit (wall seconds, and the CPU seconds it used: the machine's load moves the wall
+time), 10 times each (5 with ``--quick``), one after the other:
 
 * ``agentctl status RUN``: the ``state`` query of a run waiting for approval;
 * ``agentctl list``: a visibility query;
@@ -25,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import resource
 import statistics
 import sys
 import time
@@ -54,8 +56,9 @@ GATED = {
 }
 
 
-async def _timed(argv: list[str], env: dict[str, str]) -> tuple[float, int, str]:
-    """Wall seconds from spawn to exit, the exit status and the last line of stderr."""
+async def _timed(argv: list[str], env: dict[str, str]) -> tuple[float, float, int, str]:
+    """Wall and CPU seconds (user + system) from spawn to exit, exit status, last stderr line."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     proc = await asyncio.create_subprocess_exec(
         *argv,
@@ -66,18 +69,21 @@ async def _timed(argv: list[str], env: dict[str, str]) -> tuple[float, int, str]
     )
     _, err = await proc.communicate()
     wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)  # only this child was reaped meanwhile
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     lines = err.decode(errors="replace").strip().splitlines()
-    return wall, proc.returncode or 0, lines[-1] if lines else ""
+    return wall, cpu, proc.returncode or 0, lines[-1] if lines else ""
 
 
-def _summary(walls: list[float], codes: list[int], last_err: str) -> dict[str, Any]:
+def _summary(walls: list[float], cpus: list[float], codes: list[int], err: str) -> dict[str, Any]:
     return {
         "median_s": round(statistics.median(walls), 3),
         "min_s": round(min(walls), 3),
         "max_s": round(max(walls), 3),
+        "cpu_median_s": round(statistics.median(cpus), 3),
         "runs": len(walls),
         "exit_codes": sorted(set(codes)),
-        "stderr": last_err,
+        "stderr": err,
     }
 
 
@@ -100,15 +106,16 @@ async def _time_all(
 ) -> dict[str, Any]:
     """Each command once to warm the page cache (not counted), then ``n`` timed runs."""
     n = 5 if opts.quick else 10
-    out: dict[str, Any] = {"runs_each": n, "target_s": TARGET_S}
+    out: dict[str, Any] = {"runs_each": n, "target_s": TARGET_S, "loadavg": os.getloadavg()}
     for name, argv in commands.items():
         await _timed(argv, env)
-        walls, codes, last = [], [], ""
+        walls, cpus, codes, last = [], [], [], ""
         for _ in range(n):
-            wall, code, last = await _timed(argv, env)
+            wall, cpu, code, last = await _timed(argv, env)
             walls.append(wall)
+            cpus.append(cpu)
             codes.append(code)
-        out[name] = _summary(walls, codes, last)
+        out[name] = _summary(walls, cpus, codes, last)
         opts.log(f"cli {name}: {out[name]}")
     return out
 
@@ -170,8 +177,10 @@ def table_cli(r: dict[str, Any]) -> Table:
         "median s",
         "min s",
         "max s",
+        "CPU s (median)",
         "exit",
-        title=f"cli: {r.get('runs_each')} runs each; agentctl status target {r.get('target_s')} s",
+        title=f"cli: {r.get('runs_each')} runs each; agentctl status target {r.get('target_s')} s; "
+        f"load average at start {_load(r)}",
     )
     for name, v in r.items():
         if isinstance(v, dict) and "median_s" in v:
@@ -180,6 +189,12 @@ def table_cli(r: dict[str, Any]) -> Table:
                 f"{v['median_s']:.3f}",
                 f"{v['min_s']:.3f}",
                 f"{v['max_s']:.3f}",
+                f"{v.get('cpu_median_s', 0):.3f}",
                 ",".join(map(str, v["exit_codes"])),
             )
     return t
+
+
+def _load(r: dict[str, Any]) -> str:
+    load = r.get("loadavg") or []
+    return " ".join(f"{x:.2f}" for x in load) or "?"
