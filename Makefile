@@ -33,9 +33,13 @@ runtime: $(VENV)/.runtime-installed ## create .venv and install the runtime only
 install: $(VENV)/.installed ## create .venv and install the project with every extra and its test dependencies
 
 sandbox: ## install bubblewrap (the sandbox of run_python/run_command) with apt-get when it is missing
-	@command -v bwrap >/dev/null || { echo "installing bubblewrap (the sandbox of run_python/run_command)"; \
-	  (apt-get update -qq && apt-get install -y -qq bubblewrap libseccomp2) >/dev/null 2>&1 || \
-	  echo "warning: could not install bubblewrap (apt-get needs root and a Debian package archive): run_python and run_command fail until it is installed (apt-get install bubblewrap libseccomp2)"; }
+	@command -v bwrap >/dev/null || { \
+	  if [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then \
+	    echo "warning: bubblewrap is missing and cannot be installed here (apt-get as root): run_python and run_command fail until it is (sudo apt-get install bubblewrap libseccomp2)"; \
+	  else echo "installing bubblewrap (the sandbox of run_python/run_command)"; \
+	    (apt-get update -qq && apt-get install -y -qq bubblewrap libseccomp2) >/dev/null 2>&1 || \
+	    echo "warning: could not install bubblewrap with apt-get: run_python and run_command fail until it is (apt-get install bubblewrap libseccomp2)"; \
+	  fi; }
 
 test: install ## run the test suite (real Temporal dev server, scripted model server); not the slow tests
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not slow" tests
