@@ -96,3 +96,36 @@ def test_a_code_mode_spec_without_pydantic_monty_fails_as_the_run_starts(
 
 def test_install_hint():
     assert install_hint("postgres") == "pip install 'agent-runtime[postgres]'"
+
+
+def _make_prerequisites() -> dict[str, list[str]]:
+    rules: dict[str, list[str]] = {}
+    for line in (ROOT / "Makefile").read_text().splitlines():
+        if line and not line[0].isspace() and ":" in line and not line.startswith((".", "$", "#")):
+            target, rest = line.split(":", 1)
+            if " " not in target and "=" not in rest.split("##")[0][:1]:
+                rules[target] = rest.split("##")[0].split()
+    return rules
+
+
+def test_the_servers_worker_and_demo_install_the_runtime_only():
+    rules = _make_prerequisites()
+    for target in ("dev-server", "worker", "model-server", "codec-server", "demo", "demo-check"):
+        assert "runtime" in rules[target] and "install" not in rules[target], (
+            target,
+            rules[target],
+        )
+    for target in ("test", "test-unit", "security"):
+        assert rules[target] == ["install"], (target, rules[target])
+
+
+def test_the_extras_are_not_runtime_dependencies_and_the_tests_install_them():
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    runtime_deps = " ".join(project["dependencies"])
+    extras = project["optional-dependencies"]
+    for extra, package in (("evals", "scipy"), ("postgres", "psycopg"), ("code-mode", "monty")):
+        assert package not in runtime_deps
+        assert any(package in req for req in extras[extra])
+    assert "agent-runtime[evals,postgres,code-mode,otel]" in extras["test"]
