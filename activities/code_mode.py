@@ -53,6 +53,7 @@ from activities.contracts import (
     HostCall,
     ToolInfo,
 )
+from activities.extras import missing_extra
 
 if TYPE_CHECKING:
     from pydantic_monty import OSPolicy, ResourceLimits
@@ -285,9 +286,15 @@ class CodeRunner:
 
         Raises:
             ApplicationError: ``SandboxUnavailable`` (retryable: bubblewrap missing on this
-                worker) or ``CodeSnapshotInvalid`` (non-retryable: the snapshot cannot be loaded).
+                worker), ``CodeSnapshotInvalid`` (non-retryable: the snapshot cannot be loaded)
+                or ``MissingExtra`` (non-retryable: pydantic-monty, the extra ``code-mode``, is
+                not installed on this worker).
         """
-        from pydantic_monty import AsyncMonty, CollectString
+        try:
+            from pydantic_monty import AsyncMonty, CollectString
+        except ModuleNotFoundError as e:  # the optional extra `code-mode`
+            err = missing_extra("code-mode", "Code Mode", e)
+            raise ApplicationError(str(err), type="MissingExtra", non_retryable=True) from None
 
         from activities.sandbox import SandboxUnavailable
 

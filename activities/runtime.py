@@ -33,6 +33,7 @@ from activities.contracts import (
     ToolInfo,
     ToolOutcome,
 )
+from activities.extras import install_hint, installed
 from activities.heartbeat import await_with_heartbeats
 from activities.mcp.config import referenced_vars
 from activities.mcp.pool import McpPool
@@ -152,11 +153,17 @@ class RuntimeActivities:
 
         Raises:
             SpecError: ``code_mode.tools`` names a tool the agent lacks (or a sub-agent or
-                handoff tool), or the tool's name clashes with another tool.
+                handoff tool), the tool's name clashes with another tool, or this worker lacks
+                pydantic-monty (the extra ``code-mode``): the run fails as it starts, saying so.
         """
         cm = spec.code_mode
         if cm is None:
             return []
+        if not installed("pydantic_monty"):
+            raise SpecError(
+                f"agents.{spec.name}.code_mode: Code Mode needs pydantic-monty, which is not "
+                f"installed on this worker: {install_hint('code-mode')}"
+            )
         own = {t.name: t for t in tools if t.kind == "tool"}
         missing = [n for n in cm.tools if n not in own]
         if missing:

@@ -20,11 +20,16 @@ import base64
 import hashlib
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
-from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+# ``cryptography`` is imported where a key is used, not with the spec's models that name this
+# module (workflows/models.py): a command such as ``agentctl status`` never needs it. In the
+# workflow sandbox it is passed through (workers/sandbox.py).
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import (
+        Ed25519PrivateKey,
+        Ed25519PublicKey,
+    )
 
 
 def _canonical(value: Any) -> bytes:
@@ -60,6 +65,8 @@ def decision_message(
 
 def public_key_text(key: Ed25519PrivateKey) -> str:
     """The base64 raw public key of ``key``: what goes into ``policy.decision_keys``."""
+    from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
     raw = key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
     return base64.b64encode(raw).decode()
 
@@ -81,6 +88,8 @@ def parse_public_key(text: str) -> Ed25519PublicKey:
         raise ValueError(f"decision key {text[:16]!r}... is not base64") from None
     if len(raw) != 32:
         raise ValueError(f"a decision key is 32 bytes (Ed25519), got {len(raw)}")
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
     return Ed25519PublicKey.from_public_bytes(raw)
 
 
@@ -90,6 +99,8 @@ def signature_problem(
     signature: str | None,
 ) -> str | None:
     """Why ``signature`` does not sign ``message`` under any of ``keys``, or None when it does."""
+    from cryptography.exceptions import InvalidSignature
+
     if not signature:
         return "this run requires signed decisions (policy.require_signed_decisions): no signature"
     try:

@@ -11,8 +11,6 @@ import functools
 from pathlib import Path
 from typing import Any, cast
 
-import yaml
-
 
 class SpecError(ValueError):
     """The spec file is missing, is not valid YAML, or does not validate; the message names the field."""
@@ -40,6 +38,8 @@ def load_spec_file(path: str | Path) -> dict[str, Any]:
 def _parse_spec_file(path: str, mtime_ns: int, size: int) -> dict[str, Any]:
     """The YAML of ``path`` as it was at (``mtime_ns``, ``size``); raises :class:`SpecError`."""
     del mtime_ns, size  # the cache key only
+    import yaml  # here: importing the spec's models (workflows/models.py) needs no YAML parser
+
     try:
         raw = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError as e:

@@ -18,6 +18,7 @@ from typing import Any
 
 from rich.console import Console
 
+from bench.cli import table_cli
 from bench.common import Options
 from bench.evals import table_evals
 from bench.feature_tables import (
@@ -45,7 +46,7 @@ from bench.tables import (
 
 DEFAULT_ORDER = [
     "peers", "history", "overhead", "throughput", "cpu", "crash", "tuning", "fairness", "rate_limit", "evals",
-    "encryption", "memory", "memory_e2e", "sandbox", "code_mode",
+    "encryption", "memory", "memory_e2e", "sandbox", "code_mode", "cli",
 ]  # fmt: skip
 console = Console()
 
@@ -66,6 +67,7 @@ TABLES = {
     "sandbox": table_sandbox,
     "code_mode": table_code_mode,
     "evals": table_evals,
+    "cli": table_cli,
 }
 
 

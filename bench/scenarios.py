@@ -6,6 +6,7 @@ dict; it starts and stops its own servers and workers. What they share is in :mo
 
 from __future__ import annotations
 
+from bench.cli import scenario_cli
 from bench.code_mode import scenario_code_mode
 from bench.cpu import scenario_cpu
 from bench.crash import scenario_crash
@@ -37,4 +38,5 @@ SCENARIOS = {
     "sandbox": scenario_sandbox,
     "code_mode": scenario_code_mode,
     "evals": scenario_evals,
+    "cli": scenario_cli,
 }

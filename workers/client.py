@@ -13,9 +13,8 @@ import uuid
 import weakref
 from collections.abc import AsyncGenerator, Callable, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from temporalio.client import (
     Client,
     WorkflowHandle,
@@ -24,7 +23,6 @@ from temporalio.client import (
 )
 from temporalio.common import (
     Priority,
-    RawValue,
     SearchAttributePair,
     TypedSearchAttributes,
 )
@@ -36,19 +34,11 @@ from activities.contracts import fairness_key
 from activities.search_attributes import namespace_has_search_attributes
 from activities.signing import decision_message, sign_decision
 from workers.config import Settings, load_settings, temporal_connect_config
-from workers.decision_keys import local_signer
 from workers.payloads.converter import build_data_converter
 from workers.telemetry import temporal_plugins
-from workflows.agent_run import (
-    SA_AGENT,
-    SA_PRINCIPAL,
-    SA_STATUS,
-    SA_TENANT,
-    AgentRun,
-)
 from workflows.events import TOPIC as EVENTS_TOPIC
-from workflows.handlers import DECISION_NOT_YET_RECORDED
 from workflows.models import (
+    WORKFLOW_NAME,
     ApproveSignal,
     DecideResult,
     DecideUpdate,
@@ -60,7 +50,26 @@ from workflows.models import (
     RunResult,
     RunState,
 )
-from workflows.render import static_details, static_summary
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from workflows.agent_run import AgentRun
+
+# The run is addressed by its names (docs/contract.md), not through ``workflows.agent_run``: that
+# module pulls in every step of the workflow, which a command such as ``agentctl status`` does not
+# need (issue #35: an ``agentctl`` command answers in about 0.3 s). Each name below is the one the
+# workflow's decorator gives (workflows/agent_run.py, workflows/handlers.py);
+# tests/unit/test_light_imports.py checks that they match.
+QUERY_STATE = "state"
+QUERY_TRANSCRIPT = "transcript"
+UPDATE_DECIDE = "decide"
+SIGNAL_APPROVE = "approve"
+SIGNAL_REJECT = "reject"
+SIGNAL_INTERRUPT = "interrupt"
+SIGNAL_PAUSE = "pause"
+SIGNAL_RESUME = "resume"
+SIGNAL_SEND_MESSAGE = "send_message"
 
 
 class ServerUnreachable(RuntimeError):
@@ -185,6 +194,9 @@ async def start_run(
     ``AgentStatus`` ``running`` (a revision-4 run then needs no upsert until something changes,
     docs/throughput.md); the run keeps them current from then on.
     """
+    from workflows.render import static_details, static_summary
+    from workflows.state import SA_AGENT, SA_PRINCIPAL, SA_STATUS, SA_TENANT
+
     task_queue = task_queue or load_settings().task_queue
     workflow_id = workflow_id or f"run-{uuid.uuid4()}"
     sa: TypedSearchAttributes | None = None
@@ -197,11 +209,12 @@ async def start_run(
                 SearchAttributePair(SA_STATUS, "running"),
             ]
         )
-    return await client.start_workflow(
-        AgentRun.run,
+    h = await client.start_workflow(
+        WORKFLOW_NAME,
         # the request goes as a plain RunRequest payload; run() is typed RawValue so that the
         # workflow gets it undecoded and decodes it itself (a bad input fails the run, not its task)
-        cast("RawValue", req),
+        req,
+        result_type=RunResult,
         id=workflow_id,
         task_queue=task_queue,
         # the run's workflow tasks are dispatched fairly between tenants (README "Fairness")
@@ -210,6 +223,7 @@ async def start_run(
         static_details=static_details(req),
         search_attributes=sa,  # None: the default (the namespace lacks them)
     )
+    return cast("WorkflowHandle[AgentRun, RunResult]", h)
 
 
 def handle(client: Client, run_id: str) -> WorkflowHandle[Any, RunResult]:
@@ -224,7 +238,7 @@ async def result(client: Client, run_id: str) -> RunResult:
 
 async def state(client: Client, run_id: str) -> RunState:
     """Query ``state``."""
-    return await handle(client, run_id).query(AgentRun.state)
+    return await handle(client, run_id).query(QUERY_STATE, result_type=RunState)
 
 
 async def wait_for_state(
@@ -262,7 +276,7 @@ async def wait_for_state(
 
 async def transcript(client: Client, run_id: str) -> list[dict[str, Any]]:
     """Query ``transcript``."""
-    return await handle(client, run_id).query(AgentRun.transcript)
+    return await handle(client, run_id).query(QUERY_TRANSCRIPT, result_type=list[dict[str, Any]])
 
 
 async def pending_call_ids(client: Client, run_id: str) -> list[str]:
@@ -314,7 +328,12 @@ async def decide(
         comment=comment,
         roles=sorted(set(roles)),
     )
-    key = local_signer(load_settings().state_dir) if signer == "local" else signer
+    if signer == "local":
+        from workers.decision_keys import local_signer  # loads cryptography: only to decide
+
+        key = local_signer(load_settings().state_dir)
+    else:
+        key = signer
     if key is not None:
         upd.signed_at = datetime.now(UTC).isoformat()
         upd.signature = sign_decision(
@@ -345,8 +364,10 @@ async def _decide_when_recorded(
     deadline = asyncio.get_running_loop().time() + NOT_IN_HISTORY_RETRY_SECONDS
     while True:
         try:
-            return await h.execute_update(AgentRun.decide, upd)
+            return await h.execute_update(UPDATE_DECIDE, upd, result_type=DecideResult)
         except WorkflowUpdateFailedError as e:
+            from workflows.handlers import DECISION_NOT_YET_RECORDED
+
             cause = e.cause
             not_yet = (
                 isinstance(cause, ApplicationError) and cause.type == DECISION_NOT_YET_RECORDED
@@ -358,12 +379,12 @@ async def _decide_when_recorded(
 
 async def approve_signal(client: Client, run_id: str, sig: ApproveSignal) -> None:
     """Send signal ``approve`` (fire-and-forget)."""
-    await handle(client, run_id).signal(AgentRun.approve, sig)
+    await handle(client, run_id).signal(SIGNAL_APPROVE, sig)
 
 
 async def reject_signal(client: Client, run_id: str, sig: RejectSignal) -> None:
     """Send signal ``reject`` (fire-and-forget)."""
-    await handle(client, run_id).signal(AgentRun.reject, sig)
+    await handle(client, run_id).signal(SIGNAL_REJECT, sig)
 
 
 async def interrupt(
@@ -371,24 +392,24 @@ async def interrupt(
 ) -> None:
     """Send signal ``interrupt``."""
     await handle(client, run_id).signal(
-        AgentRun.interrupt, InterruptSignal(reason=reason, principal_id=principal_id)
+        SIGNAL_INTERRUPT, InterruptSignal(reason=reason, principal_id=principal_id)
     )
 
 
 async def pause(client: Client, run_id: str, principal_id: str) -> None:
     """Send signal ``pause``."""
-    await handle(client, run_id).signal(AgentRun.pause, PrincipalSignal(principal_id=principal_id))
+    await handle(client, run_id).signal(SIGNAL_PAUSE, PrincipalSignal(principal_id=principal_id))
 
 
 async def resume(client: Client, run_id: str, principal_id: str) -> None:
     """Send signal ``resume``."""
-    await handle(client, run_id).signal(AgentRun.resume, PrincipalSignal(principal_id=principal_id))
+    await handle(client, run_id).signal(SIGNAL_RESUME, PrincipalSignal(principal_id=principal_id))
 
 
 async def send_message(client: Client, run_id: str, content: str, principal_id: str) -> None:
     """Send signal ``send_message``."""
     await handle(client, run_id).signal(
-        AgentRun.send_message, MessageSignal(content=content, principal_id=principal_id)
+        SIGNAL_SEND_MESSAGE, MessageSignal(content=content, principal_id=principal_id)
     )
 
 
@@ -396,7 +417,7 @@ def list_query(
     agent: str | None = None, status: str | None = None, tenant: str | None = None
 ) -> str:
     """Visibility query over the run's search attributes (the same one ``agentctl list`` uses)."""
-    parts = [f"WorkflowType = '{AgentRun.__name__}'"]
+    parts = [f"WorkflowType = '{WORKFLOW_NAME}'"]
     for key, value in (("AgentName", agent), ("AgentStatus", status), ("TenantId", tenant)):
         if value:
             parts.append(f"{key} = '{_quote(value)}'")

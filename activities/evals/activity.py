@@ -11,13 +11,16 @@ from __future__ import annotations
 import json
 import os
 import re
+from typing import TYPE_CHECKING
 
-import openai
 from temporalio import activity
 
 from activities.evals.contracts import EVAL_JUDGE, EVAL_SCORE, JudgeConfig, Score, ScoreInput
 from activities.evals.scorers import score_run
 from activities.redaction import redact
+
+if TYPE_CHECKING:  # the model SDK is loaded when the judge is called, not on import
+    import openai
 
 JUDGE_SYSTEM = (
     "You grade an AI agent's answer. Reply with PASS or FAIL on the first line, then one short "
@@ -67,6 +70,8 @@ class EvalActivities:
         cfg = inp.config.judge
         if cfg is None:
             return Score(name="judge", detail="no judge configured")
+        import openai
+
         prompt = judge_prompt(inp, cfg.rubric)
         client = self._client(cfg)
         try:
@@ -99,6 +104,8 @@ class EvalActivities:
         )
 
     def _client(self, cfg: JudgeConfig) -> openai.AsyncOpenAI:
+        import openai
+
         key = os.environ.get(cfg.api_key_env, "") if cfg.api_key_env else self._api_key
         return openai.AsyncOpenAI(
             base_url=cfg.base_url or self._base_url,

@@ -4,7 +4,9 @@ Pure functions over :class:`~activities.evals.contracts.RunRecord` lists (the su
 its ``progress`` query). Statistics come from SciPy: the interval of the paired difference is a
 bootstrap over cases (``scipy.stats.bootstrap``, percentile method, 95 %, fixed seed so a report
 is reproducible), and McNemar's exact test is a binomial test over the discordant
-(case, repeat) pairs (``scipy.stats.binomtest``).
+(case, repeat) pairs (``scipy.stats.binomtest``). SciPy is the optional extra ``evals``
+(``pip install 'agent-runtime[evals]'``), imported only when a report compares two variants;
+without it that report raises :class:`activities.extras.MissingExtraError` naming the extra.
 
 * pass@1 of a case: the fraction of its runs that passed; of a variant: the mean over cases.
 * pass^k (tau-bench's "pass hat k"): the probability that k runs of a case drawn without
@@ -16,12 +18,13 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from typing import Any, cast
-
-import numpy as np
-from scipy import stats  # pyright: ignore[reportMissingTypeStubs] - scipy ships no type stubs
+from typing import TYPE_CHECKING, Any
 
 from activities.evals.contracts import RunRecord, SuiteProgress
+from activities.extras import require
+
+if TYPE_CHECKING:  # numpy and scipy load when a report is built, not when this module is imported
+    from types import ModuleType
 
 CONFIDENCE = 0.95
 BOOTSTRAP_RESAMPLES = 2000
@@ -35,8 +38,27 @@ def pass_hat_k(c: int, n: int, k: int) -> float:
     return math.comb(c, k) / math.comb(n, k)
 
 
+def _np() -> ModuleType:
+    import numpy
+
+    return numpy
+
+
+def _stats() -> Any:
+    """``scipy.stats`` (extra ``evals``).
+
+    Raises:
+        activities.extras.MissingExtraError: scipy is not installed (the message names the extra).
+    """
+    return require("scipy.stats", "evals", "the evaluation report's interval and McNemar test")
+
+
+def _mean(values: list[float]) -> float:
+    return float(_np().mean(values))
+
+
 def _percentile(values: list[float], q: float) -> float:
-    return float(np.percentile(values, q)) if values else 0.0
+    return float(_np().percentile(values, q)) if values else 0.0
 
 
 def variant_summary(records: list[RunRecord], k: int) -> dict[str, Any]:
@@ -62,8 +84,8 @@ def variant_summary(records: list[RunRecord], k: int) -> dict[str, Any]:
     n = max(len(records), 1)
     return {
         "runs": len(records),
-        "pass_at_1": float(np.mean([v["pass_at_1"] for v in cases.values()])) if cases else 0.0,
-        "pass_hat_k": float(np.mean([v["pass_hat_k"] for v in cases.values()])) if cases else 0.0,
+        "pass_at_1": _mean([v["pass_at_1"] for v in cases.values()]) if cases else 0.0,
+        "pass_hat_k": _mean([v["pass_hat_k"] for v in cases.values()]) if cases else 0.0,
         "k": k,
         "tokens": sum(r.tokens for r in records) / n,
         "tokens_total": sum(r.tokens for r in records),
@@ -79,23 +101,21 @@ def _interval(diffs: list[float]) -> tuple[float, float]:
     if len(diffs) < 2 or len(set(diffs)) == 1:
         d = diffs[0] if diffs else 0.0
         return d, d
-    res = cast(
-        Any,
-        stats.bootstrap(  # pyright: ignore[reportUnknownMemberType] - scipy is untyped
-            (np.array(diffs),),
-            np.mean,
-            confidence_level=CONFIDENCE,
-            n_resamples=BOOTSTRAP_RESAMPLES,
-            method="percentile",
-            random_state=0,  # pyright: ignore[reportCallIssue] - scipy's old name of rng: same resamples
-        ),
+    np = _np()
+    res = _stats().bootstrap(
+        (np.array(diffs),),
+        np.mean,
+        confidence_level=CONFIDENCE,
+        n_resamples=BOOTSTRAP_RESAMPLES,
+        method="percentile",
+        random_state=0,  # scipy's old name of rng: the same resamples
     )
     return float(res.confidence_interval.low), float(res.confidence_interval.high)
 
 
 def _binom_p(k: int, n: int) -> float:
     """Two-sided exact binomial test of ``k`` successes in ``n`` at p = 0.5."""
-    return float(stats.binomtest(k, n, 0.5).pvalue)  # pyright: ignore[reportUnknownMemberType] - scipy is untyped
+    return float(_stats().binomtest(k, n, 0.5).pvalue)
 
 
 def compare(
@@ -122,7 +142,7 @@ def compare(
         "baseline": names[0],
         "candidate": names[1],
         "cases": len(shared),
-        "difference": float(np.mean(diffs)) if diffs else 0.0,
+        "difference": _mean(diffs) if diffs else 0.0,
         "ci_low": low,
         "ci_high": high,
         "confidence": CONFIDENCE,

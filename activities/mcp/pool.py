@@ -19,17 +19,20 @@ import json
 import os
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import Any, TextIO, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TextIO, TypeVar, cast
 
 import httpx2
 import structlog
-from mcp import Client, StdioServerParameters, stdio_client
-from mcp.client.streamable_http import streamable_http_client
-from mcp.types import CallToolResult, RequestParamsMeta, Tool
 
 from activities.contracts import McpServerConfig
 from activities.http_cap import cap_response_hook
 from activities.mcp.config import expand, stdio_argv
+
+# The ``mcp`` SDK (about 0.4 s to import) loads when a server is first started or reached, not
+# with the worker: most agents use no MCP server (issue #35, worker start).
+if TYPE_CHECKING:
+    from mcp import Client
+    from mcp.types import CallToolResult, RequestParamsMeta, Tool
 
 log = structlog.get_logger("activities.mcp")
 
@@ -112,6 +115,8 @@ class _StdioServer:
     @asynccontextmanager
     async def _transport(self) -> AsyncGenerator[tuple[Any, Any], None]:
         """The SDK's stdio transport, keeping its read stream to tell when the process is gone."""
+        from mcp import StdioServerParameters, stdio_client
+
         argv = stdio_argv(self.server)
         params = StdioServerParameters(
             command=argv[0],
@@ -127,6 +132,8 @@ class _StdioServer:
             yield read, write
 
     async def _own(self) -> None:
+        from mcp import Client
+
         try:
             async with Client(self._transport(), cache=None) as client:
                 self.client = client
@@ -298,6 +305,9 @@ class McpPool:
             except Exception:
                 await self.discard_dead(server)
                 raise
+        from mcp import Client
+        from mcp.client.streamable_http import streamable_http_client
+
         headers = {k: expand(v) for k, v in server.headers.items()}
         timeout = httpx2.Timeout(30.0, read=300.0)
         cap = cap_response_hook(self._max_http_bytes, f"MCP server {server.name}'s reply")
@@ -348,7 +358,7 @@ class McpPool:
                 tool,
                 arguments,
                 read_timeout_seconds=timeout_seconds,
-                meta=cast(RequestParamsMeta, meta),
+                meta=cast("RequestParamsMeta", meta),
             ),
         )
 

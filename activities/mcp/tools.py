@@ -19,19 +19,8 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
-from mcp.shared.exceptions import MCPError
-from mcp.types import (
-    CONNECTION_CLOSED,
-    REQUEST_TIMEOUT,
-    CallToolResult,
-    EmbeddedResource,
-    ImageContent,
-    ResourceLink,
-    TextContent,
-    Tool,
-)
 from temporalio.exceptions import ApplicationError
 
 from activities.contracts import (
@@ -47,7 +36,9 @@ from activities.mcp.config import McpServerSpec, tool_name
 from activities.mcp.pool import McpPool
 from activities.tools import output
 
-_RETRYABLE_CODES = {CONNECTION_CLOSED, REQUEST_TIMEOUT}
+# the ``mcp`` SDK loads where a server's tools or results are handled (see activities/mcp/pool.py)
+if TYPE_CHECKING:
+    from mcp.types import CallToolResult, Tool
 
 
 class McpToolsError(ValueError):
@@ -139,6 +130,8 @@ async def pin_server_tools(pool: McpPool, name: str, spec: McpServerSpec) -> lis
 
 def result_text(result: CallToolResult) -> str:
     """The tool result as text for the model: text blocks as they are, others as short notes."""
+    from mcp.types import EmbeddedResource, ImageContent, ResourceLink, TextContent
+
     parts: list[str] = []
     for block in result.content:
         if isinstance(block, TextContent):
@@ -178,11 +171,14 @@ async def _call(
     arguments: dict[str, Any],
     timeout: float | None,
 ) -> tuple[Any, str]:
+    from mcp.shared.exceptions import MCPError
+    from mcp.types import CONNECTION_CLOSED, REQUEST_TIMEOUT
+
     meta = {"idempotency_key": idempotency_key(req)}
     try:
         result = await pool.call_tool(target.server, target.tool, arguments, meta, timeout)
     except MCPError as e:
-        if e.code in _RETRYABLE_CODES:
+        if e.code in (CONNECTION_CLOSED, REQUEST_TIMEOUT):  # retryable
             raise unavailable(target.server, e) from None
         return "error", f"Error: MCP server {target.server.name} answered {e.code}: {e.message}"
     except Exception as e:  # cannot start, unreachable (httpx2, OSError), unset ${VAR}, ...

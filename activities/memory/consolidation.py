@@ -26,7 +26,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, cast
 
-import openai
 from pydantic import BaseModel, Field
 from temporalio import activity
 
@@ -167,6 +166,8 @@ class MemoryActivities:
     """The consolidation activities of one worker (endpoint of the extraction model)."""
 
     def __init__(self, base_url: str, api_key: str, state_dir: str) -> None:
+        import openai  # here, not at the top: workflows/ import this module's names
+
         self._client = openai.AsyncOpenAI(base_url=base_url, api_key=api_key, max_retries=0)
         self._pending = Pending(Path(state_dir).expanduser() / "memory-pending.db")
 

@@ -14,9 +14,10 @@ import hashlib
 import threading
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
-import numpy as np
+if TYPE_CHECKING:  # numpy is loaded on the first embedding, not on import (light CLI imports)
+    import numpy as np
 
 
 class Embedder(Protocol):
@@ -89,6 +90,8 @@ class WordLlamaEmbedder:
         with self._lock:
             if self._model is None:
                 self._model = self._load()
+        import numpy as np
+
         out = self._model.embed(texts, norm=True)  # pyright: ignore[reportAttributeAccessIssue, reportUnknownMemberType, reportUnknownVariableType] - wordllama API
         return np.asarray(out, dtype=np.float32).reshape(len(texts), self.dim)
 
@@ -105,6 +108,8 @@ class OpenAIEmbedder:
 
     def embed(self, texts: list[str]) -> np.ndarray:
         """Embed ``texts``; raises ``openai.APIError`` when the endpoint fails."""
+        import numpy as np
+
         resp = self._client.embeddings.create(model=self._model, input=texts)
         m = np.asarray([d.embedding for d in resp.data], dtype=np.float32)
         norms = np.linalg.norm(m, axis=1, keepdims=True)

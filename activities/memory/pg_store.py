@@ -24,6 +24,7 @@ from typing import Any, LiteralString, cast
 
 import numpy as np
 
+from activities.extras import missing_extra
 from activities.memory.embed import Embedder
 from activities.memory.fusion import fuse
 from activities.memory.items import Hit, MemoryItem, Namespace, query_text, text_key
@@ -72,10 +73,14 @@ class PostgresMemoryStore:
 
     Raises:
         psycopg.OperationalError: the server cannot be reached (at construction).
+        activities.extras.MissingExtraError: psycopg is not installed (extra ``postgres``).
     """
 
     def __init__(self, url: str, embedder: Embedder) -> None:
-        import psycopg
+        try:
+            import psycopg
+        except ModuleNotFoundError as e:  # the optional extra `postgres`
+            raise missing_extra("postgres", "the memory store on PostgreSQL", e) from e
 
         self._emb = embedder
         self._lock = threading.RLock()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from urllib.parse import urlsplit
 
+from activities.extras import MissingExtraError, install_hint, installed
 from activities.memory.embed import WordLlamaEmbedder
 from activities.memory.items import MemoryStore
 
@@ -14,7 +15,17 @@ _default: list[str] = []
 
 
 def configure(url: str) -> None:
-    """Set the store the memory tools and consolidation use (the worker calls it at start)."""
+    """Set the store the memory tools and consolidation use (the worker calls it at start).
+
+    Raises:
+        activities.extras.MissingExtraError: a PostgreSQL URL on a worker without the extra
+            ``postgres`` (so the worker says so as it starts, not on a run's first memory use).
+    """
+    if urlsplit(url).scheme in ("postgresql", "postgres") and not installed("psycopg"):
+        raise MissingExtraError(
+            f"AGENT_MEMORY_URL is a PostgreSQL URL, and psycopg is not installed: "
+            f"{install_hint('postgres')}"
+        )
     _default[:] = [url]
 
 

@@ -22,6 +22,7 @@ from rich.markup import escape
 from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.service import RPCError, RPCStatusCode
 
+from activities.extras import MissingExtraError
 from workers import client as rc
 from workers.config import Settings, load_settings, settings_errors
 from workers.payloads.converter import PayloadStoreConfigError
@@ -124,7 +125,7 @@ def _with_client(fn: Callable[[Client], Awaitable[T]], **connect_options: Any) -
         else:
             err.print(f"[red]error:[/red] {e.message}", highlight=False)
         raise typer.Exit(EXIT_RUN_NOT_COMPLETED) from None
-    except (CommandFailed, WorkflowUpdateFailedError) as e:
+    except (CommandFailed, WorkflowUpdateFailedError, MissingExtraError) as e:
         msg = str(e.cause) if isinstance(e, WorkflowUpdateFailedError) and e.cause else str(e)
         err.print(f"[red]error:[/red] {msg}", highlight=False)
         raise typer.Exit(EXIT_RUN_NOT_COMPLETED) from None

@@ -14,17 +14,10 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
-from rich.table import Table
-from temporalio.client import Client
 
-from activities.evals.activity import EvalActivities
-from activities.evals.contracts import SuiteProgress, SuiteRequest, Variant
-from activities.evals.dataset import DatasetError, load_dataset
-from activities.evals.report import build_report
-from workers import eval_client
 from workers.cli.base import (
     EXIT_OK,
     EXIT_RUN_NOT_COMPLETED,
@@ -34,7 +27,11 @@ from workers.cli.base import (
     err,
     out,
 )
-from workers.config import load_settings
+
+if TYPE_CHECKING:  # the commands import what they use: `agentctl status` loads none of this
+    from temporalio.client import Client
+
+    from activities.evals.contracts import Variant
 
 AGENT_OPT = typer.Option([], "--agent", "-a", help="agent spec of a variant (repeatable)")
 MODEL_OPT = typer.Option([], "--model", "-m", help="model override (repeatable)")
@@ -48,6 +45,8 @@ def variants_of(agents: list[str], models: list[str]) -> list[Variant]:
     Raises:
         ValueError: several agents and several models of different counts, or repeated names.
     """
+    from activities.evals.contracts import Variant
+
     agents = agents or ["default"]
     if len(models) <= 1:
         out_ = [Variant(name=a, agent=a, model=models[0] if models else None) for a in agents]
@@ -69,6 +68,8 @@ def variants_of(agents: list[str], models: list[str]) -> list[Variant]:
 
 def print_report(report: dict[str, Any], as_json: bool) -> None:
     """The report as JSON (``--json``) or as tables: variants, the comparison, then per case."""
+    from rich.table import Table
+
     if as_json:
         sys.stdout.write(json.dumps(report) + "\n")
         return
@@ -146,6 +147,11 @@ def run_cmd(
     as_json: bool = typer.Option(False, "--json", help="print the JSON report only"),
 ) -> None:
     """Run a dataset against one or more variants as a durable suite and print the report."""
+    from activities.evals.contracts import SuiteProgress, SuiteRequest
+    from activities.evals.dataset import DatasetError, load_dataset
+    from activities.evals.report import build_report
+    from workers import eval_client
+
     try:
         ds = load_dataset(dataset)
         req = SuiteRequest(
@@ -195,6 +201,13 @@ def report_cmd(
     as_json: bool = typer.Option(False, "--json", help="print the JSON report only"),
 ) -> None:
     """Print a suite's report (per variant, the paired comparison, per case)."""
+    from activities.evals.activity import EvalActivities
+    from activities.evals.contracts import SuiteRequest
+    from activities.evals.dataset import DatasetError, load_dataset
+    from activities.evals.report import build_report
+    from workers import eval_client
+    from workers.config import load_settings
+
     ds = None
     if dataset is not None:
         try:

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import getpass
 import json
+from typing import TYPE_CHECKING
 
 import typer
 
-from activities.memory import MemoryItem, Namespace, open_store
 from workers.cli.base import CommandFailed, app, cli_settings
-from workers.console import memory_audit
+
+if TYPE_CHECKING:  # the store loads when a memory command runs, not with every command
+    from activities.memory import MemoryItem, Namespace
 
 memory_app = typer.Typer(no_args_is_help=True, help="What agents remember: list, search, fix.")
 app.add_typer(memory_app, name="memory")
@@ -25,12 +27,16 @@ JSON = typer.Option(False, "--json", help="print JSON only")
 
 
 def _store():  # noqa: ANN202 - the protocol type
+    from activities.memory import open_store
+
     return open_store(cli_settings().memory_store_url)
 
 
 def _namespace(
     tenant: str, principal: str | None, agent: str | None, thread: str | None
 ) -> Namespace:
+    from activities.memory import Namespace
+
     given = [(k, v) for k, v in (("user", principal), ("agent", agent), ("thread", thread)) if v]
     if len(given) != 1:
         raise typer.BadParameter("name exactly one of --principal, --agent, --thread")
@@ -88,6 +94,8 @@ def show(item_id: str, tenant: str = TENANT, as_json: bool = JSON) -> None:
 
 
 def _audit(action: str, tenant: str, item: MemoryItem, **extra: str) -> None:
+    from workers.console import memory_audit
+
     memory_audit.record(cli_settings().state_dir, action, tenant, item, getpass.getuser(), **extra)
 
 

@@ -258,7 +258,7 @@ def list_cmd(
         runs = await rc.list_runs(client, query, limit)
         for wf in runs:
             sa = wf.typed_search_attributes
-            from workflows.agent_run import SA_AGENT, SA_STATUS, SA_TOKENS
+            from workflows.state import SA_AGENT, SA_STATUS, SA_TOKENS
 
             out.print(
                 f"{wf.id}  {wf.status.name if wf.status else '?':<11} agent={sa.get(SA_AGENT) or '-'} "

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import structlog
+import gc
+
 import typer
 from temporalio.client import Client
 
@@ -85,8 +86,15 @@ def worker(
 
     ``--task-queue Q --tools-only`` serves the tools a spec puts on queue ``Q``.
     """
-    from workers.logging_setup import configure_logging
-    from workers.worker import run_to_end, run_worker
+    gc.disable()  # as while agentctl's commands are imported (workers.cli.main): no garbage yet
+    try:
+        import structlog
+
+        from workers.logging_setup import configure_logging
+        from workers.worker import run_to_end, run_worker
+    finally:
+        gc.freeze()  # what the worker imported is never garbage: collections skip it from now on
+        gc.enable()
 
     settings = cli_settings()
     if task_queue:

@@ -12,15 +12,14 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
-from rich.table import Table
-from temporalio.client import Client
-from temporalio.service import RPCError, RPCStatusCode
 
-from workers import versioning
 from workers.cli.base import EXIT_OK, EXIT_RUN_NOT_COMPLETED, _with_client, app, err, out
+
+if TYPE_CHECKING:  # each command imports what it uses (workers.versioning loads the SDK's worker)
+    from temporalio.client import Client
 
 NO_DEPLOYMENT = (
     "error: no versioned worker has polled yet: start workers with AGENT_WORKER_VERSIONING=true "
@@ -32,6 +31,8 @@ app.add_typer(versions_app, name="versions")
 
 async def overview(client: Client) -> dict[str, Any]:
     """:func:`workers.versioning.describe` plus ``runs`` and ``run_ids`` for every version."""
+    from workers import versioning
+
     desc = await versioning.describe(client)
     for v in desc["versions"]:
         v["runs"], v["run_ids"] = await versioning.runs_on(client, v["build_id"])
@@ -46,6 +47,8 @@ def list_cmd(
     """List the versions of deployment agent-runtime and the runs open on each."""
     if ctx.invoked_subcommand is not None:
         return
+    from rich.table import Table
+    from temporalio.service import RPCError, RPCStatusCode
 
     async def go(client: Client) -> int:
         try:
@@ -78,6 +81,7 @@ def ramp_cmd(
     percent: float = typer.Argument(..., min=0, max=100, help="share of new runs, 0-100"),
 ) -> None:
     """Send PERCENT of new runs to BUILD (the rest to the current version)."""
+    from workers import versioning
 
     async def go(client: Client) -> int:
         await versioning.set_ramp(client, build, percent)
@@ -90,6 +94,7 @@ def ramp_cmd(
 @versions_app.command("current")
 def current_cmd(build: str = typer.Argument(..., help="the build id to make current")) -> None:
     """Make BUILD the current version: every new run starts on it."""
+    from workers import versioning
 
     async def go(client: Client) -> int:
         await versioning.set_current(client, build)
@@ -104,6 +109,7 @@ def rollback_cmd(
     build: str | None = typer.Argument(None, help="default: the previous version"),
 ) -> None:
     """End any ramp and make BUILD (default: the previous version) current again."""
+    from workers import versioning
 
     async def go(client: Client) -> int:
         try:

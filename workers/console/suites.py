@@ -81,7 +81,8 @@ async def _suite(request: web.Request) -> web.Response:
     """``GET /api/suites/{id}``: the suite's report so far (``agentctl eval report --json``).
 
     404 ``{"error": "no such suite: <id>"}`` alike for a missing id, another tenant's suite and a
-    workflow that is no suite (:func:`_own_suite`).
+    workflow that is no suite (:func:`_own_suite`). 501 with the pip command when the report
+    needs the extra ``evals`` (scipy) and it is not installed.
     """
     from activities.evals.report import build_report
     from workers.eval_client import progress
@@ -90,7 +91,12 @@ async def _suite(request: web.Request) -> web.Response:
     client = request.app[CLIENT_KEY]
     if not await _own_suite(client, ident, suite_id):
         return _error(404, f"no such suite: {suite_id}")
-    report = build_report(await progress(client, suite_id))
+    from activities.extras import MissingExtraError
+
+    try:
+        report = build_report(await progress(client, suite_id))
+    except MissingExtraError as e:  # scipy (the extra `evals`) is not installed here
+        return _error(501, str(e))
     return web.json_response(report, headers={"Cache-Control": "no-store"})
 
 

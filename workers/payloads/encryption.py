@@ -28,8 +28,6 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from temporalio.api.common.v1 import Payload
 from temporalio.converter import PayloadCodec
 
@@ -126,6 +124,9 @@ class AesGcmCodec(PayloadCodec):
     def __init__(self, keys: Sequence[tuple[str, bytes]]) -> None:
         if not keys:
             raise EncryptionKeyError("no encryption key")
+        # here, not at the top: a client without encryption keys never loads cryptography
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
         self._by_id = {kid: AESGCM(key) for kid, key in keys}
         self._current = keys[0][0]
 
@@ -161,6 +162,8 @@ class AesGcmCodec(PayloadCodec):
         aes = self._by_id.get(kid)
         if aes is None:
             raise DecryptionError(f"payload encrypted with key {kid!r}, which is not configured")
+        from cryptography.exceptions import InvalidTag
+
         try:
             raw = aes.decrypt(payload.data[:NONCE_BYTES], payload.data[NONCE_BYTES:], kid.encode())
         except InvalidTag:
