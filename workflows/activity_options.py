@@ -15,10 +15,10 @@ own task queue (:func:`activities.contracts.model_task_queue`).
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any, TypedDict
+from typing import Any
 
 from temporalio import workflow
-from temporalio.common import Priority, RetryPolicy
+from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, FailureError
 
 import workflows.render as render
@@ -47,29 +47,9 @@ _SUMMARY_NOTE = "(summary of dropped context)"
 """The note of the compaction summary step's activity summary in the Web UI."""
 
 
-class ActivityOptions(TypedDict, total=False):
-    """Keyword options of ``workflow.execute_activity`` this module sets (a subset of the SDK's)."""
-
-    start_to_close_timeout: timedelta
-    schedule_to_close_timeout: timedelta
-    heartbeat_timeout: timedelta
-    retry_policy: RetryPolicy
-    summary: str
-    priority: Priority
-    task_queue: str
-
-
-class LocalActivityOptions(TypedDict, total=False):
-    """Keyword options of ``workflow.execute_local_activity`` this module sets."""
-
-    start_to_close_timeout: timedelta
-    schedule_to_close_timeout: timedelta
-    local_retry_threshold: timedelta
-    retry_policy: RetryPolicy
-    summary: str
-
-
-def spec_resolve(req: RunRequest, workflow_rev: int) -> tuple[ResolveSpecInput, ActivityOptions]:
+def spec_resolve(
+    req: RunRequest, workflow_rev: int
+) -> tuple[ResolveSpecInput, workflow.ActivityConfig]:
     """Input and options of ``spec.resolve``: 30 s per attempt, 3 attempts.
 
     ``workflow_rev`` is echoed into the pinned spec, so the run's history records it.
@@ -134,7 +114,7 @@ def model_complete(
     summary_of: int | None = None,
     model: str | None = None,
     stream: bool = True,
-) -> tuple[CallModelInput, ActivityOptions]:
+) -> tuple[CallModelInput, workflow.ActivityConfig]:
     """Input and options of one ``model.complete`` step on ``model`` (default: the spec's primary).
 
     A model named in the spec's ``rate_limits`` runs on its own queue,
@@ -169,7 +149,7 @@ def model_complete(
         max_attempts=spec.model_max_attempts if summary_of is None else SUMMARY_ATTEMPTS,
         context_window=spec.compaction.context_window,
     )
-    options: ActivityOptions = {
+    options: workflow.ActivityConfig = {
         "start_to_close_timeout": timedelta(seconds=spec.model_timeout_seconds),
         "heartbeat_timeout": MODEL_HEARTBEAT,
         "retry_policy": _model_retry(),
@@ -190,14 +170,14 @@ def runs_local(info: ToolInfo | None) -> bool:
     return info is not None and info.local and info.task_queue is None and info.mcp is None
 
 
-def as_local(opts: ActivityOptions) -> LocalActivityOptions:
+def as_local(opts: workflow.ActivityConfig) -> workflow.LocalActivityConfig:
     """Local-activity options from :func:`tool_invoke`'s or :func:`spec_resolve`'s options.
 
     A local activity has no heartbeat, queue or priority of its own (it runs on the workflow's
     worker within the workflow task); its timeouts and retry policy are kept, and retries past
     ``local_retry_threshold`` (1 s) are scheduled with a timer by the SDK.
     """
-    out: LocalActivityOptions = {"local_retry_threshold": timedelta(seconds=1)}
+    out: workflow.LocalActivityConfig = {"local_retry_threshold": timedelta(seconds=1)}
     if "start_to_close_timeout" in opts:
         out["start_to_close_timeout"] = opts["start_to_close_timeout"]
     if "schedule_to_close_timeout" in opts:
@@ -209,7 +189,7 @@ def as_local(opts: ActivityOptions) -> LocalActivityOptions:
     return out
 
 
-async def execute_local(activity: Any, arg: Any, opts: ActivityOptions) -> Any:
+async def execute_local(activity: Any, arg: Any, opts: workflow.ActivityConfig) -> Any:
     """``workflow.execute_local_activity(activity, arg, **as_local(opts))``; returns its result.
 
     A local activity's failure can reach the workflow unwrapped (the ``ApplicationError`` the
@@ -247,7 +227,7 @@ def tool_invoke(
     arguments: str | dict[str, Any],
     info: ToolInfo | None,
     run_files: dict[str, str] | None = None,
-) -> tuple[InvokeToolInput, ActivityOptions]:
+) -> tuple[InvokeToolInput, workflow.ActivityConfig]:
     """Input and options of ``tool.invoke`` for one call (on the tool's own queue when it has one).
 
     ``arguments`` are the model's JSON text or the dict a person approved. A tool unknown to the
@@ -270,7 +250,7 @@ def tool_invoke(
         run_files=dict(run_files or {}) if info is not None and info.sandboxed else {},
     )
     shown = arguments if isinstance(arguments, dict) else parse_arguments(arguments) or arguments
-    options: ActivityOptions = {
+    options: workflow.ActivityConfig = {
         "start_to_close_timeout": timedelta(seconds=info.timeout_seconds if info else 30.0),
         "heartbeat_timeout": TOOL_HEARTBEAT,
         "retry_policy": RetryPolicy(
@@ -295,7 +275,7 @@ def tokens_count(
     messages: list[dict[str, Any]],
     with_tools: bool,
     total: int,
-) -> tuple[CountTokensInput, ActivityOptions]:
+) -> tuple[CountTokensInput, workflow.ActivityConfig]:
     """Input and options of ``tokens.count`` for ``messages`` (the new ones of ``total``)."""
     return CountTokensInput(
         model=pinned.spec.model,

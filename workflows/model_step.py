@@ -153,6 +153,6 @@ class ModelStep:
             return reply
 
 
-async def _complete(inp: CallModelInput, opts: options.ActivityOptions) -> ModelReply:
+async def _complete(inp: CallModelInput, opts: workflow.ActivityConfig) -> ModelReply:
     """The ``model.complete`` activity with ``opts`` (workflows/activity_options.py)."""
     return await workflow.execute_activity(model_complete, inp, **opts)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, TimeoutType
@@ -30,9 +30,6 @@ with workflow.unsafe.imports_passed_through():
     from workflows.events import RunEvents
     from workflows.models import IgnoredSignal, LiveStatus, RunData, RunRequest, RunStatus
     from workflows.versions import Versions
-
-if TYPE_CHECKING:
-    from workflows.activity_options import ActivityOptions
 
 T = TypeVar("T")
 
@@ -261,7 +258,7 @@ class RunContext:
             return fired or self.deadline_hit
         return self.remaining_seconds() <= 0
 
-    def with_deadline(self, opts: ActivityOptions) -> ActivityOptions:
+    def with_deadline(self, opts: workflow.ActivityConfig) -> workflow.ActivityConfig:
         """``opts`` of an activity raced against the deadline, bounded by the time left.
 
         From revision 5 the time left is its schedule-to-close timeout; before, the deadline

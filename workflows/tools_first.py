@@ -105,7 +105,7 @@ class ToolsFirst:
         return decision.action == "allow"
 
     async def attach(
-        self, inp: CallModelInput, opts: options.ActivityOptions
+        self, inp: CallModelInput, opts: workflow.ActivityConfig
     ) -> CallModelInput | None:
         """``inp`` with the held calls and the room the compaction budget leaves.
 
