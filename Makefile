@@ -7,7 +7,7 @@ STATE := .agent-runtime
 AGENTCTL := $(BIN)/agentctl
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: help runtime install sandbox local-model test test-unit test-slow demo demo-check security dev-server codec-server model-server worker stop bench chaos upgrade-chaos lint docs clean
+.PHONY: help runtime install sandbox local-model test test-unit test-slow demo demo-check security dev-server codec-server model-server worker stop bench chaos upgrade-chaos lint docs dist clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -107,5 +107,11 @@ lint: $(VENV)/.bench-installed ## ruff (lint and format check), pyright over the
 docs: runtime ## regenerate docs/agent-spec.md and docs/cli.md from the spec models and the CLI
 	$(BIN)/python -m workers.cli.gen_docs
 
+DIST ?= dist
+dist: ## build the wheel of temporal-agent-runtime into $(DIST)/ (pip wheel; the CLI, worker, console, built-in agents)
+	rm -rf build
+	$(PY) -m pip wheel -q --no-deps -w $(DIST) . 2>&1 | grep -v 'is ignored' || true
+	@ls $(DIST)/temporal_agent_runtime-*.whl
+
 clean: stop ## remove the venv and local state (runs, logs, model stays in ~/.cache)
-	rm -rf $(VENV) $(STATE)
+	rm -rf $(VENV) $(STATE) build dist

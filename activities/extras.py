@@ -27,7 +27,8 @@ import importlib
 import importlib.util
 from types import ModuleType
 
-PACKAGE = "agent-runtime"
+PACKAGE = "temporal-agent-runtime"
+"""The distribution on PyPI (``workers.config.DIST_NAME``; activities/ cannot import workers/)."""
 
 
 class MissingExtraError(ImportError):
@@ -35,7 +36,7 @@ class MissingExtraError(ImportError):
 
 
 def install_hint(extra: str) -> str:
-    """The pip command that installs ``extra``: ``pip install 'agent-runtime[extra]'``."""
+    """The pip command that installs ``extra``: ``pip install 'temporal-agent-runtime[extra]'``."""
     return f"pip install '{PACKAGE}[{extra}]'"
 
 

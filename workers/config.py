@@ -7,10 +7,12 @@ Names and defaults are pinned by ``docs/contract.md``. Connection to Temporal it
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import AliasChoices, Field, ValidationError, field_validator
+from pydantic import AliasChoices, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     NoDecode,
@@ -21,17 +23,70 @@ from pydantic_settings import (
 LOCAL_MODEL_NAME = "qwen2.5-coder-1.5b-instruct"
 """Name under which the embedded local model is served (``llama-server --alias``)."""
 
+DIST_NAME = "temporal-agent-runtime"
+"""The distribution's name on PyPI (``pip install temporal-agent-runtime``); the import packages
+stay ``workflows``, ``activities`` and ``workers``."""
+
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
+"""The folder holding the packages: the repository checkout, or ``site-packages`` when installed."""
+IN_CHECKOUT = (PROJECT_ROOT / "pyproject.toml").is_file() and (PROJECT_ROOT / "agents").is_dir()
+"""True in a repository checkout (``pyproject.toml`` and ``agents/`` beside the packages, also
+under ``pip install -e .``); False when installed from the wheel."""
+DATA_DIR = Path(__file__).resolve().parent / "data"
+"""The packaged data (:mod:`workers.data`): the built-in agents and ``temporal-dev.yml``."""
 STATE_DIR_DEFAULT = PROJECT_ROOT / ".agent-runtime"
+"""The checkout's state folder (``AGENT_HOME``'s default in a checkout)."""
+PROJECT_SPEC_FILE = "agents.yml"
+"""A project's spec file: ``agents.yml`` in the working folder wins over the built-in agents."""
+
+
+def default_home(checkout: bool = IN_CHECKOUT, environ: Mapping[str, str] = os.environ) -> Path:
+    """``AGENT_HOME``'s default: state and configuration, never inside the installed package.
+
+    Args:
+        checkout: a repository checkout (:data:`IN_CHECKOUT`): ``.agent-runtime`` beside the
+            repository's packages, as before ``AGENT_HOME`` existed.
+        environ: where ``XDG_DATA_HOME`` is read when installed.
+
+    Returns:
+        The checkout's ``.agent-runtime``; when installed ``$XDG_DATA_HOME/temporal-agent-runtime``
+        (an absolute ``XDG_DATA_HOME`` only, per the XDG spec), else
+        ``~/.local/share/temporal-agent-runtime``.
+    """
+    if checkout:
+        return STATE_DIR_DEFAULT
+    xdg = environ.get("XDG_DATA_HOME", "")
+    base = Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".local" / "share"
+    return base / DIST_NAME
+
+
+def builtin_spec_file(home: str | Path, checkout: bool = IN_CHECKOUT) -> Path:
+    """The built-in agents' spec file: ``agents/agents.yml`` in a checkout, else
+    ``<AGENT_HOME>/agents.yml`` (written from the package on the worker's first start,
+    :func:`workers.home.ensure_home_files`)."""
+    return PROJECT_ROOT / "agents" / "agents.yml" if checkout else Path(home) / "agents.yml"
+
+
+def default_spec_file(home: str | Path, cwd: Path | None = None) -> str:
+    """``AGENT_SPEC_FILE``'s default: ``./agents.yml`` when the working folder has one (a
+    project of one's own, ``agentctl init``), else :func:`builtin_spec_file`."""
+    project = (cwd or Path.cwd()) / PROJECT_SPEC_FILE
+    return str(project.resolve()) if project.is_file() else str(builtin_spec_file(home))
 ENCRYPTION_KEY_FILE = "encryption-keys"
 """The state folder's key file (``make demo`` creates it, mode 0600): :func:`load_settings`
 uses it when ``AGENT_ENCRYPTION_KEYS`` is unset."""
 
 
 def _env(name: str, default: Any, description: str, **constraints: Any) -> Any:
-    """A field read from environment variable ``name`` (its name in Python also works)."""
+    """A field read from environment variable ``name`` (its name in Python also works).
+
+    A callable ``default`` is a default factory (it may take the fields validated before it).
+    """
+    if callable(default):
+        constraints["default_factory"] = default
+    else:
+        constraints["default"] = default
     return Field(
-        default,
         validation_alias=AliasChoices(name),
         description=f"{name}: {description}",
         **constraints,
@@ -89,10 +144,19 @@ class Settings(BaseSettings):
     default_model: str = _env(
         "AGENT_MODEL", LOCAL_MODEL_NAME, "model when the agent spec names none"
     )
+    home: str = _env(
+        "AGENT_HOME",
+        lambda: str(default_home()),
+        "folder of the runtime's state and configuration, never inside the installed package "
+        "(default: .agent-runtime beside the packages in a repository checkout; installed, "
+        "$XDG_DATA_HOME/temporal-agent-runtime or ~/.local/share/temporal-agent-runtime)",
+    )
     spec_file: str = _env(
         "AGENT_SPEC_FILE",
-        str(PROJECT_ROOT / "agents" / "agents.yml"),
-        "the YAML file defining agents (a path; default agents/agents.yml of the project)",
+        lambda data: default_spec_file(data["home"]),
+        "the YAML file defining agents (a path; default ./agents.yml when the working folder has "
+        "one, else the built-in agents: agents/agents.yml of the checkout, or "
+        "<AGENT_HOME>/agents.yml when installed)",
     )
     tool_modules: Annotated[list[str], NoDecode] = _env(
         "AGENT_TOOL_MODULES",
@@ -101,8 +165,8 @@ class Settings(BaseSettings):
     )
     state_dir: str = _env(
         "AGENT_STATE_DIR",
-        str(STATE_DIR_DEFAULT),
-        "folder of pids, logs and the dev server's database (default .agent-runtime)",
+        "",
+        "folder of pids, logs and the dev server's database (default AGENT_HOME)",
     )
     model_idle_timeout_seconds: float = _env(
         "AGENT_MODEL_IDLE_TIMEOUT",
@@ -181,7 +245,7 @@ class Settings(BaseSettings):
         "off",
         "OpenTelemetry traces of runs (workers/telemetry.py): off (the default), otlp (OTLP/HTTP "
         "to otel_endpoint) or console (spans as JSON on standard error); otlp and console need "
-        "`pip install 'agent-runtime[otel]'`",
+        "`pip install 'temporal-agent-runtime[otel]'`",
     )
     otel_endpoint: str | None = _env(
         "OTEL_EXPORTER_OTLP_ENDPOINT",
@@ -284,6 +348,13 @@ class Settings(BaseSettings):
         """``memory_url``, or the SQLite file in the state folder."""
         path = (Path(self.state_dir).expanduser() / "memory.db").resolve()
         return self.memory_url or f"sqlite://{path}"
+
+    @model_validator(mode="after")
+    def _state_in_home(self) -> Settings:
+        """An unset ``state_dir`` is ``home``."""
+        if not self.state_dir:
+            self.state_dir = self.home
+        return self
 
     @field_validator("metrics_address")
     @classmethod

@@ -69,7 +69,7 @@ __all__ = [
 ]
 
 INSTALL_HINT = (
-    "pip install 'agent-runtime[otel]' (from a checkout: pip install -e '.[otel]'; the packages "
+    "pip install 'temporal-agent-runtime[otel]' (from a checkout: pip install -e '.[otel]'; the packages "
     "are opentelemetry-sdk and opentelemetry-exporter-otlp-proto-http)"
 )
 """How to install the optional ``otel`` dependency group; quoted by every error about it."""

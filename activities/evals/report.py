@@ -5,7 +5,7 @@ its ``progress`` query). Statistics come from SciPy: the interval of the paired 
 bootstrap over cases (``scipy.stats.bootstrap``, percentile method, 95 %, fixed seed so a report
 is reproducible), and McNemar's exact test is a binomial test over the discordant
 (case, repeat) pairs (``scipy.stats.binomtest``). SciPy is the optional extra ``evals``
-(``pip install 'agent-runtime[evals]'``), imported only when a report compares two variants;
+(``pip install 'temporal-agent-runtime[evals]'``), imported only when a report compares two variants;
 without it that report raises :class:`activities.extras.MissingExtraError` naming the extra.
 
 * pass@1 of a case: the fraction of its runs that passed; of a variant: the mean over cases.

@@ -18,8 +18,10 @@ from pydantic import ConfigDict, Field, create_model
 
 from activities.tools.registry import REGISTRY, ToolDef
 
-FUNCTIONS = Path(__file__).resolve().parents[2] / "evals" / "bfcl" / "functions.json"
-"""The checked-in function docs (written by ``python -m bench.bfcl_dataset``)."""
+FUNCTIONS = Path(__file__).resolve().parent / "data" / "bfcl_functions.json"
+"""The function docs, package data (in the repository a link to the checked-in
+``evals/bfcl/functions.json``, written by ``python -m bench.bfcl_dataset``), so the module works
+the same installed from the wheel."""
 
 
 def _recorder(name: str):
@@ -70,8 +72,19 @@ def tool_def(fn: dict[str, Any]) -> ToolDef:
 
 
 def register_all(path: Path = FUNCTIONS) -> list[str]:
-    """Register every function of ``path`` as a tool; returns their names."""
-    docs = json.loads(path.read_text(encoding="utf-8"))
+    """Register every function of ``path`` as a tool; returns their names.
+
+    Raises:
+        FileNotFoundError: ``path`` is missing; the message names it and how to write it.
+    """
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError as e:
+        raise FileNotFoundError(
+            f"BFCL's function docs are missing: {path} (write them with "
+            "`python -m bench.bfcl_dataset` in the repository)"
+        ) from e
+    docs = json.loads(text)
     return [REGISTRY.register(tool_def(fn)).name for fn in docs]
 
 

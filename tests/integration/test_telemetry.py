@@ -295,7 +295,7 @@ async def test_telemetry_requested_without_the_packages_names_the_pip_command(
     with pytest.raises(telemetry.TelemetryUnavailableError) as exc:
         telemetry.build_span_exporter(settings)
     msg = str(exc.value)
-    assert "AGENT_OTEL=otlp" in msg and "pip install 'agent-runtime[otel]'" in msg
+    assert "AGENT_OTEL=otlp" in msg and "pip install 'temporal-agent-runtime[otel]'" in msg
     assert "opentelemetry-exporter-otlp-proto-http" in msg
     # connect() reports it as such, not as an unreachable server
     with pytest.raises(telemetry.TelemetryUnavailableError):

@@ -28,7 +28,7 @@ def test_require_names_the_extra_and_the_pip_command(monkeypatch: pytest.MonkeyP
     with pytest.raises(MissingExtraError) as e:
         require("scipy.stats", "evals", "the evaluation report")
     assert str(e.value).startswith("the evaluation report needs scipy")
-    assert str(e.value).endswith(", which is not installed: pip install 'agent-runtime[evals]'")
+    assert str(e.value).endswith(", which is not installed: pip install 'temporal-agent-runtime[evals]'")
     assert isinstance(e.value, ImportError)
     assert installed("json") and not installed("no_such_module_here")
 
@@ -66,7 +66,7 @@ def test_the_eval_report_needs_scipy_only_for_its_statistics(monkeypatch: pytest
     # a comparison with discordant pairs: the McNemar test needs scipy
     recs = [_rec("c1", "a", True), _rec("c1", "b", False), _rec("c2", "a", False)]
     recs.append(_rec("c2", "b", True))
-    with pytest.raises(MissingExtraError, match=r"pip install 'agent-runtime\[evals\]'"):
+    with pytest.raises(MissingExtraError, match=r"pip install 'temporal-agent-runtime\[evals\]'"):
         build_report(_progress(recs))
 
 
@@ -74,7 +74,7 @@ def test_a_postgres_memory_url_without_psycopg_stops_the_worker_at_start(
     monkeypatch: pytest.MonkeyPatch,
 ):
     monkeypatch.setattr(store_url, "installed", lambda module: module != "psycopg")
-    with pytest.raises(MissingExtraError, match=r"pip install 'agent-runtime\[postgres\]'"):
+    with pytest.raises(MissingExtraError, match=r"pip install 'temporal-agent-runtime\[postgres\]'"):
         store_url.configure("postgresql://u@127.0.0.1:5432/db")
     store_url.configure("sqlite://:memory:")  # SQLite needs no extra
 
@@ -95,7 +95,7 @@ def test_a_code_mode_spec_without_pydantic_monty_fails_as_the_run_starts(
 
 
 def test_install_hint():
-    assert install_hint("postgres") == "pip install 'agent-runtime[postgres]'"
+    assert install_hint("postgres") == "pip install 'temporal-agent-runtime[postgres]'"
 
 
 def _make_prerequisites() -> dict[str, list[str]]:
@@ -128,4 +128,4 @@ def test_the_extras_are_not_runtime_dependencies_and_the_tests_install_them():
     for extra, package in (("evals", "scipy"), ("postgres", "psycopg"), ("code-mode", "monty")):
         assert package not in runtime_deps
         assert any(package in req for req in extras[extra])
-    assert "agent-runtime[evals,postgres,code-mode,otel]" in extras["test"]
+    assert "temporal-agent-runtime[evals,postgres,code-mode,otel]" in extras["test"]

@@ -121,13 +121,19 @@ def worker(
 
 @app.command("dev-server")
 def dev_server(
-    config: str = typer.Option("temporal-dev.yml", "--config"),
+    config: str | None = typer.Option(
+        None,
+        "--config",
+        help="the server's configuration (default: ./temporal-dev.yml, else the checkout's, "
+        "else <AGENT_HOME>/temporal-dev.yml, written from the package on first use)",
+    ),
     background: bool = typer.Option(False, "--background", help="start detached and return"),
 ) -> None:
     """Start the local Temporal dev server (with Web UI) as temporal-dev.yml says."""
-    from workers.local.dev_server import run_dev_server
+    from workers.local.dev_server import DEFAULT_CONFIG_FILE, find_dev_config, run_dev_server
 
     state = cli_settings().state_dir
+    config = config or str(find_dev_config() or DEFAULT_CONFIG_FILE)
     raise typer.Exit(run_dev_server(config, foreground=not background, state_dir=state) or 0)
 
 

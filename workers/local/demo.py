@@ -39,7 +39,7 @@ from rich.console import Console
 from rich.rule import Rule
 
 from workers import client as rc
-from workers.config import PROJECT_ROOT, load_settings
+from workers.config import IN_CHECKOUT, PROJECT_ROOT, load_settings
 from workers.local import procs
 from workers.local.demo_memory import memory_across_runs
 from workflows.models import RunRequest, RunResult
@@ -298,12 +298,16 @@ async def demo_runs(ws: Path, outcome: Outcome) -> RunResult:
 
 def start_servers(ws: Path) -> bool:
     """Dev server, codec server, model server and worker; False (after printing why) on failure."""
-    from workers.local.dev_server import run_dev_server
+    from workers.local.dev_server import find_dev_config, run_dev_server
     from workers.local.model.process import host_port_from_env, is_ready
     from workers.local.model.server import run_model_server
 
     step("Temporal dev server (temporal-dev.yml)")
-    config, state = PROJECT_ROOT / "temporal-dev.yml", load_settings().state_dir
+    # the checkout's file; installed, <AGENT_HOME>/temporal-dev.yml (written from the package)
+    config = PROJECT_ROOT / "temporal-dev.yml" if IN_CHECKOUT else find_dev_config()
+    state = load_settings().state_dir
+    if config is None:
+        return False
     if run_dev_server(config, foreground=False, out=sys.stdout, state_dir=state) != 0:
         return False
     say(_encryption_on(Path(state)))

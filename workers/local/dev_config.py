@@ -203,13 +203,26 @@ def load_dev_config(path: str | os.PathLike[str] = DEFAULT_CONFIG_FILE) -> DevSe
 def find_dev_config() -> Path | None:
     """Locate `temporal-dev.yml`: the working directory first, then the repository's top level.
 
+    Installed from the wheel (no repository), the third place is `<AGENT_HOME>/temporal-dev.yml`,
+    written from the package on first use with its database `<AGENT_HOME>/temporal.db`
+    (:func:`workers.home.home_file`).
+
     Returns:
-        The path, or None when neither exists.
+        The path, or None when none exists (in a checkout without the file).
+
+    Raises:
+        OSError: installed, `AGENT_HOME` cannot be written.
     """
     for candidate in (Path.cwd() / DEFAULT_CONFIG_FILE, _REPO_ROOT / DEFAULT_CONFIG_FILE):
         if candidate.is_file():
             return candidate
-    return None
+    from workers.config import IN_CHECKOUT, load_settings
+
+    if IN_CHECKOUT:
+        return None
+    from workers.home import home_file
+
+    return home_file(DEFAULT_CONFIG_FILE, load_settings().home)
 
 
 def find_executable(name: str) -> Path | None:
