@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import gc
 import signal
+import sys
 from collections.abc import Coroutine
 from datetime import timedelta
 from pathlib import Path
@@ -34,7 +35,8 @@ from activities.storage import LocalStorageDriver
 from activities.tokens import tokens_count
 from activities.tools import load_tool_modules
 from activities.tools.sandbox_tools import configure as configure_sandbox
-from workers.config import STATE_DIR_DEFAULT, Settings, load_settings
+from workers.config import STATE_DIR_DEFAULT, Settings, builtin_spec_file, load_settings
+from workers.home import ensure_home_files
 from workers.metrics_server import MetricsEndpoint, endpoint_from_settings
 from workers.payloads.encryption import codec_from_setting
 from workers.sandbox import workflow_runner
@@ -75,6 +77,27 @@ def tool_modules_for(settings: Settings) -> list[str]:
     except SpecError as e:
         log.warning("spec_file_unreadable", error=str(e))
     return mods
+
+
+def project_import_path(settings: Settings) -> Path | None:
+    """Put the folder of a project's spec file first on ``sys.path`` (once), and log it.
+
+    A project of one's own (``agentctl init``) keeps its tools package beside its ``agents.yml``,
+    which the worker uses when it is in the working folder or ``AGENT_SPEC_FILE`` names it; its
+    ``tool_modules`` then import from that folder, wherever the worker was started. The built-in
+    agents' file adds nothing.
+
+    Returns:
+        The folder added (or already there), or None for the built-in agents' spec file.
+    """
+    spec = Path(settings.spec_file).expanduser().resolve()
+    if spec == builtin_spec_file(settings.home).expanduser().resolve():
+        return None
+    folder = spec.parent
+    if str(folder) not in sys.path:
+        sys.path.insert(0, str(folder))
+        log.info("project_import_path", folder=str(folder), spec_file=str(spec))
+    return folder
 
 
 def model_rate_limits(settings: Settings) -> dict[str, float]:
@@ -163,13 +186,12 @@ def build_workers(
 def runtime_activities(settings: Settings) -> RuntimeActivities:
     """The tool and spec activities for ``settings``.
 
-    A spec's workspace inside the runtime's own state folder (``AGENT_STATE_DIR``, or the
-    project's ``.agent-runtime``) is created on first use, so the default agent runs on a fresh
-    clone before ``make demo`` has filled its workspace.
+    A spec's workspace inside the runtime's own state folder (``AGENT_STATE_DIR``, ``AGENT_HOME``
+    or the checkout's ``.agent-runtime``) is created on first use, so the default agent runs on a
+    fresh clone (or a fresh install) before ``make demo`` has filled its workspace.
     """
-    return RuntimeActivities(
-        settings.spec_file, settings.default_model, own_dirs=(settings.state_dir, STATE_DIR_DEFAULT)
-    )
+    own = (settings.state_dir, settings.home, STATE_DIR_DEFAULT)
+    return RuntimeActivities(settings.spec_file, settings.default_model, own_dirs=own)
 
 
 def local_activities(runtime: RuntimeActivities) -> list[Any]:
@@ -234,6 +256,7 @@ def build_worker(
             pass one to stop its MCP servers with :meth:`RuntimeActivities.aclose` afterwards.
         **overrides: any other :class:`~temporalio.worker.Worker` option.
     """
+    project_import_path(settings)
     load_tool_modules(tool_modules_for(settings))
     configure_memory(settings.memory_store_url)
     configure_sandbox(
@@ -296,6 +319,8 @@ async def run_worker(
     from workers.client import connect
 
     settings = settings or load_settings()
+    for written in ensure_home_files(settings):  # installed: the built-in agents into AGENT_HOME
+        log.info("home_file_written", path=str(written))
     own_metrics = metrics is None
     metrics = metrics or endpoint_from_settings(settings)
     if metrics is not None and own_metrics:

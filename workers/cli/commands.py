@@ -9,7 +9,7 @@ from __future__ import annotations
 
 # isort: off
 # importing these registers their commands on `app`, in this order (the order of --help)
-from workers.cli import runs, servers, inspection, evals, versions, memory  # noqa: F401
+from workers.cli import runs, servers, inspection, evals, versions, memory, project  # noqa: F401
 
 # isort: on
 from workers.cli.base import (
@@ -24,7 +24,7 @@ from workers.cli.base import (
     web_ui_url,
 )
 
-_ORDER = [m.__name__ for m in (runs, servers, inspection, evals, versions, memory)]
+_ORDER = [m.__name__ for m in (runs, servers, inspection, evals, versions, memory, project)]
 
 
 def _rank(module: str | None) -> int:
