@@ -80,7 +80,7 @@ uses it when ``AGENT_ENCRYPTION_KEYS`` is unset."""
 def _env(name: str, default: Any, description: str, **constraints: Any) -> Any:
     """A field read from environment variable ``name`` (its name in Python also works).
 
-    A callable ``default`` is a default factory (it may take the fields validated before it).
+    A callable ``default`` is a default factory.
     """
     if callable(default):
         constraints["default_factory"] = default
@@ -153,7 +153,7 @@ class Settings(BaseSettings):
     )
     spec_file: str = _env(
         "AGENT_SPEC_FILE",
-        lambda data: default_spec_file(data["home"]),
+        "",
         "the YAML file defining agents (a path; default ./agents.yml when the working folder has "
         "one, else the built-in agents: agents/agents.yml of the checkout, or "
         "<AGENT_HOME>/agents.yml when installed)",
@@ -350,10 +350,12 @@ class Settings(BaseSettings):
         return self.memory_url or f"sqlite://{path}"
 
     @model_validator(mode="after")
-    def _state_in_home(self) -> Settings:
-        """An unset ``state_dir`` is ``home``."""
+    def _defaults_from_home(self) -> Settings:
+        """An unset ``state_dir`` is ``home``; an unset ``spec_file`` :func:`default_spec_file`."""
         if not self.state_dir:
             self.state_dir = self.home
+        if not self.spec_file:
+            self.spec_file = default_spec_file(self.home)
         return self
 
     @field_validator("metrics_address")

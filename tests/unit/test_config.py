@@ -39,6 +39,7 @@ VARIABLES = {
         "/s.yml",
         "/s.yml",
     ),
+    "AGENT_HOME": ("home", str(PROJECT_ROOT / ".agent-runtime"), "/h", "/h"),
     "AGENT_TOOL_MODULES": ("tool_modules", [], " a ,b,, ", ["a", "b"]),
     "AGENT_STATE_DIR": ("state_dir", str(PROJECT_ROOT / ".agent-runtime"), "/st", "/st"),
     "AGENT_MODEL_IDLE_TIMEOUT": ("model_idle_timeout_seconds", 60.0, "2.5", 2.5),
