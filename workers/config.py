@@ -61,17 +61,24 @@ def default_home(checkout: bool = IN_CHECKOUT, environ: Mapping[str, str] = os.e
 
 
 def builtin_spec_file(home: str | Path, checkout: bool = IN_CHECKOUT) -> Path:
-    """The built-in agents' spec file: ``agents/agents.yml`` in a checkout, else
-    ``<AGENT_HOME>/agents.yml`` (written from the package on the worker's first start,
-    :func:`workers.home.ensure_home_files`)."""
+    """The built-in agents' spec file (a path).
+
+    ``agents/agents.yml`` in a checkout, else ``<home>/agents.yml`` (written from the package on
+    the worker's first start, :func:`workers.home.ensure_home_files`).
+    """
     return PROJECT_ROOT / "agents" / "agents.yml" if checkout else Path(home) / "agents.yml"
 
 
 def default_spec_file(home: str | Path, cwd: Path | None = None) -> str:
-    """``AGENT_SPEC_FILE``'s default: ``./agents.yml`` when the working folder has one (a
-    project of one's own, ``agentctl init``), else :func:`builtin_spec_file`."""
+    """``AGENT_SPEC_FILE``'s default (an absolute path as text).
+
+    ``agents.yml`` in ``cwd`` (default: the working folder) when it has one (a project of one's
+    own, ``agentctl init``), else :func:`builtin_spec_file`.
+    """
     project = (cwd or Path.cwd()) / PROJECT_SPEC_FILE
     return str(project.resolve()) if project.is_file() else str(builtin_spec_file(home))
+
+
 ENCRYPTION_KEY_FILE = "encryption-keys"
 """The state folder's key file (``make demo`` creates it, mode 0600): :func:`load_settings`
 uses it when ``AGENT_ENCRYPTION_KEYS`` is unset."""

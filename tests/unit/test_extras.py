@@ -28,7 +28,9 @@ def test_require_names_the_extra_and_the_pip_command(monkeypatch: pytest.MonkeyP
     with pytest.raises(MissingExtraError) as e:
         require("scipy.stats", "evals", "the evaluation report")
     assert str(e.value).startswith("the evaluation report needs scipy")
-    assert str(e.value).endswith(", which is not installed: pip install 'temporal-agent-runtime[evals]'")
+    assert str(e.value).endswith(
+        ", which is not installed: pip install 'temporal-agent-runtime[evals]'"
+    )
     assert isinstance(e.value, ImportError)
     assert installed("json") and not installed("no_such_module_here")
 
@@ -74,7 +76,9 @@ def test_a_postgres_memory_url_without_psycopg_stops_the_worker_at_start(
     monkeypatch: pytest.MonkeyPatch,
 ):
     monkeypatch.setattr(store_url, "installed", lambda module: module != "psycopg")
-    with pytest.raises(MissingExtraError, match=r"pip install 'temporal-agent-runtime\[postgres\]'"):
+    with pytest.raises(
+        MissingExtraError, match=r"pip install 'temporal-agent-runtime\[postgres\]'"
+    ):
         store_url.configure("postgresql://u@127.0.0.1:5432/db")
     store_url.configure("sqlite://:memory:")  # SQLite needs no extra
 

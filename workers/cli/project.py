@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import typer
 from rich.markup import escape
 
@@ -12,7 +10,7 @@ from workers.cli.base import EXIT_USAGE, app, err, out
 
 @app.command()
 def init(
-    folder: Path = typer.Argument(..., help="the project folder (created when missing)"),
+    folder: str = typer.Argument(..., help="the project folder (created when missing)"),
     force: bool = typer.Option(False, "--force", help="overwrite files that exist"),
 ) -> None:
     """Write a project of your own into FOLDER: agents.yml, a tools package with its test, .env.

@@ -1,5 +1,4 @@
-"""Data shipped in the wheel (package data): the built-in agents (``agents.yml``) and the local
-dev server's ``temporal-dev.yml``.
+"""Data shipped in the wheel: the built-in agents and the dev server's ``temporal-dev.yml``.
 
 In the repository these are links to ``agents/agents.yml`` and ``temporal-dev.yml`` at the top,
 which stay the files developers edit; the wheel holds copies. Installed, :mod:`workers.home`
