@@ -79,6 +79,9 @@ def tool_modules_for(settings: Settings) -> list[str]:
     return mods
 
 
+_ANNOUNCED: set[str] = set()
+
+
 def project_import_path(settings: Settings) -> Path | None:
     """Put the folder of a project's spec file first on ``sys.path`` (once), and log it.
 
@@ -94,9 +97,12 @@ def project_import_path(settings: Settings) -> Path | None:
     if spec == builtin_spec_file(settings.home).expanduser().resolve():
         return None
     folder = spec.parent
-    if str(folder) not in sys.path:
+    added = str(folder) not in sys.path
+    if added:
         sys.path.insert(0, str(folder))
-        log.info("project_import_path", folder=str(folder), spec_file=str(spec))
+    if str(folder) not in _ANNOUNCED:  # once per process, though every worker of it asks
+        _ANNOUNCED.add(str(folder))
+        log.info("project_import_path", folder=str(folder), spec_file=str(spec), added=added)
     return folder
 
 
