@@ -133,4 +133,12 @@ def test_installed_agentctl_runs_anywhere_and_writes_nothing_in_the_package(
         env,
     )
     assert dev.stdout.strip() == f"{xdg_home}/temporal-dev.yml"
+    # BFCL's tools read their docs from the package, not from beside a repository
+    bfcl = run(
+        [str(py), "-c", "import activities.tools.bfcl as b; print(b.FUNCTIONS, len(b.NAMES))"],
+        empty,
+        env,
+    )
+    path, count = bfcl.stdout.split()
+    assert Path(path).is_relative_to(site) and int(count) > 10
     assert files_under(site) == before  # nothing written inside the installed package
