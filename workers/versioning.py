@@ -29,7 +29,7 @@ from temporalio.client import Client
 from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
 from temporalio.worker import WorkerDeploymentConfig
 
-from workers.config import PROJECT_ROOT, Settings
+from workers.config import IN_CHECKOUT, PROJECT_ROOT, Settings
 
 DEPLOYMENT_NAME = "agent-runtime"
 """The Worker Deployment every worker of this runtime belongs to (docs/contract.md)."""
@@ -39,6 +39,8 @@ IDENTITY = "agentctl"
 
 @functools.cache
 def _commit() -> str:
+    if not IN_CHECKOUT:  # installed: a repository around site-packages is not this build's
+        return "nogit"
     try:
         out = subprocess.run(
             ["git", "rev-parse", "--short=12", "HEAD"],
