@@ -133,6 +133,9 @@ def test_installed_agentctl_runs_anywhere_and_writes_nothing_in_the_package(
         env,
     )
     assert dev.stdout.strip() == f"{xdg_home}/temporal-dev.yml"
+    # the project's tool test passes against the installed runtime (pytest from the deps)
+    tested = run([str(py), "-m", "pytest", "-q", "-p", "no:cacheprovider"], empty / "myproj", env)
+    assert "2 passed" in tested.stdout
     # BFCL's tools read their docs from the package, not from beside a repository
     bfcl = run(
         [str(py), "-c", "import activities.tools.bfcl as b; print(b.FUNCTIONS, len(b.NAMES))"],
