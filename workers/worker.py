@@ -88,7 +88,8 @@ def project_import_path(settings: Settings) -> Path | None:
     A project of one's own (``agentctl init``) keeps its tools package beside its ``agents.yml``,
     which the worker uses when it is in the working folder or ``AGENT_SPEC_FILE`` names it; its
     ``tool_modules`` then import from that folder, wherever the worker was started. The built-in
-    agents' file adds nothing.
+    agents' file adds nothing. :func:`run_worker` calls it (the worker process), not
+    :func:`build_worker`, so workers built in a test process leave ``sys.path`` alone.
 
     Returns:
         The folder added (or already there), or None for the built-in agents' spec file.
@@ -262,7 +263,6 @@ def build_worker(
             pass one to stop its MCP servers with :meth:`RuntimeActivities.aclose` afterwards.
         **overrides: any other :class:`~temporalio.worker.Worker` option.
     """
-    project_import_path(settings)
     load_tool_modules(tool_modules_for(settings))
     configure_memory(settings.memory_store_url)
     configure_sandbox(
@@ -311,7 +311,9 @@ async def run_worker(
 
     With ``AGENT_METRICS_ADDRESS`` set, ``GET /healthz`` and ``GET /metrics`` are served there
     from before the connection to Temporal until the worker stopped (:mod:`workers.metrics_server`):
-    ``/healthz`` answers 200 only while the workers poll.
+    ``/healthz`` answers 200 only while the workers poll. Installed, the built-in agents are
+    written into ``AGENT_HOME`` first (:func:`workers.home.ensure_home_files`); a project's
+    folder goes on the import path (:func:`project_import_path`).
 
     Args:
         settings: the settings (default :func:`load_settings`).
@@ -327,6 +329,7 @@ async def run_worker(
     settings = settings or load_settings()
     for written in ensure_home_files(settings):  # installed: the built-in agents into AGENT_HOME
         log.info("home_file_written", path=str(written))
+    project_import_path(settings)  # a project's tools package, beside its agents.yml
     own_metrics = metrics is None
     metrics = metrics or endpoint_from_settings(settings)
     if metrics is not None and own_metrics:
