@@ -29,7 +29,7 @@ from temporalio.client import Client
 from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
 from temporalio.worker import WorkerDeploymentConfig
 
-from workers.config import IN_CHECKOUT, PROJECT_ROOT, Settings
+from workers.config import DIST_NAME, IN_CHECKOUT, PROJECT_ROOT, Settings
 
 DEPLOYMENT_NAME = "agent-runtime"
 """The Worker Deployment every worker of this runtime belongs to (docs/contract.md)."""
@@ -60,7 +60,7 @@ def build_id(settings: Settings) -> str:
     if settings.build_id:
         return settings.build_id
     try:
-        version = importlib.metadata.version("agent-runtime")
+        version = importlib.metadata.version(DIST_NAME)
     except importlib.metadata.PackageNotFoundError:
         version = "0"
     return f"{version}-{_commit()}"
