@@ -79,9 +79,8 @@ class ModelStep:
         ctx.emit("model_finished", reply=reply)
         # TotalTokens and CostUsd stay current in listings: each upsert is an event and a
         # visibility write on the server, so not one every turn.
-        if (
-            ctx.versions.refresh_by_turns
-        ):  # by turns: a workflow.now() difference must not change commands
+        # by turns: a workflow.now() difference must not change commands
+        if ctx.versions.refresh_by_turns:
             # revision 4: not when the reply ends the turn (the status upsert that follows
             # carries the same figures in the same workflow task)
             if s.turn % SA_REFRESH_TURNS == 0 and (

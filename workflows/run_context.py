@@ -248,9 +248,8 @@ class RunContext:
 
         From revision 5 an activity timed out at the deadline counts too.
         """
-        if (
-            self.versions.deadline_by_events
-        ):  # only events in history (a timer, a timeout) end the run on time
+        # only events in history (a timer, a timeout) end the run on time
+        if self.versions.deadline_by_events:
             deadline = self._deadline
             fired = (
                 deadline is not None and deadline.done() and self._deadline_waits == self.s.waits
