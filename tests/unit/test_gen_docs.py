@@ -26,3 +26,26 @@ def test_check_reports_a_stale_file(tmp_path, monkeypatch, capsys):
     assert not list(tmp_path.iterdir())
     assert gen_docs.main([]) == 0
     assert gen_docs.main(["--check"]) == 0
+
+
+def test_every_command_subcommand_and_option_is_documented():
+    import typer.main
+
+    from workers.cli import app
+
+    cli = gen_docs.cli_markdown()
+    missing = []
+    for path, cmd in gen_docs.walk_commands(typer.main.get_command(app)):
+        if f"## `agentctl {path}`" not in cli:
+            missing.append(path)
+            continue
+        section = cli.split(f"## `agentctl {path}`\n", 1)[1].split("\n## ", 1)[0]
+        for param in gen_docs.documented_params(cmd):
+            if not gen_docs._is_option(param):
+                continue
+            if not (param.help or "").strip():
+                missing.append(f"{path} {param.opts[0]}: no help text")
+            elif f"`{param.opts[0]}`" not in section:
+                missing.append(f"{path} {param.opts[0]}: not in docs/cli.md")
+    assert not missing, missing
+    assert "## `agentctl memory list`" in cli

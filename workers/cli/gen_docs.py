@@ -125,7 +125,8 @@ def _param_row(param: Any) -> str:
         )
         return f"| {names} | {_cell(param.help or '')} | {_cell(default)} |\n"
     required = "required" if param.required else "optional"
-    return f"| `{(param.name or '').upper()}` | argument ({required}) | |\n"
+    text = f"argument ({required})" + (f": {param.help}" if getattr(param, "help", None) else "")
+    return f"| `{(param.name or '').upper()}` | {_cell(text)} | |\n"
 
 
 def cli_markdown() -> str:
@@ -133,7 +134,6 @@ def cli_markdown() -> str:
     from workers.cli import app
 
     group = typer.main.get_command(app)
-    commands: dict[str, Any] = getattr(group, "commands", {})
     out = [
         HEADER,
         "# `agentctl` reference\n\n",
@@ -143,13 +143,31 @@ def cli_markdown() -> str:
         "`AGENT_ENCRYPTION_KEYS` or `TEMPORAL_ADDRESS`: one line names it), 3 the Temporal server "
         "cannot be reached.\n",
     ]
-    for name, cmd in commands.items():
-        out.append(f"\n## `agentctl {name}`\n\n{(cmd.help or '').strip()}\n\n")
-        params = [p for p in cmd.params if not (_is_option(p) and p.hidden)]
+    for path, cmd in walk_commands(group):
+        out.append(f"\n## `agentctl {path}`\n\n{(cmd.help or '').strip()}\n\n")
+        subs = getattr(cmd, "commands", {})
+        if subs:
+            out.append(
+                "Subcommands: " + ", ".join(f"`agentctl {path} {s}`" for s in subs) + ".\n\n"
+            )
+        params = documented_params(cmd)
         if params:
             out.append("| argument / option | meaning | default |\n|---|---|---|\n")
             out.extend(_param_row(p) for p in params)
     return "".join(out)
+
+
+def walk_commands(group: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """Every command and subcommand under ``group`` as (``"memory list"``, command), depth first."""
+    for name, cmd in getattr(group, "commands", {}).items():
+        path = f"{prefix}{name}"
+        yield path, cmd
+        yield from walk_commands(cmd, f"{path} ")
+
+
+def documented_params(cmd: Any) -> list[Any]:
+    """A command's arguments and visible options, in the order they are declared."""
+    return [p for p in cmd.params if not (_is_option(p) and p.hidden)]
 
 
 def outputs() -> dict[Path, str]:
