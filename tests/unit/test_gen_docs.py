@@ -1,5 +1,7 @@
 """The generated references (docs/agent-spec.md, docs/cli.md) match the code that generates them."""
 
+from pydantic import BaseModel
+
 from activities.spec import AgentSpec
 from workers.cli import gen_docs
 
@@ -49,3 +51,31 @@ def test_every_command_subcommand_and_option_is_documented():
                 missing.append(f"{path} {param.opts[0]}: not in docs/cli.md")
     assert not missing, missing
     assert "## `agentctl memory list`" in cli
+
+
+def _spec_models() -> list[type[BaseModel]]:
+    seen: list[type[BaseModel]] = []
+    todo: list[type[BaseModel]] = [AgentSpec]
+    while todo:
+        model = todo.pop(0)
+        if model not in seen:
+            seen.append(model)
+            for field in model.model_fields.values():
+                todo.extend(gen_docs._nested(field.annotation))
+    return seen
+
+
+def test_every_spec_field_has_a_description_and_required_means_must_write():
+    spec = gen_docs.agent_spec_markdown()
+    missing = [
+        f"{model.__name__}.{name}"
+        for model in _spec_models()
+        for name, field in model.model_fields.items()
+        if not (field.description or "").strip()
+    ]
+    assert not missing, f"spec fields without a description: {missing}"
+    agent = spec.split("## `AgentSpec`")[1].split("\n## ")[0]
+    assert "| `name` | str | required |" not in agent  # the loader sets it
+    assert "| `model` | str | required |" not in agent  # AGENT_MODEL when absent
+    for key in ("agents", "tool_modules", "rate_limits"):
+        assert f"| `{key}` |" in spec.split("## `AgentSpec`")[0]

@@ -51,8 +51,37 @@ def _type_name(ann: Any) -> str:
     return str(ann).replace("typing.", "")
 
 
-def _default(field: FieldInfo) -> str:
+LOADER_DEFAULTS = {
+    ("AgentSpec", "name"): "the agent's key under `agents`",
+    ("AgentSpec", "model"): "`AGENT_MODEL`",
+    ("AgentSpec", "rate_limits"): "the file's top-level `rate_limits` (refused here)",
+}
+"""Fields the loader (``activities/spec_pinning.py``) fills in: what it puts there."""
+
+SPEC_FILE_KEYS = (
+    ("agents", "mapping", "required", "agent name -> the agent's fields (`AgentSpec` below)"),
+    (
+        "tool_modules",
+        "list[str]",
+        "`[]`",
+        "modules whose `@tool` functions the worker registers, after those of "
+        "`AGENT_TOOL_MODULES` (workers/worker.py)",
+    ),
+    (
+        "rate_limits",
+        "dict[str, RateLimit]",
+        "`{}`",
+        "model name -> `RateLimit`, held across every worker; allowed only here, at the top "
+        "level: under an agent it is refused, and every agent's `rate_limits` is this section",
+    ),
+)
+"""The top-level keys of a spec file (``activities/spec_file.py``, ``activities/spec_pinning.py``)."""
+
+
+def _default(field: FieldInfo, model: str = "", name: str = "") -> str:
     """The field's default as the spec file would spell it, or ``required``."""
+    if (model, name) in LOADER_DEFAULTS:
+        return LOADER_DEFAULTS[model, name]
     if field.is_required():
         return "required"
     if field.default_factory is not None:
@@ -89,7 +118,11 @@ def agent_spec_markdown() -> str:
         "The fields of an agent in `agents/agents.yml`, from the pydantic models that "
         "`activities/spec.py` exports (defined in `activities/spec_agent.py`, "
         "`activities/spec_settings.py` and `activities/spec_policy.py`). "
-        "Unknown fields are refused.\n",
+        "Unknown fields are refused. A field is marked required only when the spec file must "
+        "give it; the others have the default shown.\n",
+        "\n## The spec file\n\nIts top-level keys:\n\n",
+        "| key | type | default | meaning |\n|---|---|---|---|\n",
+        *(f"| `{k}` | {_cell(ty)} | {_cell(d)} | {_cell(m)} |\n" for k, ty, d, m in SPEC_FILE_KEYS),
     ]
     seen: list[type[BaseModel]] = []
     todo: list[type[BaseModel]] = [AgentSpec]
@@ -102,7 +135,8 @@ def agent_spec_markdown() -> str:
         out.append("| field | type | default | meaning |\n|---|---|---|---|\n")
         for name, field in model.model_fields.items():
             out.append(
-                f"| `{name}` | {_cell(_type_name(field.annotation))} | {_cell(_default(field))}"
+                f"| `{name}` | {_cell(_type_name(field.annotation))} "
+                f"| {_cell(_default(field, model.__name__, name))}"
                 f" | {_cell(field.description or '')} |\n"
             )
             todo.extend(m for m in _nested(field.annotation) if m not in seen)
