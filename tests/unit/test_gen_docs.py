@@ -1,4 +1,8 @@
-"""The generated references (docs/agent-spec.md, docs/cli.md) match the code that generates them."""
+"""The generated references (docs/agent-spec.md, docs/cli.md, docs/environment.md) match the code
+and document everything a user can set or type."""
+
+import re
+from pathlib import Path
 
 from pydantic import BaseModel
 
@@ -24,7 +28,7 @@ def test_references_name_every_spec_field_and_command():
 def test_check_reports_a_stale_file(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(gen_docs, "DOCS", tmp_path)
     assert gen_docs.main(["--check"]) == 1
-    assert "stale: agent-spec.md, cli.md" in capsys.readouterr().err
+    assert "stale: agent-spec.md, cli.md, environment.md" in capsys.readouterr().err
     assert not list(tmp_path.iterdir())
     assert gen_docs.main([]) == 0
     assert gen_docs.main(["--check"]) == 0
@@ -79,3 +83,25 @@ def test_every_spec_field_has_a_description_and_required_means_must_write():
     assert "| `model` | str | required |" not in agent  # AGENT_MODEL when absent
     for key in ("agents", "tool_modules", "rate_limits"):
         assert f"| `{key}` |" in spec.split("## `AgentSpec`")[0]
+
+
+ENV_READ = re.compile(
+    r"""(?:environ(?:\.get)?[\[(]|getenv\(|envvar=|_env\(\s*)\s*["']([A-Z][A-Z0-9_]+)["']"""
+)
+
+
+def test_every_environment_variable_read_is_in_the_generated_table():
+    table = gen_docs.environment_markdown()
+    root = Path(gen_docs.__file__).resolve().parents[2]
+    read = {
+        name
+        for package in ("workers", "activities", "workflows")
+        for path in (root / package).rglob("*.py")
+        for name in ENV_READ.findall(path.read_text(encoding="utf-8"))
+    }
+    assert {"AGENT_LOG_LEVEL", "AGENT_PRINCIPAL", "AGENT_TENANT", "OTEL_SERVICE_NAME"} <= read
+    missing = sorted(name for name in read if f"| `{name}` |" not in table)
+    assert not missing, f"environment variables without a row in docs/environment.md: {missing}"
+    for name in ("TEMPORAL_API_KEY", "TEMPORAL_PROFILE", "AGENT_TOOL_LEDGER_DAYS"):
+        assert f"| `{name}` |" in table
+    assert all(row[3].strip() for row in gen_docs.environment_rows()), "a variable has no meaning"

@@ -1,7 +1,9 @@
-"""Generated references: ``docs/agent-spec.md`` from the spec models, ``docs/cli.md`` from the CLI.
+"""Generated references: the spec (``docs/agent-spec.md``), the CLI, the environment variables.
 
-``python -m workers.cli.gen_docs`` (``make docs``) writes both files under the repository's
-``docs/``; ``python -m workers.cli.gen_docs --check`` writes nothing and exits 1 when either is
+``docs/agent-spec.md`` comes from the spec models, ``docs/cli.md`` from the CLI,
+``docs/environment.md`` from the settings, the CLI's options and the variables read elsewhere.
+``python -m workers.cli.gen_docs`` (``make docs``) writes the files under the repository's
+``docs/``; ``python -m workers.cli.gen_docs --check`` writes nothing and exits 1 when one is
 stale. The text depends only on the code (models, fields, descriptions, defaults, commands,
 options), never on the terminal's width or the environment, so a test can compare it with the
 committed files.
@@ -204,9 +206,97 @@ def documented_params(cmd: Any) -> list[Any]:
     return [p for p in cmd.params if not (_is_option(p) and p.hidden)]
 
 
+ENVCONFIG = "temporalio.envconfig"
+OTHER_ENV = (
+    (
+        "AGENT_TOOL_LEDGER_DAYS",
+        "`7`",
+        "activities/tools/ledger.py",
+        "days tool-call ledger files are kept",
+    ),
+    (
+        "XDG_DATA_HOME",
+        "",
+        "workers/config.py",
+        "installed (not a checkout): `AGENT_HOME` defaults to "
+        "`$XDG_DATA_HOME/temporal-agent-runtime` when it is absolute",
+    ),
+    (
+        "CXX",
+        "",
+        "workers/local/model/llama_build.py",
+        "the C++ compiler that builds llama.cpp from source (else c++, g++ or clang++)",
+    ),
+    (
+        "NOTES_FILE",
+        "`'notes.json'`",
+        "workers/local/mcp_example_server.py",
+        "the notes file of the example MCP server",
+    ),
+    (
+        "OTEL_RESOURCE_ATTRIBUTES",
+        "",
+        "OpenTelemetry SDK",
+        "merged into the exported spans' resource",
+    ),
+    ("TEMPORAL_API_KEY", "", ENVCONFIG, "API key for the Temporal server"),
+    ("TEMPORAL_TLS", "", ENVCONFIG, "use TLS to reach the Temporal server"),
+    ("TEMPORAL_TLS_CLIENT_CERT_PATH", "", ENVCONFIG, "client certificate"),
+    ("TEMPORAL_TLS_CLIENT_KEY_PATH", "", ENVCONFIG, "client key"),
+    ("TEMPORAL_TLS_SERVER_CA_CERT_PATH", "", ENVCONFIG, "CA certificate of the server"),
+    ("TEMPORAL_TLS_SERVER_NAME", "", ENVCONFIG, "server name checked by TLS"),
+    ("TEMPORAL_PROFILE", "", ENVCONFIG, "profile of the Temporal configuration file"),
+    ("TEMPORAL_CONFIG_FILE", "", ENVCONFIG, "the Temporal configuration file (TOML)"),
+)
+"""Variables read outside :class:`workers.config.Settings` and the CLI's options: (name, default,
+read by, meaning). ``TEMPORAL_*`` are read by ``temporalio.envconfig`` (:func:`workers.config.temporal_connect_config`)."""
+
+
+def environment_rows() -> list[tuple[str, str, str, str]]:
+    """Every environment variable: (name, default, where it is read, meaning)."""
+    from workers.cli import app
+    from workers.config import Settings
+
+    rows: dict[str, tuple[str, str, str, str]] = {}
+    for field in Settings.model_fields.values():
+        alias = field.validation_alias
+        name = str(getattr(alias, "choices", [alias])[0])
+        default = "computed" if field.default_factory is not None else f"`{field.default!r}`"
+        meaning = (field.description or "").removeprefix(f"{name}: ")
+        rows[name] = (name, default, "settings (workers/config.py)", meaning)
+    for _path, cmd in walk_commands(typer.main.get_command(app)):
+        for param in documented_params(cmd):
+            for var in [param.envvar] if isinstance(param.envvar, str) else param.envvar or []:
+                where = f"`agentctl` option `{param.opts[0]}`"
+                rows.setdefault(var, (var, f"`{param.default!r}`", where, param.help or ""))
+    for name, default, where, meaning in OTHER_ENV:
+        rows.setdefault(name, (name, default, where, meaning))
+    return list(rows.values())
+
+
+def environment_markdown() -> str:
+    """``docs/environment.md``: every environment variable the runtime and ``agentctl`` read."""
+    out = [
+        HEADER,
+        "# Environment variables\n\n",
+        "Every variable the worker, the console and `agentctl` read. Settings are read once, in "
+        "`workers/config.py`; unset or empty variables keep the default; an invalid value is a "
+        "usage error naming the variable (exit 2). The `TEMPORAL_*` connection variables follow "
+        "`temporalio.envconfig`.\n\n",
+        "| variable | default | read by | meaning |\n|---|---|---|---|\n",
+    ]
+    for name, default, where, meaning in environment_rows():
+        out.append(f"| `{name}` | {_cell(default)} | {_cell(where)} | {_cell(meaning)} |\n")
+    return "".join(out)
+
+
 def outputs() -> dict[Path, str]:
     """Each generated file with the text it must hold."""
-    return {DOCS / "agent-spec.md": agent_spec_markdown(), DOCS / "cli.md": cli_markdown()}
+    return {
+        DOCS / "agent-spec.md": agent_spec_markdown(),
+        DOCS / "cli.md": cli_markdown(),
+        DOCS / "environment.md": environment_markdown(),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
