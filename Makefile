@@ -104,7 +104,7 @@ lint: $(VENV)/.bench-installed ## ruff (lint and format check), pyright over the
 	$(BIN)/pyright --project pyproject.toml
 	$(BIN)/lint-imports
 
-docs: runtime ## regenerate docs/agent-spec.md and docs/cli.md from the spec models and the CLI
+docs: runtime ## regenerate docs/agent-spec.md, docs/cli.md and docs/environment.md from the code
 	$(BIN)/python -m workers.cli.gen_docs
 
 DIST ?= dist

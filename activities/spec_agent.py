@@ -45,32 +45,59 @@ class AgentSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str
-    model: str = Field(min_length=1)
+    name: str = Field(description="the agent's name; set by the loader, not written in the file")
+    model: str = Field(
+        min_length=1,
+        description="model name, or a list: the first is the model, the rest fallback_models "
+        "(default: AGENT_MODEL)",
+    )
     fallback_models: list[str] = Field(
         default_factory=list, description="models tried in order when a model step fails for good"
     )
     rate_limits: dict[str, RateLimit] = Field(
         default_factory=dict, description="the spec file's rate_limits (model -> limit)"
     )
-    system_prompt: str = "You are a helpful assistant."
-    tools: list[str | ToolEntry] = Field(default_factory=list[str | ToolEntry])
-    tool_queues: dict[str, str] = Field(default_factory=dict)
+    system_prompt: str = Field(
+        default="You are a helpful assistant.", description="the system message of every run"
+    )
+    tools: list[str | ToolEntry] = Field(
+        default_factory=list[str | ToolEntry],
+        description="tool names, or {name, task_queue, local} entries, the agent may call",
+    )
+    tool_queues: dict[str, str] = Field(
+        default_factory=dict,
+        description="tool name -> task queue of its calls (from tools entries with task_queue:)",
+    )
     local_tools: dict[str, bool] = Field(
         default_factory=dict,
         description="tool name -> run as a local activity (from tools entries with local:)",
     )
-    mcp_servers: dict[str, McpServerSpec] = Field(default_factory=dict)
-    workspace: str = "."
-    limits: Limits = Field(default_factory=Limits)
-    policy: Policy = Field(default_factory=Policy)
-    pricing: Pricing = Field(default_factory=Pricing)
-    compaction: Compaction = Field(default_factory=Compaction)
-    memory: MemorySpec | None = None
+    mcp_servers: dict[str, McpServerSpec] = Field(
+        default_factory=dict,
+        description="MCP servers whose tools the agent may call (name -> server)",
+    )
+    workspace: str = Field(
+        default=".",
+        description="folder the file tools work in, relative to the spec file; ~ and $VARS "
+        "expanded (default: the spec file's folder)",
+    )
+    limits: Limits = Field(default_factory=Limits, description="per-run limits (Limits below)")
+    policy: Policy = Field(
+        default_factory=Policy, description="which tool calls are allowed, refused or need approval"
+    )
+    pricing: Pricing = Field(
+        default_factory=Pricing, description="model prices, for cost and max_cost_usd"
+    )
+    compaction: Compaction = Field(
+        default_factory=Compaction, description="context-window size and when to compact"
+    )
+    memory: MemorySpec | None = Field(
+        default=None, description="long-term memory scopes read and written (none: no memory)"
+    )
     code_mode: CodeModeSpec | None = Field(
         default=None, description="a tool that runs a Python script over the agent's tools"
     )
-    temperature: float = Field(default=0.2, ge=0, le=2)
+    temperature: float = Field(default=0.2, ge=0, le=2, description="sampling temperature, 0-2")
     retry_temperature_step: float = Field(
         default=0.0,
         ge=0,
@@ -78,7 +105,9 @@ class AgentSpec(BaseModel):
         description="added to the temperature only on the attempt after unreadable model output "
         "(0, the default: every retry of a model step sends the same request)",
     )
-    max_output_tokens: int = Field(default=1024, ge=1)
+    max_output_tokens: int = Field(
+        default=1024, ge=1, description="tokens one model step may generate at most"
+    )
     model_timeout_seconds: float = Field(
         default=600,
         gt=0,
@@ -99,7 +128,9 @@ class AgentSpec(BaseModel):
         ge=0,
         description="unparsable model outputs reported back to the model before the run fails",
     )
-    max_tool_output_chars: int = Field(default=16_000, ge=100)
+    max_tool_output_chars: int = Field(
+        default=16_000, ge=100, description="a tool result longer than this is cut for the model"
+    )
     local_tools_in_model_step: bool = Field(
         default=True,
         description="a turn's calls of local tools, all allowed by the policy, run at the start "
@@ -125,7 +156,9 @@ class AgentSpec(BaseModel):
     mode: Literal["task", "plan"] = Field(
         default="task", description="plan: plan -> act -> observe -> replan (workflows/plan.py)"
     )
-    plan: PlanSettings = Field(default_factory=PlanSettings)
+    plan: PlanSettings = Field(
+        default_factory=PlanSettings, description="settings of mode: plan (PlanSettings below)"
+    )
 
     @field_validator("subagents", "handoffs")
     @classmethod

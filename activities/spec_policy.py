@@ -60,8 +60,12 @@ class ArgCondition(BaseModel):
         description="argument name -> regular expression (RE2 syntax) not found in the "
         "argument's text",
     )
-    tenant_in: list[str] | None = None
-    principal_in: list[str] | None = None
+    tenant_in: list[str] | None = Field(
+        default=None, description="the run's tenant is one of these"
+    )
+    principal_in: list[str] | None = Field(
+        default=None, description="the run's principal is one of these"
+    )
 
     @field_validator("arg_matches", "arg_not_matches")
     @classmethod
@@ -96,9 +100,9 @@ class PolicyRule(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    when: ArgCondition
-    action: PolicyAction
-    reason: str | None = None
+    when: ArgCondition = Field(description="the condition (ArgCondition below)")
+    action: PolicyAction = Field(description="allow, deny or approve when it holds")
+    reason: str | None = Field(default=None, description="shown with the decision")
 
 
 class ToolPolicy(BaseModel):
@@ -106,10 +110,16 @@ class ToolPolicy(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    action: PolicyAction | None = None
-    rules: list[PolicyRule] = Field(default_factory=list[PolicyRule])
-    approvers: list[str] | None = None
-    reason: str | None = None
+    action: PolicyAction | None = Field(
+        default=None, description="action when no rule holds (none: the policy's default)"
+    )
+    rules: list[PolicyRule] = Field(
+        default_factory=list[PolicyRule], description="tried in order; the first that holds decides"
+    )
+    approvers: list[str] | None = Field(
+        default=None, description="who may approve this tool's calls (replaces the policy's)"
+    )
+    reason: str | None = Field(default=None, description="shown with the decision")
 
 
 class Policy(BaseModel):
@@ -125,14 +135,25 @@ class Policy(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    default: PolicyAction | Literal["by_risk"] = "by_risk"
-    tools: dict[str, ToolPolicy] = Field(default_factory=dict)
-    approvers: list[str] = Field(default_factory=list)
+    default: PolicyAction | Literal["by_risk"] = Field(
+        default="by_risk",
+        description="action for tools without an entry (by_risk: by the tool's risk)",
+    )
+    tools: dict[str, ToolPolicy] = Field(
+        default_factory=dict, description="tool name -> its policy"
+    )
+    approvers: list[str] = Field(
+        default_factory=list, description="principals or role:NAME that may decide (empty: anyone)"
+    )
     roles: dict[str, list[str]] = Field(
         default_factory=dict, description="role name -> principals holding it"
     )
-    approval_timeout_seconds: float = Field(default=86_400, gt=0)
-    on_approval_timeout: Literal["reject", "fail"] = "reject"
+    approval_timeout_seconds: float = Field(
+        default=86_400, gt=0, description="a pending approval waits this long (a durable timer)"
+    )
+    on_approval_timeout: Literal["reject", "fail"] = Field(
+        default="reject", description="then the call is rejected or the run fails"
+    )
     require_signed_decisions: bool = Field(
         default=False,
         description="approve/reject/decide must carry an Ed25519 signature verified against "

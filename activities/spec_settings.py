@@ -57,7 +57,9 @@ class Limits(BaseModel):
         gt=0,
         description="sandbox budget: seconds of sandboxed tool time (run_python, run_command)",
     )
-    on_budget: Literal["stop", "pause"] = "stop"
+    on_budget: Literal["stop", "pause"] = Field(
+        default="stop", description="when max_cost_usd is reached: stop the run or pause it"
+    )
     continue_as_new_every_turns: int | None = Field(
         default=None, ge=1, description="continue as new every N turns (None: by history size)"
     )
@@ -77,8 +79,8 @@ class Pricing(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    prompt_per_mtok: float = 0.0
-    completion_per_mtok: float = 0.0
+    prompt_per_mtok: float = Field(default=0.0, description="USD per million prompt tokens")
+    completion_per_mtok: float = Field(default=0.0, description="USD per million completion tokens")
     sandbox_per_second: float = Field(
         default=0.0, ge=0, description="US dollars per second of sandboxed tool time"
     )
@@ -94,10 +96,12 @@ class MemorySpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     read: list[Literal["user", "agent", "thread"]] = Field(
-        default_factory=list[Literal["user", "agent", "thread"]]
+        default_factory=list[Literal["user", "agent", "thread"]],
+        description="scopes whose items are given to each model step",
     )
     write: list[Literal["user", "agent", "thread"]] = Field(
-        default_factory=list[Literal["user", "agent", "thread"]]
+        default_factory=list[Literal["user", "agent", "thread"]],
+        description="scopes the finished run's memories are consolidated into",
     )
     max_tokens: int = Field(
         default=800, ge=50, le=8000, description="memory block size per model step"
@@ -136,11 +140,18 @@ class Compaction(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    context_window: int = Field(default=32_768, ge=256)
-    output_reserve: int = Field(default=1024, ge=0)
-    threshold: float = Field(default=0.8, gt=0, le=1)
-    summarize: bool = False
-    encoding: str | None = None
+    context_window: int = Field(default=32_768, ge=256, description="the model's context, tokens")
+    output_reserve: int = Field(default=1024, ge=0, description="tokens kept free for the reply")
+    threshold: float = Field(
+        default=0.8, gt=0, le=1, description="compact when the usable window is this full"
+    )
+    summarize: bool = Field(
+        default=False, description="summarise the dropped turns with the model (else drop them)"
+    )
+    encoding: str | None = Field(
+        default=None,
+        description="encoding that counts tokens (activities/tokens.py; none: picked by model)",
+    )
 
     def budget_tokens(self) -> float:
         """Tokens the transcript may hold before it is compacted (a float).

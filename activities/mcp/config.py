@@ -53,11 +53,17 @@ class McpServerSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    command: list[str] | None = Field(default=None, min_length=1)
-    env: dict[str, str] = Field(default_factory=dict)
-    cwd: str | None = None
-    url: str | None = None
-    headers: dict[str, str] = Field(default_factory=dict)
+    command: list[str] | None = Field(
+        default=None, min_length=1, description="argv of a stdio server (or one string)"
+    )
+    env: dict[str, str] = Field(default_factory=dict, description="environment of a stdio server")
+    cwd: str | None = Field(
+        default=None, description="folder of a stdio server (default: the spec file's)"
+    )
+    url: str | None = Field(default=None, description="a streamable-HTTP endpoint")
+    headers: dict[str, str] = Field(
+        default_factory=dict, description="HTTP headers sent to a url server"
+    )
     task_queue: str | None = Field(None, min_length=1, description="queue of its tool calls")
     timeout_seconds: float = Field(60.0, gt=0, description="start-to-close of one call attempt")
     max_attempts: int = Field(3, ge=1, description="attempts of one call (server unreachable)")
@@ -69,7 +75,9 @@ class McpServerSpec(BaseModel):
         "attempt fails naming the server, with the last lines of its stderr. After a call of it "
         "timed out, the seconds it has to answer tools/list before it is stopped and replaced",
     )
-    risk: Literal["read", "write", "exec", "network"] | None = None
+    risk: Literal["read", "write", "exec", "network"] | None = Field(
+        default=None, description="risk of every tool of the server (none: from readOnlyHint)"
+    )
     tools: list[str] | None = Field(default=None, description="only these tools of the server")
 
     @field_validator("command", mode="before")

@@ -1,7 +1,9 @@
-"""Generated references: ``docs/agent-spec.md`` from the spec models, ``docs/cli.md`` from the CLI.
+"""Generated references: the spec (``docs/agent-spec.md``), the CLI, the environment variables.
 
-``python -m workers.cli.gen_docs`` (``make docs``) writes both files under the repository's
-``docs/``; ``python -m workers.cli.gen_docs --check`` writes nothing and exits 1 when either is
+``docs/agent-spec.md`` comes from the spec models, ``docs/cli.md`` from the CLI,
+``docs/environment.md`` from the settings, the CLI's options and the variables read elsewhere.
+``python -m workers.cli.gen_docs`` (``make docs``) writes the files under the repository's
+``docs/``; ``python -m workers.cli.gen_docs --check`` writes nothing and exits 1 when one is
 stale. The text depends only on the code (models, fields, descriptions, defaults, commands,
 options), never on the terminal's width or the environment, so a test can compare it with the
 committed files.
@@ -51,8 +53,37 @@ def _type_name(ann: Any) -> str:
     return str(ann).replace("typing.", "")
 
 
-def _default(field: FieldInfo) -> str:
+LOADER_DEFAULTS = {
+    ("AgentSpec", "name"): "the agent's key under `agents`",
+    ("AgentSpec", "model"): "`AGENT_MODEL`",
+    ("AgentSpec", "rate_limits"): "the file's top-level `rate_limits` (refused here)",
+}
+"""Fields the loader (``activities/spec_pinning.py``) fills in: what it puts there."""
+
+SPEC_FILE_KEYS = (
+    ("agents", "mapping", "required", "agent name -> the agent's fields (`AgentSpec` below)"),
+    (
+        "tool_modules",
+        "list[str]",
+        "`[]`",
+        "modules whose `@tool` functions the worker registers, after those of "
+        "`AGENT_TOOL_MODULES` (workers/worker.py)",
+    ),
+    (
+        "rate_limits",
+        "dict[str, RateLimit]",
+        "`{}`",
+        "model name -> `RateLimit`, held across every worker; allowed only here, at the top "
+        "level: under an agent it is refused, and every agent's `rate_limits` is this section",
+    ),
+)
+"""The top-level keys of a spec file (``activities/spec_file.py``, ``activities/spec_pinning.py``)."""
+
+
+def _default(field: FieldInfo, model: str = "", name: str = "") -> str:
     """The field's default as the spec file would spell it, or ``required``."""
+    if (model, name) in LOADER_DEFAULTS:
+        return LOADER_DEFAULTS[model, name]
     if field.is_required():
         return "required"
     if field.default_factory is not None:
@@ -89,7 +120,11 @@ def agent_spec_markdown() -> str:
         "The fields of an agent in `agents/agents.yml`, from the pydantic models that "
         "`activities/spec.py` exports (defined in `activities/spec_agent.py`, "
         "`activities/spec_settings.py` and `activities/spec_policy.py`). "
-        "Unknown fields are refused.\n",
+        "Unknown fields are refused. A field is marked required only when the spec file must "
+        "give it; the others have the default shown.\n",
+        "\n## The spec file\n\nIts top-level keys:\n\n",
+        "| key | type | default | meaning |\n|---|---|---|---|\n",
+        *(f"| `{k}` | {_cell(ty)} | {_cell(d)} | {_cell(m)} |\n" for k, ty, d, m in SPEC_FILE_KEYS),
     ]
     seen: list[type[BaseModel]] = []
     todo: list[type[BaseModel]] = [AgentSpec]
@@ -102,7 +137,8 @@ def agent_spec_markdown() -> str:
         out.append("| field | type | default | meaning |\n|---|---|---|---|\n")
         for name, field in model.model_fields.items():
             out.append(
-                f"| `{name}` | {_cell(_type_name(field.annotation))} | {_cell(_default(field))}"
+                f"| `{name}` | {_cell(_type_name(field.annotation))} "
+                f"| {_cell(_default(field, model.__name__, name))}"
                 f" | {_cell(field.description or '')} |\n"
             )
             todo.extend(m for m in _nested(field.annotation) if m not in seen)
@@ -125,7 +161,8 @@ def _param_row(param: Any) -> str:
         )
         return f"| {names} | {_cell(param.help or '')} | {_cell(default)} |\n"
     required = "required" if param.required else "optional"
-    return f"| `{(param.name or '').upper()}` | argument ({required}) | |\n"
+    text = f"argument ({required})" + (f": {param.help}" if getattr(param, "help", None) else "")
+    return f"| `{(param.name or '').upper()}` | {_cell(text)} | |\n"
 
 
 def cli_markdown() -> str:
@@ -133,7 +170,6 @@ def cli_markdown() -> str:
     from workers.cli import app
 
     group = typer.main.get_command(app)
-    commands: dict[str, Any] = getattr(group, "commands", {})
     out = [
         HEADER,
         "# `agentctl` reference\n\n",
@@ -143,18 +179,124 @@ def cli_markdown() -> str:
         "`AGENT_ENCRYPTION_KEYS` or `TEMPORAL_ADDRESS`: one line names it), 3 the Temporal server "
         "cannot be reached.\n",
     ]
-    for name, cmd in commands.items():
-        out.append(f"\n## `agentctl {name}`\n\n{(cmd.help or '').strip()}\n\n")
-        params = [p for p in cmd.params if not (_is_option(p) and p.hidden)]
+    for path, cmd in walk_commands(group):
+        out.append(f"\n## `agentctl {path}`\n\n{(cmd.help or '').strip()}\n\n")
+        subs = getattr(cmd, "commands", {})
+        if subs:
+            out.append(
+                "Subcommands: " + ", ".join(f"`agentctl {path} {s}`" for s in subs) + ".\n\n"
+            )
+        params = documented_params(cmd)
         if params:
             out.append("| argument / option | meaning | default |\n|---|---|---|\n")
             out.extend(_param_row(p) for p in params)
     return "".join(out)
 
 
+def walk_commands(group: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """Every command and subcommand under ``group`` as (``"memory list"``, command), depth first."""
+    for name, cmd in getattr(group, "commands", {}).items():
+        path = f"{prefix}{name}"
+        yield path, cmd
+        yield from walk_commands(cmd, f"{path} ")
+
+
+def documented_params(cmd: Any) -> list[Any]:
+    """A command's arguments and visible options, in the order they are declared."""
+    return [p for p in cmd.params if not (_is_option(p) and p.hidden)]
+
+
+ENVCONFIG = "temporalio.envconfig"
+OTHER_ENV = (
+    (
+        "AGENT_TOOL_LEDGER_DAYS",
+        "`7`",
+        "activities/tools/ledger.py",
+        "days tool-call ledger files are kept",
+    ),
+    (
+        "XDG_DATA_HOME",
+        "",
+        "workers/config.py",
+        "installed (not a checkout): `AGENT_HOME` defaults to "
+        "`$XDG_DATA_HOME/temporal-agent-runtime` when it is absolute",
+    ),
+    (
+        "CXX",
+        "",
+        "workers/local/model/llama_build.py",
+        "the C++ compiler that builds llama.cpp from source (else c++, g++ or clang++)",
+    ),
+    (
+        "NOTES_FILE",
+        "`'notes.json'`",
+        "workers/local/mcp_example_server.py",
+        "the notes file of the example MCP server",
+    ),
+    (
+        "OTEL_RESOURCE_ATTRIBUTES",
+        "",
+        "OpenTelemetry SDK",
+        "merged into the exported spans' resource",
+    ),
+    ("TEMPORAL_API_KEY", "", ENVCONFIG, "API key for the Temporal server"),
+    ("TEMPORAL_TLS", "", ENVCONFIG, "use TLS to reach the Temporal server"),
+    ("TEMPORAL_TLS_CLIENT_CERT_PATH", "", ENVCONFIG, "client certificate"),
+    ("TEMPORAL_TLS_CLIENT_KEY_PATH", "", ENVCONFIG, "client key"),
+    ("TEMPORAL_TLS_SERVER_CA_CERT_PATH", "", ENVCONFIG, "CA certificate of the server"),
+    ("TEMPORAL_TLS_SERVER_NAME", "", ENVCONFIG, "server name checked by TLS"),
+    ("TEMPORAL_PROFILE", "", ENVCONFIG, "profile of the Temporal configuration file"),
+    ("TEMPORAL_CONFIG_FILE", "", ENVCONFIG, "the Temporal configuration file (TOML)"),
+)
+"""Variables read outside :class:`workers.config.Settings` and the CLI's options: (name, default,
+read by, meaning). ``TEMPORAL_*`` are read by ``temporalio.envconfig`` (:func:`workers.config.temporal_connect_config`)."""
+
+
+def environment_rows() -> list[tuple[str, str, str, str]]:
+    """Every environment variable: (name, default, where it is read, meaning)."""
+    from workers.cli import app
+    from workers.config import Settings
+
+    rows: dict[str, tuple[str, str, str, str]] = {}
+    for field in Settings.model_fields.values():
+        alias = field.validation_alias
+        name = str(getattr(alias, "choices", [alias])[0])
+        default = "computed" if field.default_factory is not None else f"`{field.default!r}`"
+        meaning = (field.description or "").removeprefix(f"{name}: ")
+        rows[name] = (name, default, "settings (workers/config.py)", meaning)
+    for _path, cmd in walk_commands(typer.main.get_command(app)):
+        for param in documented_params(cmd):
+            for var in [param.envvar] if isinstance(param.envvar, str) else param.envvar or []:
+                where = f"`agentctl` option `{param.opts[0]}`"
+                rows.setdefault(var, (var, f"`{param.default!r}`", where, param.help or ""))
+    for name, default, where, meaning in OTHER_ENV:
+        rows.setdefault(name, (name, default, where, meaning))
+    return list(rows.values())
+
+
+def environment_markdown() -> str:
+    """``docs/environment.md``: every environment variable the runtime and ``agentctl`` read."""
+    out = [
+        HEADER,
+        "# Environment variables\n\n",
+        "Every variable the worker, the console and `agentctl` read. Settings are read once, in "
+        "`workers/config.py`; unset or empty variables keep the default; an invalid value is a "
+        "usage error naming the variable (exit 2). The `TEMPORAL_*` connection variables follow "
+        "`temporalio.envconfig`.\n\n",
+        "| variable | default | read by | meaning |\n|---|---|---|---|\n",
+    ]
+    for name, default, where, meaning in environment_rows():
+        out.append(f"| `{name}` | {_cell(default)} | {_cell(where)} | {_cell(meaning)} |\n")
+    return "".join(out)
+
+
 def outputs() -> dict[Path, str]:
     """Each generated file with the text it must hold."""
-    return {DOCS / "agent-spec.md": agent_spec_markdown(), DOCS / "cli.md": cli_markdown()}
+    return {
+        DOCS / "agent-spec.md": agent_spec_markdown(),
+        DOCS / "cli.md": cli_markdown(),
+        DOCS / "environment.md": environment_markdown(),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -58,9 +58,9 @@ def _print(items: list[MemoryItem], as_json: bool) -> None:
 @memory_app.command("list")
 def list_items(
     tenant: str = TENANT,
-    principal: str | None = typer.Option(None, "--principal"),
-    agent: str | None = typer.Option(None, "--agent"),
-    thread: str | None = typer.Option(None, "--thread"),
+    principal: str | None = typer.Option(None, "--principal", help="the namespace user:PRINCIPAL"),
+    agent: str | None = typer.Option(None, "--agent", help="the namespace agent:AGENT"),
+    thread: str | None = typer.Option(None, "--thread", help="the namespace thread:THREAD"),
     all_: bool = typer.Option(False, "--all", help="superseded items too"),
     as_json: bool = JSON,
 ) -> None:
@@ -73,10 +73,10 @@ def list_items(
 def search(
     query: str,
     tenant: str = TENANT,
-    principal: str | None = typer.Option(None, "--principal"),
-    agent: str | None = typer.Option(None, "--agent"),
-    thread: str | None = typer.Option(None, "--thread"),
-    limit: int = typer.Option(5, "--limit"),
+    principal: str | None = typer.Option(None, "--principal", help="the namespace user:PRINCIPAL"),
+    agent: str | None = typer.Option(None, "--agent", help="the namespace agent:AGENT"),
+    thread: str | None = typer.Option(None, "--thread", help="the namespace thread:THREAD"),
+    limit: int = typer.Option(5, "--limit", help="at most this many items"),
     as_json: bool = JSON,
 ) -> None:
     """Hybrid search in one namespace (what a model step would be given)."""

@@ -33,15 +33,21 @@ from workflows.models import RunRequest, RunState
 @app.command()
 def run(
     request: str = typer.Argument(..., help="what the agent should do"),
-    agent: str = typer.Option("default", "--agent", "-a"),
+    agent: str = typer.Option("default", "--agent", "-a", help="agent of agents/agents.yml"),
     detach: bool = typer.Option(False, "--detach", help="print the run id and return"),
     follow: bool = typer.Option(False, "--follow", "-f", help="show progress live"),
     as_json: bool = typer.Option(False, "--json", help="print only the RunResult JSON"),
-    tenant: str = typer.Option("default", "--tenant", envvar="AGENT_TENANT"),
+    tenant: str = typer.Option(
+        "default", "--tenant", envvar="AGENT_TENANT", help="tenant the run belongs to"
+    ),
     principal: str = PrincipalOpt,
     mode: str = typer.Option("task", "--mode", help="task or chat"),
-    max_turns: int | None = typer.Option(None, "--max-turns"),
-    max_seconds: float | None = typer.Option(None, "--max-seconds"),
+    max_turns: int | None = typer.Option(
+        None, "--max-turns", help="override the spec's limits.max_turns"
+    ),
+    max_seconds: float | None = typer.Option(
+        None, "--max-seconds", help="override the spec's limits.max_seconds"
+    ),
     model: str | None = typer.Option(None, "--model", help="override the spec's model"),
     run_id: str | None = typer.Option(None, "--id", help="workflow id (default run-<uuid4>)"),
 ) -> None:
@@ -102,7 +108,9 @@ def follow_cmd(
 
 
 @app.command()
-def status(run_id: str, as_json: bool = typer.Option(False, "--json")) -> None:
+def status(
+    run_id: str, as_json: bool = typer.Option(False, "--json", help="print the state as JSON")
+) -> None:
     """Print the run's live state (query ``state``)."""
 
     async def go(client: Client) -> None:
@@ -138,7 +146,9 @@ def status(run_id: str, as_json: bool = typer.Option(False, "--json")) -> None:
 
 
 @app.command()
-def result(run_id: str, as_json: bool = typer.Option(False, "--json")) -> None:
+def result(
+    run_id: str, as_json: bool = typer.Option(False, "--json", help="print the RunResult as JSON")
+) -> None:
     """Wait for the run's result and print it."""
 
     async def go(client: Client) -> int:
@@ -168,7 +178,7 @@ def approve(
     run_id: str,
     call_id: str | None = typer.Argument(None, help="tool call id (default: the only one waiting)"),
     args: str | None = typer.Option(None, "--args", help="edited arguments, a JSON object"),
-    comment: str | None = typer.Option(None, "--comment"),
+    comment: str | None = typer.Option(None, "--comment", help="recorded with the decision"),
     principal: str = PrincipalOpt,
 ) -> None:
     """Approve a tool call waiting for approval (update ``decide``: refused calls are errors)."""
@@ -213,7 +223,9 @@ def reject(
 @app.command()
 def interrupt(
     run_id: str,
-    reason: str = typer.Option("interrupted from the CLI", "--reason"),
+    reason: str = typer.Option(
+        "interrupted from the CLI", "--reason", help="recorded as why the run stopped"
+    ),
     principal: str = PrincipalOpt,
 ) -> None:
     """Stop the run at the next safe point (signal ``interrupt``)."""
@@ -244,12 +256,12 @@ def send(run_id: str, message: str, principal: str = PrincipalOpt) -> None:
 
 @app.command("list")
 def list_cmd(
-    agent: str | None = typer.Option(None, "--agent"),
+    agent: str | None = typer.Option(None, "--agent", help="only runs of this agent"),
     status_: str | None = typer.Option(
         None, "--status", help="AgentStatus, e.g. awaiting_approval"
     ),
-    tenant: str | None = typer.Option(None, "--tenant"),
-    limit: int = typer.Option(20, "--limit"),
+    tenant: str | None = typer.Option(None, "--tenant", help="only runs of this tenant"),
+    limit: int = typer.Option(20, "--limit", help="at most this many runs"),
 ) -> None:
     """List runs, filtered by the run's search attributes."""
     query = rc.list_query(agent, status_, tenant)
@@ -274,7 +286,8 @@ def list_cmd(
 
 @app.command()
 def chat(
-    agent: str = typer.Option("default", "--agent", "-a"), principal: str = PrincipalOpt
+    agent: str = typer.Option("default", "--agent", "-a", help="agent of agents/agents.yml"),
+    principal: str = PrincipalOpt,
 ) -> None:
     """A conversation: one durable run in chat mode; type messages, empty line or Ctrl-D ends."""
 

