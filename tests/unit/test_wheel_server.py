@@ -170,8 +170,14 @@ def _run(wheel: Path, *argv: str, timeout: float = 120) -> subprocess.CompletedP
     )
 
 
+MARK = "wheel-server: error:"
+
+
 def _error_line(proc: subprocess.CompletedProcess[str]) -> str:
-    errors = [line for line in proc.stderr.splitlines() if line.startswith("wheel-server: error:")]
+    # llama.cpp logs from a thread of its own, on the same stderr: its next line's timestamp may
+    # be written just before ours ("0.00.004.237 wheel-server: error: ..."), so the line is taken
+    # from our mark on
+    errors = [line[line.index(MARK) :] for line in proc.stderr.splitlines() if MARK in line]
     assert len(errors) == 1, proc.stderr[-2000:]
     return errors[0]
 
