@@ -51,6 +51,26 @@ function render(r) {
   }
 }
 
+// The suite's own runs (its child workflows): listed here, not among people's runs.
+async function loadRuns() {
+  try {
+    const q = new URLSearchParams({ parent: suiteId, limit: "200" });
+    const resp = await fetch(`/api/runs?${q}`, { credentials: "same-origin" });
+    if (!resp.ok) return;
+    const { runs } = await resp.json();
+    const t = $("suite-runs");
+    t.replaceChildren(row(["run", "agent", "status", "tokens", "cost USD"], true));
+    for (const r of runs) {
+      const tr = row(["", r.agent, r.status, r.total_tokens, num(r.cost_usd, 6)]);
+      const a = document.createElement("a");
+      a.href = "/#run=" + encodeURIComponent(r.run_id);
+      a.textContent = r.run_id;
+      tr.firstChild.replaceChildren(a);
+      t.append(tr);
+    }
+  } catch (e) { /* refreshed with the report */ }
+}
+
 async function refresh() {
   try {
     const resp = await fetch(`/api/suites/${encodeURIComponent(suiteId)}`,
@@ -59,6 +79,7 @@ async function refresh() {
     if (!resp.ok) throw new Error(data.error || `HTTP ${resp.status}`);
     $("error").textContent = "";
     render(data);
+    loadRuns();
     if (!data.done) setTimeout(refresh, 2000);
   } catch (e) {
     $("error").textContent = String(e.message || e);
