@@ -72,6 +72,7 @@ async function loadRuns() {
 }
 
 async function refresh() {
+  loadRuns();  // from the listing: shown even when no worker answers for the report
   try {
     const resp = await fetch(`/api/suites/${encodeURIComponent(suiteId)}`,
       { credentials: "same-origin" });
@@ -79,7 +80,6 @@ async function refresh() {
     if (!resp.ok) throw new Error(data.error || `HTTP ${resp.status}`);
     $("error").textContent = "";
     render(data);
-    loadRuns();
     if (!data.done) setTimeout(refresh, 2000);
   } catch (e) {
     $("error").textContent = String(e.message || e);
