@@ -138,7 +138,7 @@ async def test_the_list_filters_groups_and_pages_read_history_without_a_worker(
                 assert by_id[done.id]["Started"]
                 assert by_id[held.id]["Request"] == "[write] save the output"
                 assert by_id[held.id]["Agent"] == "writer"
-                assert by_id[held.id]["Status"] == "awaiting_approval"
+                assert by_id[held.id]["Status"] == "awaiting approval"
                 # the suite's run is not among people's runs, nor is the suite
                 assert suite_child not in by_id and suite.id not in by_id
 
@@ -151,7 +151,7 @@ async def test_the_list_filters_groups_and_pages_read_history_without_a_worker(
                 await page.fill("#f-principal", "")
                 await page.select_option("#f-status", "awaiting_approval")
                 rows = await _until_rows(
-                    page, lambda rs: {r["Status"] for r in rs} == {"awaiting_approval"}
+                    page, lambda rs: {r["Status"] for r in rs} == {"awaiting approval"}
                 )
                 assert held.id in {r["id"] for r in rows} and done.id not in {r["id"] for r in rows}
                 await page.select_option("#f-status", "")

@@ -53,9 +53,8 @@ function when(iso) {
   if (!iso) return "";
   const d = new Date(iso);
   const today = new Date().toDateString() === d.toDateString();
-  return today ? d.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" })
-    : d.toLocaleDateString([], { month: "short", day: "numeric" }) + " " +
-      d.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
+  const time = d.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", hour12: false });
+  return today ? time : d.toLocaleDateString([], { month: "short", day: "numeric" }) + " " + time;
 }
 
 function usd(x) { return typeof x === "number" ? "$" + x.toFixed(x && x < 0.01 ? 4 : 2) : ""; }
@@ -92,7 +91,7 @@ async function loadRuns() {
       const started = el("td", "when", when(r.started_at));
       started.title = r.started_at || "";
       const status = el("td");
-      status.append(el("span", "badge " + r.status, r.status));
+      status.append(el("span", "badge " + r.status, r.status.replace(/_/g, " ")));
       tr.append(req, el("td", "agent", r.agent || ""), el("td", "who", r.principal_id || ""),
         started, status, el("td", "cost", usd(r.cost_usd)));
       tr.onclick = () => { location.hash = "run=" + encodeURIComponent(r.run_id); };
