@@ -212,6 +212,19 @@ async def test_the_list_filters_groups_and_pages_read_history_without_a_worker(
                 await expect(page.locator("#run-meta")).to_contain_text("[write] save the output")
                 # no worker: a decision (an update) cannot be taken; signals wait for one
                 assert await _visible_controls(page) == {"Interrupt", "Pause", "Send"}
+                # closed by Temporal: the list and the page say so, not its last live status
+                await held.terminate(reason="stopped by the test")
+                await page.reload()
+                await expect(page.locator("#timeline .finished")).to_have_text(
+                    "Run terminated: stopped by the test", timeout=15_000
+                )
+                assert await _visible_controls(page) == set()
+                assert await page.locator("#note").is_hidden()
+                await page.fill("#f-principal", "bob")
+                await page.press("#f-principal", "Enter")
+                rows = await _until_rows(
+                    page, lambda rs: {r["id"]: r["Status"] for r in rs}.get(held.id) == "terminated"
+                )
 
                 # the suite's page lists its runs, which open in the console from history
                 await page.goto(f"{url}/suites/{suite.id}")
@@ -231,5 +244,4 @@ async def test_the_list_filters_groups_and_pages_read_history_without_a_worker(
                 await browser.close()
         finally:
             await runner.cleanup()
-            for wf in (held, chat):
-                await wf.terminate("test over")
+            await chat.terminate("test over")

@@ -203,15 +203,18 @@ async def _closing(client: Client, run_id: str, execution: str) -> dict[str, Any
     if ev.HasField("workflow_execution_completed_event_attributes"):
         payloads = ev.workflow_execution_completed_event_attributes.result.payloads
         if payloads:
-            [res] = await client.data_converter.decode([payloads[0]], [RunResult])
-            out["result"] = res.model_dump(mode="json")
+            try:
+                [res] = await client.data_converter.decode([payloads[0]], [RunResult])
+            except Exception as e:  # noqa: BLE001 - e.g. a key this console lacks: say so
+                out["error"] = f"the run's result could not be decoded here: {e}"
+            else:
+                out["result"] = res.model_dump(mode="json")
     elif ev.HasField("workflow_execution_failed_event_attributes"):
         failure = ev.workflow_execution_failed_event_attributes.failure
         out["error"] = str(await client.data_converter.decode_failure(failure))
     elif ev.HasField("workflow_execution_terminated_event_attributes"):
-        out["error"] = "terminated: " + (
-            ev.workflow_execution_terminated_event_attributes.reason or "no reason given"
-        )
+        reason = ev.workflow_execution_terminated_event_attributes.reason
+        out["error"] = reason or "terminated without a reason"
     elif ev.HasField("workflow_execution_timed_out_event_attributes"):
         out["error"] = "the run's workflow timed out (its execution timeout)"
     elif ev.HasField("workflow_execution_canceled_event_attributes"):

@@ -260,7 +260,15 @@ function onEvent(ev) {
     case "run_started":
       tl.append(el("div", "meta", `agent ${ev.agent}: ${ev.input}`));
       break;
-    case "status": setStatus(ev.status); refreshControls(current); break;
+    case "status": setStatus(ev.status); refreshSoon(); break;
+    case "child_started": {
+      const row = el("div", "meta child");
+      const a = el("a", "", ev.child_run_id);
+      a.href = "#run=" + encodeURIComponent(ev.child_run_id);
+      row.append(el("span", "", `child run (${ev.agent || ""}): `), a);
+      tl.append(row);
+      break;
+    }
     case "model_started": newStep(ev); break;
     case "model_retry":
       if (step) step.querySelector(".text").textContent = "";
@@ -350,7 +358,15 @@ $("interrupt").onclick = () => signal("interrupt");
 $("pause").onclick = () => signal("pause");
 $("resume").onclick = () => signal("resume");
 
-// Re-read what the run allows when its status changes (from the event stream).
+// Re-read what the run allows when its status changes (from the event stream), once per burst
+// (a page opened late replays every status event at once; each read is a query).
+let refreshTimer = null;
+function refreshSoon() {
+  if (refreshTimer) clearTimeout(refreshTimer);
+  const runId = current;
+  refreshTimer = setTimeout(() => { refreshTimer = null; refreshControls(runId); }, 300);
+}
+
 async function refreshControls(runId) {
   try {
     const page = await call("GET", `/runs/${encodeURIComponent(runId)}`);
