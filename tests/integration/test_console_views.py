@@ -119,7 +119,17 @@ async def test_the_list_filters_groups_and_pages_read_history_without_a_worker(
                 await page.goto(f"{url}/?token={TOKEN}")
                 await expect(page.locator("#principal")).to_have_text("console")
                 mine = {done.id, other.id, held.id, chat.id}
-                rows = await _until_rows(page, lambda rs: mine <= {r["id"] for r in rs})
+
+                def listed(rs: list[dict[str, str]]) -> bool:
+                    # visibility is eventually consistent: wait for the last upserts to show
+                    st = {r["id"]: r["Status"] for r in rs}
+                    return (
+                        mine <= st.keys()
+                        and st[done.id] == "completed"
+                        and (st[held.id] == "awaiting approval")
+                    )
+
+                rows = await _until_rows(page, listed)
                 heads = await page.locator("#runs thead th").all_inner_texts()
                 assert [x.lower() for x in heads] == [
                     "request",
