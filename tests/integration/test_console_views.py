@@ -101,9 +101,14 @@ async def test_the_list_filters_groups_and_pages_read_history_without_a_worker(
             task_queue=h.task_queue,
         )
         await suite.result()
-        [suite_child] = [
-            wf.id async for wf in client.list_workflows(f"ParentWorkflowId = '{suite.id}'")
-        ]
+        children: list[str] = []
+        for _ in range(100):  # visibility is eventually consistent
+            query = f"ParentWorkflowId = '{suite.id}'"
+            children = [wf.id async for wf in client.list_workflows(query)]
+            if children:
+                break
+            await asyncio.sleep(0.1)
+        [suite_child] = children
         runner, url = await start_server(
             client,
             "127.0.0.1",
