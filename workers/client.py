@@ -71,6 +71,14 @@ SIGNAL_PAUSE = "pause"
 SIGNAL_RESUME = "resume"
 SIGNAL_SEND_MESSAGE = "send_message"
 
+MEMO_REQUEST = "request"
+"""Memo key a run started by :func:`start_run` carries: ``{"input": <the request, at most
+:data:`MEMO_INPUT_CHARS` characters>, "mode": "task" | "chat"}``, what listings (the console's run
+list) show of what the run was asked. Encoded by the client's data converter (encrypted under
+``AGENT_PAYLOAD_KEYS``, as every payload); the workflow never reads it."""
+MEMO_INPUT_CHARS = 300
+"""Characters of the request kept in the memo (the run's input keeps all of it)."""
+
 
 class ServerUnreachable(RuntimeError):
     """The Temporal server did not answer at the configured address."""
@@ -192,7 +200,9 @@ async def start_run(
 
     Search attributes are set at start only when the namespace has them registered, with
     ``AgentStatus`` ``running`` (a revision-4 run then needs no upsert until something changes,
-    docs/throughput.md); the run keeps them current from then on.
+    docs/throughput.md); the run keeps them current from then on. The memo
+    :data:`MEMO_REQUEST` holds the start of the request, for listings (a start-time field: no
+    workflow command, no event of its own).
     """
     from workflows.render import static_details, static_summary
     from workflows.state import SA_AGENT, SA_PRINCIPAL, SA_STATUS, SA_TENANT
@@ -222,8 +232,17 @@ async def start_run(
         static_summary=static_summary(req),
         static_details=static_details(req),
         search_attributes=sa,  # None: the default (the namespace lacks them)
+        memo={MEMO_REQUEST: request_memo(req)},
     )
     return cast("WorkflowHandle[AgentRun, RunResult]", h)
+
+
+def request_memo(req: RunRequest) -> dict[str, str]:
+    """The :data:`MEMO_REQUEST` memo of ``req``: its input cut to :data:`MEMO_INPUT_CHARS`."""
+    text = req.input
+    if len(text) > MEMO_INPUT_CHARS:
+        text = text[: MEMO_INPUT_CHARS - 1] + "…"
+    return {"input": text, "mode": req.mode}
 
 
 def handle(client: Client, run_id: str) -> WorkflowHandle[Any, RunResult]:
@@ -414,11 +433,19 @@ async def send_message(client: Client, run_id: str, content: str, principal_id: 
 
 
 def list_query(
-    agent: str | None = None, status: str | None = None, tenant: str | None = None
+    agent: str | None = None,
+    status: str | None = None,
+    tenant: str | None = None,
+    principal: str | None = None,
 ) -> str:
-    """Visibility query over the run's search attributes (the same one ``agentctl list`` uses)."""
+    """Visibility query over the run's search attributes (the same one ``agentctl list`` uses).
+
+    Each given value narrows by equality: ``AgentName``, ``AgentStatus``, ``TenantId``,
+    ``PrincipalId``; values are quoted (a quote or backslash in one cannot end the string).
+    """
     parts = [f"WorkflowType = '{WORKFLOW_NAME}'"]
-    for key, value in (("AgentName", agent), ("AgentStatus", status), ("TenantId", tenant)):
+    named = (("AgentName", agent), ("AgentStatus", status), ("TenantId", tenant))
+    for key, value in (*named, ("PrincipalId", principal)):
         if value:
             parts.append(f"{key} = '{_quote(value)}'")
     return " AND ".join(parts)
