@@ -124,6 +124,7 @@ class RuntimeActivities:
             tools += self._agent_tools(path, spec, tools)
             tools += self._code_tool(spec, tools)
             tools = only_tools(tools, req.tools, spec.name)
+            check_guardrail_names(spec)
         except (SpecError, UnknownToolError, McpToolsError) as e:
             raise ApplicationError(str(e), type=ERR_SPEC_INVALID, non_retryable=True) from None
         self._ensure_workspace(req.agent, Path(spec.workspace), path)
@@ -388,6 +389,28 @@ def _bound_log(req: InvokeToolInput) -> Any:
         call_id=req.call_id,
         tenant_id=req.tenant_id,
     )
+
+
+def check_guardrail_names(spec: AgentSpec) -> None:
+    """Every guardrail the spec names is built in or registered with ``@guardrail`` here.
+
+    Raises:
+        SpecError: names one that is neither (the message lists those this worker has).
+    """
+    if spec.guardrails is None:
+        return
+    from activities.guardrails import BUILTINS, GUARDRAILS, unknown_guardrails
+
+    for stage in ("input", "tool_results", "output"):
+        entries = spec.guardrails.stage(stage)
+        unknown = unknown_guardrails(entries)
+        if unknown:
+            i = next(n for n, e in enumerate(entries) if e.name == unknown[0])
+            raise SpecError(
+                f"agents.{spec.name}.guardrails.{stage}.{i}: unknown guardrail {unknown[0]!r}; "
+                f"built in: {', '.join(BUILTINS)}; registered with @guardrail on this worker: "
+                f"{', '.join(GUARDRAILS.names()) or 'none'} (from tool_modules)"
+            )
 
 
 def only_tools(tools: list[ToolInfo], names: list[str] | None, agent: str) -> list[ToolInfo]:
