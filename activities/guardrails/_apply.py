@@ -35,7 +35,9 @@ def unknown_guardrails(entries: list[GuardrailEntry]) -> list[str]:
     return [e.name for e in entries if e.name not in BUILTINS and GUARDRAILS.get(e.name) is None]
 
 
-async def _find(entry: GuardrailEntry, text: str, secrets: list[str], ctx: GuardrailContext) -> tuple[Finding | None, GuardrailAction]:
+async def _find(
+    entry: GuardrailEntry, text: str, secrets: list[str], ctx: GuardrailContext
+) -> tuple[Finding | None, GuardrailAction]:
     """What ``entry``'s guardrail finds in ``text``, and the action it takes.
 
     A ``@guardrail`` that raises has tripped (``detail`` names the exception type): a check that
@@ -94,7 +96,7 @@ def _safe_detail(detail: str, text: str, found: Finding, secrets: list[str]) -> 
 
 
 async def check(
-    text: str, guards: StageGuardrails, ctx: GuardrailContext
+    text: str, guards: StageGuardrails, ctx: GuardrailContext, raw: str | None = None
 ) -> tuple[str, list[GuardrailTrip]]:
     """Run ``text`` through ``guards``' entries in order; returns the text to pass on and the trips.
 
@@ -102,23 +104,33 @@ async def check(
     whole text is withheld when a guardrail gives no spans), and later entries see the result;
     ``flag`` records only; ``block`` stops there and returns :func:`withheld`. Each trip's
     detail has no secret and no text the guardrail pointed at.
+
+    ``raw``: the text before the runtime redacted the run's secrets (a tool's output,
+    :func:`activities.tools.output.keeping_raw`): ``secrets`` looks there, since ``text`` holds
+    ``[REDACTED]`` where they were.
     """
     trips: list[GuardrailTrip] = []
     for entry in guards.entries:
-        found, action = await _find(entry, text, guards.secrets, ctx)
+        seen = raw if raw is not None and entry.name == "secrets" else text
+        found, action = await _find(entry, seen, guards.secrets, ctx)
         if found is None:
             continue
-        detail = _safe_detail(found.detail, text, found, guards.secrets)
+        detail = _safe_detail(found.detail, seen, found, guards.secrets)
         trips.append(
             GuardrailTrip(stage=guards.stage, guardrail=entry.name, action=action, detail=detail)
         )
         if action == "block":
             return withheld(guards.stage, entry.name), trips
-        if action == "redact":
-            if not found.spans:
-                text = withheld(guards.stage, entry.name)
-            elif entry.name == "length":
-                text = text[: found.spans[0][0]] + f"\n[cut by guardrail length: {detail}]"
-            else:
-                text = _replace(text, found.spans, REDACTED)
+        if action != "redact":
+            continue
+        if seen is not text:  # the runtime redacted them already; any left are replaced here
+            left = (await _find(entry, text, guards.secrets, ctx))[0]
+            if left is not None and left.spans:
+                text = _replace(text, left.spans, REDACTED)
+        elif not found.spans:
+            text = withheld(guards.stage, entry.name)
+        elif entry.name == "length":
+            text = text[: found.spans[0][0]] + f"\n[cut by guardrail length: {detail}]"
+        else:
+            text = _replace(text, found.spans, REDACTED)
     return text, trips
