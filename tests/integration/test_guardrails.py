@@ -227,3 +227,23 @@ async def test_an_unknown_guardrail_or_action_is_an_invalid_spec(client: Client,
     async with Harness(client, tmp_path / "b", model, agents=bad) as h:
         res = await h.run("hi")
     assert res.status == "failed" and "guardrails.input.0.action" in (res.error or "")
+
+
+HISTORIES = Path(__file__).resolve().parents[1] / "histories"
+
+
+def test_the_audit_of_stored_runs_lists_each_trip():
+    """tests/histories/guardrails.json (``on_trip: pause``) and guardrail_end.json (``end``)."""
+    a = ih.audit(ih.load_history_file(HISTORIES / "guardrails.json"))
+    assert a.status == "completed"
+    assert [(g.stage, g.guardrail, g.action) for g in a.guardrails] == [
+        ("input", "pii", "redact"),
+        ("tool_results", "injection", "block"),
+        ("output", "pii", "redact"),
+    ]
+    assert a.guardrails[1].tool_call_id == a.tool_calls[0].tool_call_id
+    assert "guardrail injection tripped on tool_results" in ih.render_audit_text(a)
+    assert a.result is not None and "4111" not in (a.result.output or "")
+    end = ih.audit(ih.load_history_file(HISTORIES / "guardrail_end.json"))
+    assert end.status == "guardrail"
+    assert [(g.stage, g.action) for g in end.guardrails] == [("tool_results", "block")]
