@@ -136,8 +136,9 @@ class StageGuardrails(BaseModel):
 
 
 class GuardrailTrip(BaseModel):
-    """A guardrail that tripped: recorded in the run (``RunResult.guardrails``), its event stream
-    (``guardrail_tripped``) and its audit.
+    """A guardrail that tripped, as the run records it.
+
+    In ``RunResult.guardrails``, the event stream (``guardrail_tripped``) and the audit.
 
     ``detail`` says what was found without the matched text of a secret or personal datum
     (``2 card numbers``, ``the value of OPENAI_API_KEY``).

@@ -392,7 +392,9 @@ async def _check_output(reply: ModelReply, req: CallModelInput) -> None:
         return
     from activities.guardrails import GuardrailContext, check
 
-    ctx = GuardrailContext(stage="output", run_id=req.run_id, turn=req.turn, tenant_id=req.tenant_id)
+    ctx = GuardrailContext(
+        stage="output", run_id=req.run_id, turn=req.turn, tenant_id=req.tenant_id
+    )
     reply.content, reply.guardrails = await check(reply.content, req.guardrails, ctx)
     for trip in reply.guardrails:
         trip.turn = req.turn

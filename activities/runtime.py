@@ -267,9 +267,7 @@ class RuntimeActivities:
         bound = _bound_log(req)
         started = time.perf_counter()
         try:
-            outcome = await await_with_heartbeats(
-                self._checked(req), lambda ms: {"running_ms": ms}
-            )
+            outcome = await await_with_heartbeats(self._checked(req), lambda ms: {"running_ms": ms})
         except asyncio.CancelledError:
             bound.info("tool_cancelled")
             metrics.tool_call(req.name, "cancelled")

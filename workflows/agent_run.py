@@ -321,8 +321,10 @@ class AgentRun(RunHandlers):
         ctx.upsert_search_attributes()
 
     async def _drain_inbox(self) -> None:
-        """The messages sent since the last step, into the transcript (checked by the spec's
-        ``input`` guardrails first, if it has any: workflows/guardrails.py)."""
+        """The messages sent since the last step, into the transcript.
+
+        Checked by the spec's ``input`` guardrails first, if it has any (workflows/guardrails.py).
+        """
         s = self._ctx.s
         while s.inbox:
             m = s.inbox.pop(0)

@@ -85,9 +85,7 @@ class ModelStep:
             blocked = next((t for t in reply.guardrails if t.action == "block"), None)
             if blocked is not None:  # the reply is withheld: not in the transcript
                 await self.guard.act()  # ends the run, or waits for a person
-                s.messages.append(
-                    {"role": "user", "content": withheld_reply_note(blocked)}
-                )
+                s.messages.append({"role": "user", "content": withheld_reply_note(blocked)})
                 return None
         # TotalTokens and CostUsd stay current in listings: each upsert is an event and a
         # visibility write on the server, so not one every turn.

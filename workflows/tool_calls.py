@@ -11,9 +11,7 @@ back into the transcript in the order the model wrote the calls.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
-
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, CancelledError

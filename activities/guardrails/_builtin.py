@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from activities.guardrail_models import DEFAULT_MAX_CHARS, PII_KINDS, GuardrailEntry
 from activities.guardrails._registry import Finding
@@ -28,10 +28,10 @@ def _plural(n: int, one: str, many: str) -> str:
 
 
 def secrets(text: str, entry: GuardrailEntry, names: list[str]) -> Finding | None:
-    """The values of the run's secrets (activities/redaction.py: the spec's ``secrets``,
-    ``OPENAI_API_KEY``, ``TEMPORAL_API_KEY``, the worker's keys), also JSON-escaped.
+    """The values of the run's secrets, also JSON-escaped.
 
-    The detail names the variables, never a value.
+    The secrets are those of activities/redaction.py: the spec's ``secrets``,
+    ``OPENAI_API_KEY``, ``TEMPORAL_API_KEY``, the worker's keys. The detail names the variables, never a value.
     """
     spans: list[tuple[int, int]] = []
     labels: list[str] = []
@@ -58,7 +58,7 @@ _IBAN = re.compile(r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]){11,30}\b")
 
 
 def find_pii(
-    text: str, kinds: tuple[str, ...] | list[str] = PII_KINDS, region: str | None = None
+    text: str, kinds: Sequence[str] = PII_KINDS, region: str | None = None
 ) -> dict[str, list[tuple[int, int]]]:
     """Spans of personal data in ``text`` by kind (``email``, ``phone``, ``card``, ``iban``).
 

@@ -137,7 +137,7 @@ def guardrail(
             is_async=inspect.iscoroutinefunction(f),
         )
         (registry or GUARDRAILS).register(d)
-        f.__guardrail__ = d  # pyright: ignore[reportFunctionMemberAccess] - functions take attributes at run time
+        f.__guardrail__ = d
         return f
 
     return decorate(fn) if fn is not None else decorate

@@ -41,6 +41,7 @@ def keeping_raw() -> Generator[list[str]]:
     finally:
         _RAW.reset(token)
 
+
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _BYTES_SHOWN = 4 * 1024 * 1024
 """Bytes of a ``bytes`` result decoded at most (the cut keeps far fewer characters anyway)."""

@@ -93,9 +93,7 @@ async def test_input_redact_changes_what_the_model_reads(client: Client, tmp_pat
 async def test_a_tool_result_block_ends_the_run_before_the_model_reads_it(
     client: Client, tmp_path: Path
 ):
-    model = ScriptedModel(
-        [tool_call("slow_echo", {"text": INJECTED, "seconds": 0}), text("never")]
-    )
+    model = ScriptedModel([tool_call("slow_echo", {"text": INJECTED, "seconds": 0}), text("never")])
     spec = agent({"tool_results": ["injection"]})  # injection blocks by default
     async with Harness(client, tmp_path, model, agents=spec) as h:
         res = await h.run("fetch it")
@@ -202,9 +200,7 @@ async def test_pause_waits_for_a_person_and_resume_goes_on(client: Client, tmp_p
 
 
 async def test_a_paused_tool_result_stays_withheld_after_resume(client: Client, tmp_path: Path):
-    model = ScriptedModel(
-        [tool_call("slow_echo", {"text": INJECTED, "seconds": 0}), text("done")]
-    )
+    model = ScriptedModel([tool_call("slow_echo", {"text": INJECTED, "seconds": 0}), text("done")])
     spec = agent({"tool_results": ["injection"], "on_trip": "pause"})
     async with Harness(client, tmp_path, model, agents=spec) as h:
         handle = await h.start("fetch it")

@@ -235,9 +235,11 @@ class RunFinishedEntry(_Entry):
 
 
 class GuardrailEntry(_Entry):
-    """A guardrail tripped (docs/guardrails.md), read from the activity that checked the text:
-    ``guardrail.check`` (stage ``input``), ``tool.invoke`` or a model step's held calls
-    (``tool_results``), ``model.complete`` (``output``). ``detail`` never holds what was found."""
+    """A guardrail tripped (docs/guardrails.md).
+
+    Read from the activity that checked the text: ``guardrail.check`` (stage ``input``), ``tool.invoke`` or a model step's held calls
+    (``tool_results``), ``model.complete`` (``output``). ``detail`` never holds what was found.
+    """
 
     kind: Literal["guardrail_tripped"] = "guardrail_tripped"
     turn: int = 0

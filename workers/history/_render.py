@@ -136,7 +136,9 @@ def _run_finished(e: en.RunFinishedEntry) -> str:
 
 def _guardrail(e: en.GuardrailEntry) -> str:
     call = f" (call {e.tool_call_id})" if e.tool_call_id else ""
-    return f"turn {e.turn}: guardrail {e.guardrail} tripped on {e.stage}{call}: {e.action}; {e.detail}"
+    return (
+        f"turn {e.turn}: guardrail {e.guardrail} tripped on {e.stage}{call}: {e.action}; {e.detail}"
+    )
 
 
 _LINES: dict[type, Callable[[Any], str]] = {
