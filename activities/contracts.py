@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from activities.guardrail_models import GuardrailStage, GuardrailTrip, StageGuardrails
+from activities.guardrail_models import GuardrailTrip, StageGuardrails
 
 MODEL_COMPLETE = "model.complete"
 TOOL_INVOKE = "tool.invoke"
@@ -416,29 +416,6 @@ class ResolveSpecInput(BaseModel):
     history records which behaviour it started with (0: a workflow before revision 3)."""
     tools: list[str] | None = None
     """Offer only these of the agent's tools (``RunRequest.tools``); None: all of them."""
-
-
-class GuardrailCheckInput(BaseModel):
-    """Input of ``guardrail.check``: one user message through the spec's ``input`` guardrails."""
-
-    run_id: str
-    turn: int = 0
-    tenant_id: str = "default"
-    text: str
-    guardrails: StageGuardrails
-
-    @property
-    def secrets(self) -> list[str]:
-        """The spec's secret names (read by the redacting interceptor, activities/redaction.py)."""
-        return self.guardrails.secrets
-
-
-class GuardrailCheckOutput(BaseModel):
-    """Result of ``guardrail.check``: the text to pass on and the guardrails it tripped."""
-
-    text: str
-    guardrails: list[GuardrailTrip] = Field(default_factory=lambda: list[GuardrailTrip]())
-    stage: GuardrailStage = "input"
 
 
 class CountTokensInput(BaseModel):

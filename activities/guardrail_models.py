@@ -15,6 +15,8 @@ __all__ = [
     "BUILTIN_GUARDRAILS",
     "DEFAULT_ACTIONS",
     "DEFAULT_MAX_CHARS",
+    "GuardrailCheckInput",
+    "GuardrailCheckOutput",
     "PII_KINDS",
     "GuardrailAction",
     "GuardrailEntry",
@@ -150,3 +152,26 @@ class GuardrailTrip(BaseModel):
     detail: str
     tool_call_id: str | None = None
     turn: int = 0
+
+
+class GuardrailCheckInput(BaseModel):
+    """Input of ``guardrail.check``: one user message through the spec's ``input`` guardrails."""
+
+    run_id: str
+    turn: int = 0
+    tenant_id: str = "default"
+    text: str
+    guardrails: StageGuardrails
+
+    @property
+    def secrets(self) -> list[str]:
+        """The spec's secret names (read by the redacting interceptor, activities/redaction.py)."""
+        return self.guardrails.secrets
+
+
+class GuardrailCheckOutput(BaseModel):
+    """Result of ``guardrail.check``: the text to pass on and the guardrails it tripped."""
+
+    text: str
+    guardrails: list[GuardrailTrip] = Field(default_factory=lambda: list[GuardrailTrip]())
+    stage: GuardrailStage = "input"

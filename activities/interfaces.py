@@ -33,14 +33,13 @@ from activities.contracts import (
     CodeStepInput,
     CodeStepOutput,
     CountTokensInput,
-    GuardrailCheckInput,
-    GuardrailCheckOutput,
     InvokeToolInput,
     ModelReply,
     ResolveSpecInput,
     TokenCounts,
     ToolOutcome,
 )
+from activities.guardrail_models import GuardrailCheckInput, GuardrailCheckOutput
 from activities.spec import PinnedSpec
 
 _DECLARATION = "declaration only: the worker registers the implementation under this name"

@@ -28,8 +28,6 @@ from activities.contracts import (
     GUARDRAIL_CHECK,
     SPEC_RESOLVE,
     TOOL_INVOKE,
-    GuardrailCheckInput,
-    GuardrailCheckOutput,
     InvokeToolInput,
     ResolveSpecInput,
     StepToolCall,
@@ -37,6 +35,7 @@ from activities.contracts import (
     ToolOutcome,
 )
 from activities.extras import install_hint, installed
+from activities.guardrail_models import GuardrailCheckInput, GuardrailCheckOutput
 from activities.heartbeat import await_with_heartbeats
 from activities.mcp.config import referenced_vars
 from activities.mcp.pool import McpPool

@@ -25,7 +25,6 @@ import workflows.render as render
 from activities.contracts import (
     CallModelInput,
     CountTokensInput,
-    GuardrailCheckInput,
     InvokeToolInput,
     MemoryRequest,
     MemoryScopeRef,
@@ -35,7 +34,7 @@ from activities.contracts import (
     ToolInfo,
     model_task_queue,
 )
-from activities.guardrail_models import GuardrailStage, StageGuardrails
+from activities.guardrail_models import GuardrailCheckInput, GuardrailStage, StageGuardrails
 from activities.spec import PinnedSpec
 from workflows.model_choice import tenant_priority
 from workflows.models import RunRequest

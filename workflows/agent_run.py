@@ -31,6 +31,7 @@ with workflow.unsafe.imports_passed_through():
     import workflows.state as state
     import workflows.turn as turn
     from activities.contracts import ERR_MCP_UNAVAILABLE
+    from activities.guardrail_models import GuardrailTrip
     from activities.interfaces import spec_resolve
     from activities.memory.consolidation import HANDOFF, HandoffInput, scopes_for
     from workflows.approvals import Decisions
@@ -201,15 +202,7 @@ class AgentRun(RunHandlers):
         s.max_total_tokens = lim.max_total_tokens or spec.limits.max_total_tokens
         s.max_cost_usd = lim.max_cost_usd or spec.limits.max_cost_usd
         s.max_sandbox_seconds = spec.limits.max_sandbox_seconds
-        text, trips = req.input, []
-        if req.seed_messages:
-            s.messages = [dict(m) for m in req.seed_messages]
-        else:
-            text, trips = await self._guard.check_input(req.input)  # none: no command
-            s.messages = [
-                {"role": "system", "content": spec.system_prompt},
-                {"role": "user", "content": text},
-            ]
+        text, trips = await self._first_messages(req)
         ctx.emit("run_started", agent=req.agent, input=text)
         self._guard.note(trips)
         ctx.set_status("running")
@@ -229,6 +222,23 @@ class AgentRun(RunHandlers):
             ctx.upsert_search_attributes(initial=True)
         ctx.publish()
         await self._guard.act()  # a blocked request ends the run or waits for a person
+
+    async def _first_messages(self, req: RunRequest) -> tuple[str, list[GuardrailTrip]]:
+        """The transcript's first messages: a fork's seed, or the system prompt and the request.
+
+        The request goes through the spec's ``input`` guardrails first (none: no command);
+        returns the request as the model reads it and what it tripped (noted by the caller).
+        """
+        s = self._ctx.s
+        if req.seed_messages:
+            s.messages = [dict(m) for m in req.seed_messages]
+            return req.input, []
+        text, trips = await self._guard.check_input(req.input)
+        s.messages = [
+            {"role": "system", "content": self._ctx.pinned().spec.system_prompt},
+            {"role": "user", "content": text},
+        ]
+        return text, trips
 
     def _restore(self, req: RunRequest, started_with_sa: bool) -> None:
         """Take the carried run state back (continue-as-new); nothing was pending."""

@@ -16,8 +16,7 @@ from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     import workflows.activity_options as options
-    from activities.contracts import GuardrailCheckOutput
-    from activities.guardrail_models import GuardrailTrip
+    from activities.guardrail_models import GuardrailCheckOutput, GuardrailTrip
     from activities.interfaces import guardrail_check
     from workflows.run_context import RunContext, Stop, cause_message
 
