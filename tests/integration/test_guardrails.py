@@ -225,6 +225,19 @@ async def test_an_unknown_guardrail_or_action_is_an_invalid_spec(client: Client,
     assert res.status == "failed" and "guardrails.input.0.action" in (res.error or "")
 
 
+async def test_a_chat_message_is_checked_before_the_model_reads_it(client: Client, tmp_path: Path):
+    model = ScriptedModel([text("hello"), text("never")])
+    spec = agent({"input": [{"name": "pii", "kinds": ["card"], "action": "block"}]})
+    async with Harness(client, tmp_path, model, agents=spec) as h:
+        handle = await h.start("hi", mode="chat")
+        await until_state(handle, lambda s: s.status == "waiting_for_message")
+        await rc.send_message(client, handle.id, f"my card: {CARD}", "alice")
+        res = await asyncio.wait_for(handle.result(), timeout=30)
+    assert res.status == "guardrail" and len(model.requests) == 1
+    [trip] = res.guardrails
+    assert (trip.stage, trip.turn, trip.detail) == ("input", 1, "1 card number")
+
+
 HISTORIES = Path(__file__).resolve().parents[1] / "histories"
 
 
