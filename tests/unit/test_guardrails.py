@@ -149,3 +149,22 @@ def test_the_spec_section_takes_names_or_mappings_and_refuses_misfits():
         GuardrailsSpec.model_validate({"on_trip": "ignore"})
     with pytest.raises(ValidationError, match="Extra inputs"):
         GuardrailsSpec.model_validate({"answers": ["pii"]})
+
+
+def test_follow_prints_a_trip_and_how_to_go_on():
+    """``agentctl run --follow`` (workers/cli/follow.py) shows trips and the paused run's commands."""
+    import io
+
+    from rich.console import Console
+
+    from workers.cli.follow import EventPrinter
+
+    buf = io.StringIO()
+    printer = EventPrinter(Console(file=buf, width=200), "run-1", "alice")
+    printer.show({"type": "guardrail_tripped", "turn": 1, "stage": "tool_results",
+                  "guardrail": "injection", "action": "block", "detail": "markers: [x]",
+                  "tool_call_id": "call_1"})  # fmt: skip
+    printer.show({"type": "status", "turn": 1, "status": "guardrail_paused"})
+    out = buf.getvalue()
+    assert "guardrail injection tripped on tool_results of call_1: block (markers: [x])" in out
+    assert "agentctl resume run-1 -p alice" in out and "agentctl interrupt run-1 -p alice" in out
