@@ -225,6 +225,24 @@ async def test_an_unknown_guardrail_or_action_is_an_invalid_spec(client: Client,
     assert res.status == "failed" and "guardrails.input.0.action" in (res.error or "")
 
 
+async def test_input_flag_only_records_and_a_tool_result_is_redacted(
+    client: Client, tmp_path: Path
+):
+    model = ScriptedModel(
+        [tool_call("slow_echo", {"text": f"owner {EMAIL}", "seconds": 0}), text("done")]
+    )
+    spec = agent({"input": [{"name": "pii", "action": "flag"}], "tool_results": ["pii"]})
+    async with Harness(client, tmp_path, model, agents=spec) as h:
+        res = await h.run(f"look up {EMAIL}")
+    assert res.status == "completed"
+    assert user_messages(model) == [f"look up {EMAIL}"]  # flag: unchanged
+    assert tool_messages(model, 1) == ["echo: owner [REDACTED]"]
+    assert [(t.stage, t.action) for t in res.guardrails] == [
+        ("input", "flag"),
+        ("tool_results", "redact"),
+    ]
+
+
 async def test_a_chat_message_is_checked_before_the_model_reads_it(client: Client, tmp_path: Path):
     model = ScriptedModel([text("hello"), text("never")])
     spec = agent({"input": [{"name": "pii", "kinds": ["card"], "action": "block"}]})
