@@ -22,6 +22,7 @@ from temporalio.service import RPCError
 
 from activities import metrics
 from activities.callbacks import CallbackSigner
+from activities.client_tool_info import client_tool_info
 from activities.code_mode import code_tool
 from activities.contracts import (
     ERR_MCP_UNAVAILABLE,
@@ -438,7 +439,7 @@ def client_tools(
     Raises:
         SpecError: a client tool's name is one of the agent's other tools, or sent twice.
     """
-    out = [_client_info(d) for d in spec.client_tools.values()]
+    out = [client_tool_info(d) for d in spec.client_tools.values()]
     taken = {t.name for t in tools} | {t.name for t in out}
     for d in sent or []:
         if d.name in taken:
@@ -446,21 +447,5 @@ def client_tools(
                 f"agents.{spec.name}: client tool {d.name!r} clashes with a tool of the same name"
             )
         taken.add(d.name)
-        out.append(_client_info(d))
+        out.append(client_tool_info(d))
     return out
-
-
-def _client_info(d: ClientToolDef) -> ToolInfo:
-    """A client tool as the run pins it: ``kind="client"``, one attempt, risk ``read``.
-
-    Policy and approvals apply as for any tool (a policy entry of its name may ask for approval
-    or deny it).
-    """
-    return ToolInfo(
-        name=d.name,
-        description=d.description,
-        parameters=d.parameters,
-        timeout_seconds=d.timeout_seconds,
-        max_attempts=1,
-        kind="client",
-    )

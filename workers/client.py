@@ -30,7 +30,7 @@ from temporalio.contrib.workflow_streams import WorkflowStreamClient
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.contracts import fairness_key
+from activities.contracts import ClientToolDef, fairness_key
 from activities.search_attributes import namespace_has_search_attributes
 from activities.signing import decision_message, sign_decision
 from workers.config import Settings, load_settings, temporal_connect_config
@@ -422,11 +422,16 @@ async def resume(client: Client, run_id: str, principal_id: str) -> None:
     await handle(client, run_id).signal(SIGNAL_RESUME, PrincipalSignal(principal_id=principal_id))
 
 
-async def send_message(client: Client, run_id: str, content: str, principal_id: str) -> None:
-    """Send signal ``send_message``."""
-    await handle(client, run_id).signal(
-        SIGNAL_SEND_MESSAGE, MessageSignal(content=content, principal_id=principal_id)
-    )
+async def send_message(
+    client: Client,
+    run_id: str,
+    content: str,
+    principal_id: str,
+    client_tools: list[ClientToolDef] | None = None,
+) -> None:
+    """Send signal ``send_message`` (``client_tools``: offered from this message on)."""
+    sig = MessageSignal(content=content, principal_id=principal_id, client_tools=client_tools)
+    await handle(client, run_id).signal(SIGNAL_SEND_MESSAGE, sig)
 
 
 def list_query(

@@ -283,10 +283,16 @@ class PrincipalSignal(BaseModel):
 
 
 class MessageSignal(BaseModel):
-    """Payload of signal ``send_message``."""
+    """Payload of signal ``send_message``.
+
+    ``client_tools`` (optional): tools the client runs, offered from this message on (a tool of
+    the same name sent before is replaced; one named like an agent's own tool is ignored, with
+    why, in ``ignored_signals``).
+    """
 
     content: str
     principal_id: str = "anonymous"
+    client_tools: list[ClientToolDef] | None = Field(default=None, max_length=64)
 
 
 class RaiseBudgetSignal(BaseModel):

@@ -263,3 +263,34 @@ async def test_agentctl_tool_result(client: Client, tmp_path: Path, dev_server_a
     assert result.tool_calls[0].status == "error"
     told = [m["content"] for m in model.requests[1].messages if m["role"] == "tool"]
     assert told == ["Error: no such file"]
+
+
+async def test_client_tools_sent_with_a_message_in_a_chat_run(client: Client, tmp_path: Path):
+    model = ScriptedModel([text("hi"), tool_call("geo", {}), text("you are in Paris")])
+    async with Harness(client, tmp_path, model) as h:
+        handle = await h.start("hello", principal_id="ann", mode="chat")
+        await until_state(handle, lambda s: s.status == "waiting_for_message")
+        await rc.send_message(
+            client,
+            handle.id,
+            "where am I?",
+            "ann",
+            client_tools=[
+                ClientToolDef(name="geo", description="The user's location."),
+                ClientToolDef(name="calculator", description="clashes"),
+            ],
+        )
+        st = await until_state(handle, _waiting)
+        cid = st.pending_client_tools[0].tool_call_id
+        await rc.tool_result(
+            client, handle.id, {"tool_call_id": cid, "content": "Paris", "principal_id": "ann"}
+        )
+        st = await until_state(handle, lambda s: s.output == "you are in Paris")
+        await handle.terminate("test over")
+    offered = [t["function"]["name"] for t in model.requests[1].body["tools"]]
+    assert "geo" in offered and "geo" not in [
+        t["function"]["name"] for t in model.requests[0].body["tools"]
+    ]
+    calc = [t for t in model.requests[1].body["tools"] if t["function"]["name"] == "calculator"]
+    assert calc[0]["function"]["description"] != "clashes"  # the agent's own tool stays
+    assert any("clashes" in i.reason for i in st.ignored_signals)
