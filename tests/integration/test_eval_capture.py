@@ -167,3 +167,28 @@ async def test_an_encrypted_run_is_captured_only_with_its_key(
         assert "encrypted" in str(e) and secret not in str(e)
     else:
         raise AssertionError("captured an encrypted run without its key")
+
+
+def test_the_stored_replay_ran_no_tool_and_records_what_the_model_asked() -> None:
+    """tests/histories/replayed.json (tests/record_histories.py): no ``tool.invoke`` at all."""
+    from workers.history import audit, load_history_file
+    from workers.history._walk import patch_ids
+    from workflows.versions import PATCH_MODEL_ARGUMENTS
+
+    history = load_history_file(Path(__file__).parents[1] / "histories" / "replayed.json")
+    kinds = [
+        e.activity_task_scheduled_event_attributes.activity_type.name
+        for e in history.events
+        if e.HasField("activity_task_scheduled_event_attributes")
+    ]
+    assert kinds == ["model.complete"] * 3
+    assert PATCH_MODEL_ARGUMENTS in set(patch_ids(history.events))
+    res = audit(history).result
+    assert res is not None and res.status == "completed"
+    got = [(c.name, c.status, c.recorded, c.arguments) for c in res.tool_calls]
+    assert got == [
+        ("read_file", "ok", "answered", {"path": "notes.txt"}),
+        ("deploy", "ok", "answered", {"target": "prod"}),
+        ("record", "error", "unmatched", {"label": "new"}),
+    ]
+    assert res.decisions[0].principal_id == "alice"
