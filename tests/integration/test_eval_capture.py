@@ -25,7 +25,7 @@ from workers.config import Settings
 from workers.eval_client import start_suite
 from workers.history import CaptureError, capture_run
 from workers.payloads.converter import build_data_converter
-from workers.testing.scripted_model import ScriptedModel, text, tool_call
+from workers.testing.scripted_model import ScriptedModel, text, tool_call, tool_calls
 
 AGENTS = {
     "default": {"system_prompt": "You copy files."},
@@ -192,3 +192,44 @@ def test_the_stored_replay_ran_no_tool_and_records_what_the_model_asked() -> Non
         ("record", "error", "unmatched", {"label": "new"}),
     ]
     assert res.decisions[0].principal_id == "alice"
+
+
+async def test_an_unmatched_call_is_an_error_unless_the_recording_allows_it_live(
+    client: Client, tmp_path: Path
+) -> None:
+    from activities.evals.contracts import RecordedCall, Recording
+    from tests.support.tools import journal_events
+    from workflows.models import RunRequest
+
+    recorded = RecordedCall(name="record", arguments={"label": "old"}, result="recorded old")
+    model = ScriptedModel(
+        [
+            tool_calls([("record", {"label": "old"}), ("record", {"label": "new"})]),
+            text("done"),
+        ]
+        * 2
+    )
+    journal = tmp_path / "journal.jsonl"
+    async with Harness(client, tmp_path, model) as h:
+        results = []
+        for unmatched in ("error", "live"):
+            handle = await rc.start_run(
+                client,
+                RunRequest(
+                    input="record both",
+                    recorded_tools=Recording(calls=[recorded], unmatched=unmatched),
+                ),
+                task_queue=h.task_queue,
+            )
+            results.append(await handle.result())
+            # the recorded call never runs; the unmatched one only where the recording allows
+            ran = [e["label"] for e in journal_events(journal)]
+            assert ran == ([] if unmatched == "error" else ["new"])
+    strict, live = results
+    assert [(c.recorded, c.status) for c in strict.tool_calls] == [
+        ("answered", "ok"),
+        ("unmatched", "error"),
+    ]
+    assert [(c.recorded, c.status) for c in live.tool_calls] == [("answered", "ok"), ("live", "ok")]
+    told = [m for m in model.requests[1].body["messages"] if m["role"] == "tool"]
+    assert told[0]["content"] == "recorded old" and "replay of a recorded run" in told[1]["content"]
