@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client, WorkflowUpdateFailedError
 
-from tests.support.harness import Harness, until_state
 from tests.integration.test_webui_metadata import activity_summaries
+from tests.support.harness import Harness, until_state
 from tests.support.people import GATED, deployed
 from workers import client as rc
 from workers.local.dev_server import temporal_binary
