@@ -15,6 +15,7 @@ declaration, its options in :mod:`workflows.activity_options` and the implementa
 | :func:`tool_invoke` | :meth:`activities.runtime.RuntimeActivities.tool_invoke` |
 | :func:`tokens_count` | :func:`activities.tokens.tokens_count` |
 | :func:`code_step` | :meth:`activities.code_mode.CodeRunner.code_step` |
+| :func:`policy_judge` | :meth:`activities.model.ModelActivities.policy_judge` |
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from activities.contracts import (
     TokenCounts,
     ToolOutcome,
 )
+from activities.judge import POLICY_JUDGE, JudgeInput, JudgeVerdict
 from activities.spec import PinnedSpec
 
 _DECLARATION = "declaration only: the worker registers the implementation under this name"
@@ -85,5 +87,15 @@ async def code_step(req: CodeStepInput) -> CodeStepOutput:
     raise NotImplementedError(_DECLARATION)
 
 
-DECLARATIONS = (spec_resolve, model_complete, tool_invoke, tokens_count, code_step)
+@activity.defn(name=POLICY_JUDGE)
+async def policy_judge(req: JudgeInput) -> JudgeVerdict:
+    """The judge's verdict on one call the policy asks about (activities/judge.py).
+
+    An unreadable answer comes back as ``escalate``; a failed endpoint raises (the workflow
+    escalates then too).
+    """
+    raise NotImplementedError(_DECLARATION)
+
+
+DECLARATIONS = (spec_resolve, model_complete, tool_invoke, tokens_count, code_step, policy_judge)
 """Every activity the workflow schedules."""

@@ -52,6 +52,7 @@ from activities.spec import (
     PinnedSpec,
     SpecError,
     load_spec_file,
+    pin_cedar,
     resolve_agent,
     spec_hash,
 )
@@ -124,6 +125,7 @@ class RuntimeActivities:
             tools += self._agent_tools(path, spec, tools)
             tools += self._code_tool(spec, tools)
             tools = only_tools(tools, req.tools, spec.name)
+            pin_cedar(spec, tools)
         except (SpecError, UnknownToolError, McpToolsError) as e:
             raise ApplicationError(str(e), type=ERR_SPEC_INVALID, non_retryable=True) from None
         self._ensure_workspace(req.agent, Path(spec.workspace), path)

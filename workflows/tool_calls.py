@@ -20,13 +20,14 @@ with workflow.unsafe.imports_passed_through():
     import workflows.activity_options as options
     import workflows.turn as turn
     from activities.contracts import ToolCallRequest, ToolInfo, ToolOutcome, Usage
-    from activities.interfaces import tool_invoke
+    from activities.interfaces import policy_judge, tool_invoke
+    from activities.judge import JudgeVerdict
     from workflows.approvals import Decisions
     from workflows.children import ChildStep
     from workflows.code_mode import run_script
     from workflows.handoff import HandoffStep
     from workflows.models import PendingApproval, ToolCallRecord
-    from workflows.policy import Search, evaluate, re2_search, re_search
+    from workflows.policy import CedarFacts, Search, decide, re2_search, re_search
     from workflows.run_context import RunContext, Stop, cause_message
 
 __all__ = ["Stop", "ToolStep", "cause_message"]
@@ -83,6 +84,7 @@ class ToolStep:
                     self.invoke(call, rec, tools.get(call.name))
                 )
         if ctx.s.pending:
+            await self._judge(calls, records, tools)
             ctx.release_held()
             await self._await_approvals()
             for call, rec in zip(calls, records, strict=True):
@@ -129,21 +131,17 @@ class ToolStep:
     ) -> tuple[list[ToolCallRecord], dict[str, str]]:
         """Records of the calls as the policy leaves them (added to the run's); denied ones' texts."""
         ctx = self.ctx
-        s, req, spec = ctx.s, ctx.req(), ctx.pinned().spec
+        s, spec = ctx.s, ctx.pinned().spec
         records: list[ToolCallRecord] = []
         outcomes: dict[str, str] = {}
         search = self.policy_search()
+        facts = self.cedar_facts()
         for call in calls:
-            decision = evaluate(
-                spec.policy,
-                tools.get(call.name),
-                call.name,
-                call.arguments,
-                req.tenant_id,
-                req.principal_id,
-                search,
+            decision = decide(
+                spec.policy, tools.get(call.name), call.id, call.name, call.arguments, facts, search
             )
             rec, settled = turn.settle_by_policy(call, decision, s.turn)
+            rec.policy_id = decision.policy_id
             records.append(rec)
             s.tool_calls.append(rec)
             if settled is not None:
@@ -170,6 +168,70 @@ class ToolStep:
                     arguments=rec.arguments,
                 )
         return records, outcomes
+
+    def cedar_facts(self) -> CedarFacts:
+        """Who acts and the run as it is now, for the Cedar policies (workflow data only)."""
+        ctx = self.ctx
+        s, req = ctx.s, ctx.req()
+        shares = [
+            s.usage.total_tokens / s.max_total_tokens if s.max_total_tokens else 0.0,
+            s.usage.cost_usd / s.max_cost_usd if s.max_cost_usd else 0.0,
+        ]
+        return CedarFacts(
+            tenant_id=req.tenant_id,
+            principal_id=req.principal_id,
+            roles=sorted(set(req.roles)),
+            agent=ctx.pinned().spec.name,
+            child=workflow.info().parent is not None,
+            turn=s.turn,
+            tokens_used=s.usage.total_tokens,
+            cost_usd=s.usage.cost_usd,
+            budget_used_pct=int(max(shares) * 100),
+            now=workflow.now().isoformat(),
+        )
+
+    async def _judge(
+        self,
+        calls: list[ToolCallRequest],
+        records: list[ToolCallRecord],
+        tools: dict[str, ToolInfo],
+    ) -> None:
+        """The spec's judge decides the calls of ``calls`` waiting for a person, concurrently.
+
+        Each verdict goes to :meth:`workflows.approvals.Decisions.by_judge`. A judge that fails or
+        times out escalates (the call waits for a person); so does any call the judge leaves.
+        Runs without patch ``policy-judge`` (none has a judge) do nothing here.
+        """
+        ctx = self.ctx
+        s, pinned, req = ctx.s, ctx.pinned(), ctx.req()
+        judge = pinned.spec.policy.judge
+        asked = [
+            (call, rec)
+            for call, rec in zip(calls, records, strict=True)
+            if rec.policy == "approve" and call.id in s.pending and call.id not in s.verdicts
+            and call.name in tools
+        ]  # fmt: skip
+        if judge is None or not asked or not ctx.versions.policy_judge():
+            return
+        results = [str(m.get("content") or "") for m in s.messages if m.get("role") == "tool"]
+
+        async def one(call: ToolCallRequest, rec: ToolCallRecord) -> None:
+            inp, opts = options.policy_judge(
+                pinned, req, judge, call, rec.arguments, tools[call.name], rec.reason, results
+            )
+            try:
+                verdict = await workflow.execute_activity(
+                    policy_judge, inp, **ctx.with_deadline(opts)
+                )
+            except ActivityError as e:
+                ctx.note_deadline(e)  # then the race ends the run: timeout
+                verdict = JudgeVerdict(
+                    verdict="escalate", reason=f"the judge failed: {cause_message(e)}",
+                    readable=False,
+                )  # fmt: skip
+            self._decisions.by_judge(call.id, judge.model, verdict)
+
+        await self.ctx.race(lambda: asyncio.gather(*(one(c, r) for c, r in asked)), True)
 
     async def gather(
         self,

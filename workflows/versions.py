@@ -60,6 +60,9 @@ PATCH_RACE_WAITS = "race-person-waits"
 """A race whose work waited for a person (Code Mode) re-arms the deadline instead of ending."""
 PATCH_SHOWN_STATUS = "parent-status-from-children"
 """A parent upserts ``AgentStatus`` when its children's approvals change the status people see."""
+PATCH_POLICY_JUDGE = "policy-judge"
+"""The judge (``policy.judge``) decides calls the policy asks about before a person is asked.
+Asked at the first call a run's judge would decide (only runs whose spec has a judge)."""
 
 
 class Versions:
@@ -135,7 +138,23 @@ class Versions:
         """
         return self._rev() >= 5
 
+    @property
+    def refuse_judge_names(self) -> bool:
+        """A client's decision naming a ``judge:`` principal is refused: in runs with a judge.
+
+        Decided by the pinned spec (``policy.judge``, which no run before it could pin), so it
+        costs no marker and no revision; a run without a judge has no decision in a judge's name
+        to forge. The next revision should refuse such names in every run.
+        """
+        pinned = self._pinned()
+        return pinned is not None and pinned.spec.policy.judge is not None
+
     # ------------------------------------------------------------ asked where first needed
+
+    @staticmethod
+    def policy_judge() -> bool:
+        """:data:`PATCH_POLICY_JUDGE` (asked at the first call the run's judge would decide)."""
+        return workflow.patched(PATCH_POLICY_JUDGE)
 
     @staticmethod
     def unique_call_ids() -> bool:
