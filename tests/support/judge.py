@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import threading
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from workers.testing.scripted_model import Reply, ScriptedModel, text
@@ -21,12 +21,18 @@ def verdict(v: str, reason: str = "by the rubric") -> Reply:
 class AgentAndJudge:
     """Replies for requests of model :data:`JUDGE_MODEL` from ``judge``, others from ``agent``.
 
-    ``judge_requests`` keeps the judge's request bodies (what it was shown).
+    ``judge`` is a script, or a function of the judge's request body. ``judge_requests`` keeps
+    the judge's request bodies (what it was shown).
     """
 
-    def __init__(self, agent: Iterable[Reply | str], judge: Iterable[Reply | str]) -> None:
+    def __init__(
+        self,
+        agent: Iterable[Reply | str],
+        judge: Iterable[Reply | str] | Callable[[dict[str, Any]], Reply | str],
+    ) -> None:
         self._agent = deque(agent)
-        self._judge = deque(judge)
+        self._judge_fn = judge if callable(judge) else None
+        self._judge = deque(() if callable(judge) else judge)
         self._lock = threading.Lock()
         self.judge_requests: list[dict[str, Any]] = []
 
@@ -34,7 +40,7 @@ class AgentAndJudge:
         with self._lock:
             if body.get("model") == JUDGE_MODEL:
                 self.judge_requests.append(body)
-                return self._judge.popleft()
+                return self._judge_fn(body) if self._judge_fn else self._judge.popleft()
             return self._agent.popleft()
 
     def server(self) -> ScriptedModel:
