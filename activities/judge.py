@@ -49,6 +49,7 @@ class JudgeInput(BaseModel):
     model: str
     rubric: str
     goal: str
+    tool_call_id: str = ""
     tool: str
     tool_description: str = ""
     risk: str = "read"

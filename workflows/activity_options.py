@@ -310,6 +310,7 @@ def policy_judge(
         model=judge.model,
         rubric=judge.rubric,
         goal=req.input,
+        tool_call_id=call.id,
         tool=call.name,
         tool_description=info.description,
         risk=info.risk,

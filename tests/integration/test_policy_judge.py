@@ -12,6 +12,7 @@ from tests.support.harness import Harness, until_state
 from tests.support.history import no_task_failed
 from tests.support.judge import JUDGE_MODEL, AgentAndJudge, judged, verdict
 from workers import client as rc
+from workers import history as ih
 from workers.testing.scripted_model import error, text, tool_call
 
 CEDAR = """
@@ -71,6 +72,17 @@ async def test_without_the_role_cedar_asks_and_the_judge_approves(client: Client
         res = await asyncio.wait_for(handle.result(), 60)
         events = await events_of(client, handle.id)
         await no_task_failed(handle)
+        audit = ih.audit(await ih.fetch_chain(client, handle.id))
+    # the audit: the judge's decision, the Cedar policy that asked
+    assert [(d.who, d.decision, d.via, d.accepted) for d in audit.decisions] == [
+        (f"judge:{JUDGE_MODEL}", "approve", "judge", True)
+    ]
+    [entry] = audit.tool_calls
+    assert (entry.policy_id, entry.decided_by, entry.status) == (
+        "cedar:others-ask",
+        f"judge:{JUDGE_MODEL}",
+        "ok",
+    )
     rec = res.tool_calls[0]
     assert (rec.status, rec.policy, rec.policy_id) == ("ok", "approve", "cedar:others-ask")
     assert rec.decided_by == f"judge:{JUDGE_MODEL}"
@@ -127,7 +139,9 @@ async def test_escalate_unreadable_and_failing_judges_leave_calls_to_a_person(
         res = await asyncio.wait_for(handle.result(), 60)
         events = await events_of(client, handle.id)
         await no_task_failed(handle)
+        audit = ih.audit(await ih.fetch_chain(client, handle.id))
     assert [r.status for r in res.tool_calls] == ["ok", "ok", "ok"]
+    assert [(d.who, d.via) for d in audit.decisions] == [("alice", "update")] * 3
     assert {d.principal_id for d in res.decisions} == {"alice"}
     escalated = [e for e in events if e["type"] == "approval_escalated"]
     assert [e["tool_call_id"] for e in escalated] == ["c1", "c2", "c3"]
