@@ -29,6 +29,7 @@ from bench.feature_tables import (
     table_sandbox,
 )
 from bench.infra import jsonable
+from bench.judge import table_judge
 from bench.machine import machine_info
 from bench.scenarios import SCENARIOS
 from bench.summary import machine_table, summary_table
@@ -46,7 +47,7 @@ from bench.tables import (
 
 DEFAULT_ORDER = [
     "peers", "history", "overhead", "throughput", "cpu", "crash", "tuning", "fairness", "rate_limit", "evals",
-    "encryption", "memory", "memory_e2e", "sandbox", "code_mode", "cli",
+    "judge", "encryption", "memory", "memory_e2e", "sandbox", "code_mode", "cli",
 ]  # fmt: skip
 console = Console()
 
@@ -67,6 +68,7 @@ TABLES = {
     "sandbox": table_sandbox,
     "code_mode": table_code_mode,
     "evals": table_evals,
+    "judge": table_judge,
     "cli": table_cli,
 }
 
