@@ -146,3 +146,34 @@ async def test_escalate_unreadable_and_failing_judges_leave_calls_to_a_person(
     escalated = [e for e in events if e["type"] == "approval_escalated"]
     assert [e["tool_call_id"] for e in escalated] == ["c1", "c2", "c3"]
     assert all(e["principal_id"] == f"judge:{JUDGE_MODEL}" for e in escalated)
+
+
+async def test_cedar_decides_local_calls_that_would_ride_the_next_model_step(
+    client: Client, tmp_path: Path
+):
+    """Local read-only tools' calls ride the next model step only when the policy allows them:
+    with Cedar, a call it forbids never runs (``workflows/tools_first.py``)."""
+    (tmp_path / "reads.cedar").write_text(
+        '@id("no-private") forbid(principal, action == Action::"read_file", resource)\n'
+        'when { resource.path like "private/*" };\n'
+    )
+    calls = [  # one call a turn: each alone would ride the next model step if allowed
+        tool_call("read_file", {"path": "README.md"}, id="r1"),
+        tool_call("read_file", {"path": "private/key.txt"}, id="r2"),
+        text("done"),
+    ]
+    async with Harness(
+        client, tmp_path, AgentAndJudge(calls, []).server(),
+        agents={"default": {"policy": {"cedar": "reads.cedar"}}},
+    ) as h:  # fmt: skip
+        (h.workspace / "private").mkdir()
+        (h.workspace / "private/key.txt").write_text("TOP-SECRET-VALUE")
+        handle = await h.start("read both")
+        res = await asyncio.wait_for(handle.result(), 60)
+        await no_task_failed(handle)
+        transcript = await handle.query("transcript")
+    by_id = {r.id: r for r in res.tool_calls}
+    assert (by_id["r1"].status, by_id["r1"].policy_id) == ("ok", "by_risk")
+    assert (by_id["r2"].status, by_id["r2"].policy_id) == ("denied", "cedar:no-private")
+    assert "TOP-SECRET-VALUE" not in str(transcript)
+    assert "the answer is 42" in str(transcript)
