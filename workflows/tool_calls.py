@@ -84,9 +84,12 @@ class ToolStep:
                     self.invoke(call, rec, tools.get(call.name))
                 )
         if ctx.s.pending:
-            await self._judge(calls, records, tools)
-            ctx.release_held()
-            await self._await_approvals()
+            if await self._judge(calls, records, tools):
+                for cid in list(ctx.s.pending):  # the judge decided every one: no wait
+                    ctx.s.pending.pop(cid)
+            else:
+                ctx.release_held()
+                await self._await_approvals()
             for call, rec in zip(calls, records, strict=True):
                 if rec.policy != "approve":
                     continue
@@ -195,12 +198,14 @@ class ToolStep:
         calls: list[ToolCallRequest],
         records: list[ToolCallRecord],
         tools: dict[str, ToolInfo],
-    ) -> None:
+    ) -> bool:
         """The spec's judge decides the calls of ``calls`` waiting for a person, concurrently.
 
         Each verdict goes to :meth:`workflows.approvals.Decisions.by_judge`. A judge that fails or
         times out escalates (the call waits for a person); so does any call the judge leaves.
-        Runs without patch ``policy-judge`` (none has a judge) do nothing here.
+        Runs without patch ``policy-judge`` (none has a judge) do nothing here. Returns True when
+        the judge decided every waiting call: then the run waits for nobody (no wait, no
+        ``awaiting_approval`` status, no search-attribute upsert).
         """
         ctx = self.ctx
         s, pinned, req = ctx.s, ctx.pinned(), ctx.req()
@@ -212,7 +217,7 @@ class ToolStep:
             and call.name in tools
         ]  # fmt: skip
         if judge is None or not asked or not ctx.versions.policy_judge():
-            return
+            return False
         results = [str(m.get("content") or "") for m in s.messages if m.get("role") == "tool"]
 
         async def one(call: ToolCallRequest, rec: ToolCallRecord) -> None:
@@ -232,6 +237,7 @@ class ToolStep:
             self._decisions.by_judge(call.id, judge.model, verdict)
 
         await self.ctx.race(lambda: asyncio.gather(*(one(c, r) for c, r in asked)), True)
+        return all(cid in s.verdicts for cid in s.pending)
 
     async def gather(
         self,

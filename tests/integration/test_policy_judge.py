@@ -89,6 +89,8 @@ async def test_without_the_role_cedar_asks_and_the_judge_approves(client: Client
     [d] = res.decisions
     assert (d.decision, d.principal_id, d.via) == ("approve", f"judge:{JUDGE_MODEL}", "judge")
     assert d.comment == "a note, as the rubric allows"
+    # nobody was waited for
+    assert "awaiting_approval" not in [e.get("status") for e in events if e["type"] == "status"]
     decided = [e for e in events if e["type"] == "approval_decided"]
     assert [(e["principal_id"], e["decision"]) for e in decided] == [
         (f"judge:{JUDGE_MODEL}", "approve")
