@@ -234,6 +234,7 @@ class ToolStep:
                     verdict="escalate", reason=f"the judge failed: {cause_message(e)}",
                     readable=False,
                 )  # fmt: skip
+            self._charge_judge(verdict)
             self._decisions.by_judge(call.id, judge.model, verdict)
 
         await self.ctx.race(lambda: asyncio.gather(*(one(c, r) for c, r in asked)), True)
@@ -344,6 +345,15 @@ class ToolStep:
             text = await self._children.ask(call, rec, info, self._ask_share)
         self.finished(rec, text)
         return text
+
+    def _charge_judge(self, verdict: JudgeVerdict) -> None:
+        """Count the judge's tokens in the run's usage, priced by the spec's ``pricing``."""
+        s, pricing = self.ctx.s, self.ctx.pinned().spec.pricing
+        p, c = verdict.prompt_tokens, verdict.completion_tokens
+        cost = (p * pricing.prompt_per_mtok + c * pricing.completion_per_mtok) / 1_000_000
+        s.usage = s.usage.add(
+            Usage(prompt_tokens=p, completion_tokens=c, total_tokens=p + c, cost_usd=cost)
+        )
 
     def _charge_sandbox(self, duration_ms: float) -> None:
         """Count a sandboxed call's time against the sandbox budget.

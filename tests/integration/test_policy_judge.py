@@ -89,6 +89,9 @@ async def test_without_the_role_cedar_asks_and_the_judge_approves(client: Client
     [d] = res.decisions
     assert (d.decision, d.principal_id, d.via) == ("approve", f"judge:{JUDGE_MODEL}", "judge")
     assert d.comment == "a note, as the rubric allows"
+    # the judge's tokens are the run's too
+    steps = sum(int(m["usage"]["total_tokens"]) for m in res.model_steps)
+    assert res.usage.total_tokens > steps > 0
     # nobody was waited for
     assert "awaiting_approval" not in [e.get("status") for e in events if e["type"] == "status"]
     decided = [e for e in events if e["type"] == "approval_decided"]
