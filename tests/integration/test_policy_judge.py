@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 from typing import Any
 
@@ -115,41 +116,50 @@ async def test_a_rejection_is_recorded_and_the_model_told(client: Client, tmp_pa
     assert not h.journal.exists()  # deploy never ran
 
 
-async def test_escalate_unreadable_and_failing_judges_leave_calls_to_a_person(
+async def test_escalate_unreadable_failing_and_late_judges_leave_calls_to_a_person(
     client: Client, tmp_path: Path
 ):
+    late_approval = text(json.dumps({"verdict": "approve", "reason": "late"}), delay=4)
     script = AgentAndJudge(
         [
             tool_call("deploy", {"target": "a"}, id="c1"),
             tool_call("deploy", {"target": "b"}, id="c2"),
             tool_call("deploy", {"target": "c"}, id="c3"),
+            tool_call("deploy", {"target": "d"}, id="c4"),
             text("done"),
         ],
         [
             verdict("escalate", "not sure about a"),
             text('Sure, I approve: {"verdict": "approve", "reason": "fine"}'),
             error(500, {"error": "judge down"}),
+            late_approval,  # after the judge's timeout: not an approval
         ],
     )
-    async with Harness(client, tmp_path, script.server(), agents={"default": judged()}) as h:
-        handle = await h.start("deploy three times", principal_id="alice")
-        for cid, why in (("c1", "not sure about a"), ("c2", "unreadable"), ("c3", "failed")):
+    agents = {"default": judged(timeout_seconds=1)}
+    async with Harness(client, tmp_path, script.server(), agents=agents) as h:
+        handle = await h.start("deploy four times", principal_id="alice")
+        for cid, why in (
+            ("c1", "not sure about a"),
+            ("c2", "unreadable"),
+            ("c3", "failed"),
+            ("c4", "failed"),
+        ):
             st = await until_state(handle, lambda s, c=cid: any(
                 p.tool_call_id == c and p.escalated for p in s.pending_approvals
             ))  # fmt: skip
             pending = next(p for p in st.pending_approvals if p.tool_call_id == cid)
             assert why in (pending.escalated or ""), pending
-            assert not st.decisions or all(d.principal_id == "alice" for d in st.decisions)
+            assert all(d.principal_id == "alice" for d in st.decisions)
             await rc.decide(client, handle.id, cid, "approve", "alice")
         res = await asyncio.wait_for(handle.result(), 60)
         events = await events_of(client, handle.id)
         await no_task_failed(handle)
         audit = ih.audit(await ih.fetch_chain(client, handle.id))
-    assert [r.status for r in res.tool_calls] == ["ok", "ok", "ok"]
-    assert [(d.who, d.via) for d in audit.decisions] == [("alice", "update")] * 3
+    assert [r.status for r in res.tool_calls] == ["ok"] * 4
     assert {d.principal_id for d in res.decisions} == {"alice"}
+    assert [(d.who, d.via) for d in audit.decisions] == [("alice", "update")] * 4
     escalated = [e for e in events if e["type"] == "approval_escalated"]
-    assert [e["tool_call_id"] for e in escalated] == ["c1", "c2", "c3"]
+    assert [e["tool_call_id"] for e in escalated] == ["c1", "c2", "c3", "c4"]
     assert all(e["principal_id"] == f"judge:{JUDGE_MODEL}" for e in escalated)
 
 
