@@ -71,12 +71,17 @@ class Usage(BaseModel):
     """Token usage as reported by the model server, and its cost.
 
     Token counts are whole tokens; ``cost_usd`` is US dollars computed from the spec's price table.
+    ``cached_prompt_tokens`` is the part of ``prompt_tokens`` the server took from its prompt
+    cache instead of processing again (OpenAI's ``usage.prompt_tokens_details.cached_tokens``;
+    llama.cpp's ``timings.cache_n`` where the usage does not say; 0 when the endpoint says
+    neither). It is priced at the spec's ``pricing.cached_prompt_per_mtok``.
     """
 
     prompt_tokens: int = 0
     completion_tokens: int = 0
     total_tokens: int = 0
     cost_usd: float = 0.0
+    cached_prompt_tokens: int = 0
 
     def add(self, other: Usage) -> Usage:
         """Return the sum of two usages (a new object)."""
@@ -85,6 +90,7 @@ class Usage(BaseModel):
             completion_tokens=self.completion_tokens + other.completion_tokens,
             total_tokens=self.total_tokens + other.total_tokens,
             cost_usd=round(self.cost_usd + other.cost_usd, 8),
+            cached_prompt_tokens=self.cached_prompt_tokens + other.cached_prompt_tokens,
         )
 
 
@@ -158,6 +164,9 @@ class CallModelInput(BaseModel):
     settings: ModelSettings = Field(default_factory=ModelSettings)
     prompt_price_per_mtok: float = 0.0
     completion_price_per_mtok: float = 0.0
+    cached_prompt_price_per_mtok: float | None = None
+    """US dollars per million prompt tokens served from the endpoint's prompt cache
+    (``Usage.cached_prompt_tokens``); None: priced as any prompt token."""
     tenant_id: str = "default"
     memory: MemoryRequest | None = None
     """Memory retrieval before the request (None: none, no cost; docs/memory.md)."""

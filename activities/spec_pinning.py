@@ -191,7 +191,7 @@ _NEW_TOOL_DEFAULTS: dict[str, Any] = {"agent": None, "kind": "tool"}
 
 _NEW_NESTED_DEFAULTS: dict[str, dict[str, Any]] = {
     "limits": {"max_sandbox_seconds": None},
-    "pricing": {"sandbox_per_second": 0.0},
+    "pricing": {"sandbox_per_second": 0.0, "cached_prompt_per_mtok": None},
     "policy": {"cedar": None, "judge": None},
 }
 

@@ -19,6 +19,7 @@ from bench.memory_e2e import scenario_memory_e2e
 from bench.models import scenario_fairness, scenario_rate_limit
 from bench.overhead import scenario_overhead
 from bench.peers import scenario_peers
+from bench.prompt_cache import scenario_prompt_cache
 from bench.sandbox import scenario_sandbox
 from bench.throughput import scenario_throughput, scenario_tuning
 
@@ -41,4 +42,5 @@ SCENARIOS = {
     "evals": scenario_evals,
     "judge": scenario_judge,
     "cli": scenario_cli,
+    "prompt_cache": scenario_prompt_cache,
 }

@@ -144,6 +144,7 @@ def model_complete(
         else SUMMARY_SETTINGS,
         prompt_price_per_mtok=spec.pricing.prompt_per_mtok,
         completion_price_per_mtok=spec.pricing.completion_per_mtok,
+        cached_prompt_price_per_mtok=spec.pricing.cached_prompt_per_mtok,
         tenant_id=req.tenant_id,
         stream=stream,
         memory=memory_request(spec, req) if summary_of is None else None,
