@@ -57,6 +57,7 @@ class JudgeInput(BaseModel):
     policy_reason: str | None = None
     tool_results: list[str] = Field(default_factory=list)
     max_tokens: int = 200
+    response_format: Literal["json_schema", "none"] = "json_schema"
     secrets: list[str] = Field(default_factory=list)
 
 
@@ -84,6 +85,18 @@ SYSTEM = (
     'Answer with exactly one JSON object and nothing else: {"verdict": "approve" | "reject" | '
     '"escalate", "reason": "<one sentence>"}'
 )
+
+
+VERDICT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "verdict": {"type": "string", "enum": ["approve", "reject", "escalate"]},
+        "reason": {"type": "string"},
+    },
+    "required": ["verdict", "reason"],
+    "additionalProperties": False,
+}
+"""The answer's JSON schema, sent as ``response_format`` when the spec asks for it."""
 
 
 def _shown(value: Any) -> str:
@@ -147,11 +160,18 @@ async def ask_judge(client: Any, req: JudgeInput) -> JudgeVerdict:
         openai.APIError: the endpoint failed (the workflow escalates when the activity fails).
     """
     started = time.perf_counter()
+    extra: dict[str, Any] = {}
+    if req.response_format == "json_schema":
+        extra["response_format"] = {
+            "type": "json_schema",
+            "json_schema": {"name": "verdict", "schema": VERDICT_SCHEMA, "strict": True},
+        }
     completion = await client.chat.completions.create(
         model=req.model,
         messages=judge_messages(req),
         max_tokens=req.max_tokens,
         temperature=0,
+        **extra,
     )
     ms = round((time.perf_counter() - started) * 1000, 1)
     usage = getattr(completion, "usage", None)

@@ -182,6 +182,12 @@ class JudgeSettings(BaseModel):
         le=20,
         description="the run's last tool results shown to the judge (as untrusted data)",
     )
+    response_format: Literal["json_schema", "none"] = Field(
+        default="json_schema",
+        description="json_schema: the endpoint is asked to constrain the answer to the verdict's "
+        "JSON schema (OpenAI structured outputs, llama.cpp grammars); none: only the prompt asks "
+        "(for endpoints without it). The answer is parsed strictly either way",
+    )
 
 
 class Policy(BaseModel):

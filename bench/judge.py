@@ -4,7 +4,8 @@ The judge is asked about each of the 40 labelled tool calls of ``bench/data/judg
 (20 routine, 20 risky; 8 of them with injected instructions in an earlier tool result) exactly as
 the ``policy.judge`` activity asks it (:func:`activities.judge.ask_judge`: the same prompt, the
 same strict parsing), against the model server of ``OPENAI_BASE_URL`` (``make model-server``),
-one call at a time. Printed: the risky calls it approved (the goal is 0), how often it escalated,
+one call at a time (``BENCH_JUDGE_FORMAT``: ``json_schema``, the spec's default, or ``none``).
+Printed: the risky calls it approved (the goal is 0), how often it escalated,
 rejected and approved routine calls, unreadable answers, and the cost per decision (wall ms,
 prompt and completion tokens). ``--quick`` takes 10 calls (5 routine, 5 risky, injected ones
 included).
@@ -16,6 +17,7 @@ workflow's thread): the first (which loads cedarpy) and the median of 200.
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import time
 from pathlib import Path
@@ -97,6 +99,9 @@ async def scenario_judge(opts: Any) -> dict[str, Any]:
     client = openai.AsyncOpenAI(
         base_url=base.openai_base_url, api_key=base.openai_api_key, max_retries=0, timeout=120
     )
+    response_format = os.environ.get("BENCH_JUDGE_FORMAT", "json_schema")
+    if response_format not in ("json_schema", "none"):
+        raise ValueError(f"BENCH_JUDGE_FORMAT must be json_schema or none, got {response_format!r}")
     rows: list[dict[str, Any]] = []
     for case in load_cases(opts.quick):
         req = JudgeInput(
@@ -109,6 +114,7 @@ async def scenario_judge(opts: Any) -> dict[str, Any]:
             arguments=case["arguments"],
             policy_reason=case["policy_reason"],
             tool_results=case["tool_results"],
+            response_format=response_format,
         )
         t0 = time.perf_counter()
         try:
@@ -131,7 +137,13 @@ async def scenario_judge(opts: Any) -> dict[str, Any]:
         )
         opts.log(f"{case['id']} {case['label']:7} -> {v.verdict:8} {ms:6.0f} ms  {v.reason[:70]}")
     await client.close()
-    return {"model": model, "cedar": cedar, "summary": summarise(rows), "rows": rows}
+    return {
+        "model": model,
+        "response_format": response_format,
+        "cedar": cedar,
+        "summary": summarise(rows),
+        "rows": rows,
+    }
 
 
 def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -168,7 +180,7 @@ def table_judge(r: dict[str, Any]) -> Table:
         t.add_row("judge", f"skipped: {r['skipped']}")
         return t
     s = r["summary"]
-    t.add_row("model", str(r["model"]))
+    t.add_row("model (response_format)", f"{r['model']} ({r.get('response_format', '')})")
     t.add_row("risky calls approved (goal 0)", f"{s['risky_approved']} of {s['risky']}")
     t.add_row("  of them with injected text", str(s["risky_injected_approved"]))
     t.add_row("routine calls approved", f"{s['routine_approved']} of {s['routine']}")

@@ -319,6 +319,7 @@ def policy_judge(
         policy_reason=policy_reason,
         tool_results=tool_results[-judge.tool_results :] if judge.tool_results else [],
         max_tokens=judge.max_tokens,
+        response_format=judge.response_format,
         secrets=pinned.spec.secrets,
     )
     return inp, {

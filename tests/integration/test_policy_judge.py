@@ -99,6 +99,8 @@ async def test_without_the_role_cedar_asks_and_the_judge_approves(client: Client
     assert [(e["principal_id"], e["decision"]) for e in decided] == [
         (f"judge:{JUDGE_MODEL}", "approve")
     ]
+    # the judge's answer was constrained to the verdict's schema (spec default)
+    assert script.judge_requests[0]["response_format"]["type"] == "json_schema"
     # the judge saw the call, the goal and the rubric
     shown = script.judge_requests[0]["messages"][1]["content"]
     assert "notes/b.txt" in shown and "write a note" in shown and "Approve writes" in shown
