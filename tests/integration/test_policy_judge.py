@@ -194,3 +194,21 @@ async def test_cedar_decides_local_calls_that_would_ride_the_next_model_step(
     assert (by_id["r2"].status, by_id["r2"].policy_id) == ("denied", "cedar:no-private")
     assert "TOP-SECRET-VALUE" not in str(transcript)
     assert "the answer is 42" in str(transcript)
+
+
+async def test_a_person_who_decides_while_the_judge_thinks_decides(client: Client, tmp_path: Path):
+    """The call waits for a person from the start: a person's decision taken while the judge
+    works stands, and the judge's later verdict is not recorded."""
+    script = AgentAndJudge(
+        [tool_call("deploy", {"target": "prod"}, id="c1"), text("ok")],
+        [text(json.dumps({"verdict": "reject", "reason": "too late"}), delay=3)],
+    )
+    async with Harness(client, tmp_path, script.server(), agents={"default": judged()}) as h:
+        handle = await h.start("deploy", principal_id="alice")
+        await until_state(handle, lambda s: bool(s.pending_approvals))
+        await rc.decide(client, handle.id, "c1", "approve", "alice")
+        res = await asyncio.wait_for(handle.result(), 60)
+        await no_task_failed(handle)
+    assert [(d.principal_id, d.decision) for d in res.decisions] == [("alice", "approve")]
+    assert res.tool_calls[0].status == "ok"
+    assert len(script.judge_requests) == 1  # the judge was asked, and its answer dropped
