@@ -10,6 +10,7 @@ approves a call.
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -131,3 +132,24 @@ async def test_a_broken_policy_file_is_an_invalid_spec(
     assert res.status == "failed"
     assert "policy.cedar" in (res.error or "") and said in (res.error or ""), res.error
     assert res.tool_calls == [] and not h.journal.exists()
+
+
+async def test_the_judge_never_sees_the_runs_secrets(
+    client: Client, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    secret = "sk-judge-test-4f9a7c1e2b"
+    monkeypatch.setenv("JUDGE_TEST_TOKEN", secret)
+    script = AgentAndJudge(
+        [
+            tool_call("deploy", {"target": f"prod?token={secret}"}, id="c1"),
+            text("ok"),
+        ],
+        [verdict("reject", "carries a token")],
+    )
+    spec = judged()
+    spec["secrets"] = ["JUDGE_TEST_TOKEN"]
+    async with Harness(client, tmp_path, script.server(), agents={"default": spec}) as h:
+        res = await h.run(f"deploy with token {secret}")
+    shown = json.dumps(script.judge_requests[0])
+    assert secret not in shown and "[REDACTED]" in shown
+    assert res.tool_calls[0].status == "rejected"
