@@ -112,9 +112,16 @@ async def test_a_rejection_is_recorded_and_the_model_told(client: Client, tmp_pa
         [verdict("reject", "deploys are not in the rubric")],
     )
     async with Harness(client, tmp_path, script.server(), agents={"default": judged()}) as h:
-        res = await h.run("deploy it")
+        handle = await h.start("deploy it")
+        res = await asyncio.wait_for(handle.result(), 60)
+        transcript = await handle.query("transcript")
     assert res.tool_calls[0].status == "rejected"
     assert res.decisions[0].principal_id == f"judge:{JUDGE_MODEL}"
+    told = [m["content"] for m in transcript if m.get("role") == "tool"]
+    assert told == [
+        f"The policy's judge (judge:{JUDGE_MODEL}) rejected this tool call; it was not run. "
+        "Reason: deploys are not in the rubric"
+    ]
     assert not h.journal.exists()  # deploy never ran
 
 
