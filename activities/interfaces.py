@@ -16,6 +16,7 @@ declaration, its options in :mod:`workflows.activity_options` and the implementa
 | :func:`tokens_count` | :func:`activities.tokens.tokens_count` |
 | :func:`code_step` | :meth:`activities.code_mode.CodeRunner.code_step` |
 | :func:`guardrail_check` | :meth:`activities.runtime.RuntimeActivities.guardrail_check` |
+| :func:`policy_judge` | :meth:`activities.model.ModelActivities.policy_judge` |
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from activities.contracts import (
     ToolOutcome,
 )
 from activities.guardrail_models import GuardrailCheckInput, GuardrailCheckOutput
+from activities.judge import POLICY_JUDGE, JudgeInput, JudgeVerdict
 from activities.spec import PinnedSpec
 
 _DECLARATION = "declaration only: the worker registers the implementation under this name"
@@ -94,5 +96,23 @@ async def guardrail_check(req: GuardrailCheckInput) -> GuardrailCheckOutput:
     raise NotImplementedError(_DECLARATION)
 
 
-DECLARATIONS = (spec_resolve, model_complete, tool_invoke, tokens_count, code_step, guardrail_check)
+@activity.defn(name=POLICY_JUDGE)
+async def policy_judge(req: JudgeInput) -> JudgeVerdict:
+    """The judge's verdict on one call the policy asks about (activities/judge.py).
+
+    An unreadable answer comes back as ``escalate``; a failed endpoint raises (the workflow
+    escalates then too).
+    """
+    raise NotImplementedError(_DECLARATION)
+
+
+DECLARATIONS = (
+    spec_resolve,
+    model_complete,
+    tool_invoke,
+    tokens_count,
+    code_step,
+    guardrail_check,
+    policy_judge,
+)
 """Every activity the workflow schedules."""

@@ -48,6 +48,7 @@ from activities.contracts import (
     fill_tool_messages,
 )
 from activities.heartbeat import await_with_heartbeats
+from activities.judge import POLICY_JUDGE, JudgeInput, JudgeVerdict, ask_judge
 from activities.model_attempts import (
     COUNT_KEY,
     Returned,
@@ -125,6 +126,15 @@ class ModelActivities:
         refs, messages = await asyncio.to_thread(retrieve, store, req.memory, req.messages)
         kwargs["messages"] = messages
         return refs
+
+    @activity.defn(name=POLICY_JUDGE)
+    async def policy_judge(self, req: JudgeInput) -> JudgeVerdict:
+        """The judge's verdict on one call (:func:`activities.judge.ask_judge`).
+
+        Raises:
+            openai.APIError: the endpoint failed; the workflow escalates the call to a person.
+        """
+        return await ask_judge(self._client, req)
 
     @activity.defn(name=MODEL_COMPLETE)
     async def model_complete(self, req: CallModelInput) -> ModelReply:

@@ -55,6 +55,7 @@ from activities.spec import (
     PinnedSpec,
     SpecError,
     load_spec_file,
+    pin_cedar,
     resolve_agent,
     spec_hash,
 )
@@ -135,6 +136,7 @@ class RuntimeActivities:
             tools += client_tools(spec, tools, req.client_tools)
             tools = only_tools(tools, req.tools, spec.name)
             check_guardrail_names(spec)
+            pin_cedar(spec, tools)
         except (SpecError, UnknownToolError, McpToolsError) as e:
             raise ApplicationError(str(e), type=ERR_SPEC_INVALID, non_retryable=True) from None
         self._ensure_workspace(req.agent, Path(spec.workspace), path)

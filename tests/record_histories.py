@@ -349,6 +349,34 @@ async def client_tools_run(h: Harness) -> WorkflowHandle[Any, RunResult]:
     return handle
 
 
+JUDGED_CEDAR = """
+@id("deploys-ask") @ask
+permit(principal, action == Action::"deploy", resource);
+
+@id("no-prod-reads") forbid(principal, action == Action::"read_file", resource)
+when { resource.path like "prod/*" };
+"""
+
+
+async def judge_run(h: Harness) -> WorkflowHandle[Any, RunResult]:
+    """(l) Cedar policies and a judge (patch ``policy-judge``): the judge approves one deploy
+    (a decision of ``judge:scripted``), escalates the next, which alice approves; then an answer."""
+    h.model.extend(
+        [
+            tool_call("deploy", {"target": "staging"}, id="call_s"),
+            text('{"verdict": "approve", "reason": "staging is routine"}'),
+            tool_call("deploy", {"target": "prod"}, id="call_p"),
+            text('{"verdict": "escalate", "reason": "prod needs a person"}'),
+            text("deployed to staging and prod"),
+        ]
+    )
+    handle = await _start(h, "hist-judge", "[judge] deploy to staging then prod", agent="judged")
+    await _until(handle, lambda s: any(p.escalated for p in s.pending_approvals))
+    await rc.decide(h.client, handle.id, "call_p", "approve", "alice")
+    await handle.result()
+    return handle
+
+
 SCENARIOS: dict[str, Scenario] = {
     "tools": tools_run,
     "approvals": approvals_run,
@@ -362,6 +390,7 @@ SCENARIOS: dict[str, Scenario] = {
     "guardrails": guardrails_run,
     "guardrail_end": guardrail_end_run,
     "client_tools": client_tools_run,
+    "judge": judge_run,
 }
 
 
@@ -409,7 +438,16 @@ async def record(out: Path, client: Client, only: list[str] | None = None) -> li
             },
             "checked": {"tools": TOOLS, "guardrails": GUARDRAILS | {"on_trip": "pause"}},
             "checked_end": {"tools": TOOLS, "guardrails": GUARDRAILS},
+            "judged": {
+                "tools": TOOLS,
+                "policy": {
+                    "approvers": ["alice"],
+                    "cedar": "judged.cedar",
+                    "judge": {"model": "scripted", "rubric": "Approve staging deploys only."},
+                },
+            },
         }
+        (Path(tmp) / "judged.cedar").write_text(JUDGED_CEDAR)
         h = Harness(client, Path(tmp), model, agents=agents)
         h.task_queue = TASK_QUEUE
         async with h:

@@ -241,6 +241,7 @@ def _all_activities(settings: Settings, runtime: RuntimeActivities) -> list[Any]
     code = CodeRunner(Path(settings.state_dir).expanduser() / "code-mode")
     return [
         model.model_complete,
+        model.policy_judge,
         runtime.spec_resolve,
         runtime.tool_invoke,
         runtime.guardrail_check,

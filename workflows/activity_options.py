@@ -35,7 +35,8 @@ from activities.contracts import (
     model_task_queue,
 )
 from activities.guardrail_models import GuardrailCheckInput, GuardrailStage, StageGuardrails
-from activities.spec import PinnedSpec
+from activities.judge import JudgeInput
+from activities.spec import JudgeSettings, PinnedSpec
 from workflows.model_choice import tenant_priority
 from workflows.models import RunRequest
 from workflows.policy import parse_arguments
@@ -328,5 +329,44 @@ def tokens_count(
     ), {
         "start_to_close_timeout": timedelta(seconds=60),
         "summary": f"tokens: count {len(messages)} new messages of {total}",
+        "priority": tenant_priority(req.tenant_id),
+    }
+
+
+def policy_judge(
+    pinned: PinnedSpec,
+    req: RunRequest,
+    judge: JudgeSettings,
+    call: ToolCallRequest,
+    arguments: str | dict[str, Any],
+    info: ToolInfo,
+    policy_reason: str | None,
+    tool_results: list[str],
+) -> tuple[JudgeInput, workflow.ActivityConfig]:
+    """Input and options of ``policy.judge`` for one call the policy asks about.
+
+    One attempt within ``judge.timeout_seconds`` (start-to-close): a judge that fails or is late
+    escalates to a person, it is not retried. The goal is the run's input; the spec's
+    ``secrets`` names go along so their values are redacted from what the judge is shown.
+    """
+    inp = JudgeInput(
+        model=judge.model,
+        rubric=judge.rubric,
+        goal=req.input,
+        tool_call_id=call.id,
+        tool=call.name,
+        tool_description=info.description,
+        risk=info.risk,
+        arguments=arguments,
+        policy_reason=policy_reason,
+        tool_results=tool_results[-judge.tool_results :] if judge.tool_results else [],
+        max_tokens=judge.max_tokens,
+        response_format=judge.response_format,
+        secrets=pinned.spec.secrets,
+    )
+    return inp, {
+        "start_to_close_timeout": timedelta(seconds=judge.timeout_seconds),
+        "retry_policy": RetryPolicy(maximum_attempts=1),
+        "summary": f"judge: {call.name} ({judge.model})",
         "priority": tenant_priority(req.tenant_id),
     }

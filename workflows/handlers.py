@@ -131,6 +131,8 @@ class RunHandlers:
         if isinstance(upd, Invalid):
             raise _refused(upd.problem)
         s, decisions = self._ctx.s, self._decisions
+        if (why := decisions.judge_name_problem(upd.principal_id)) is not None:
+            raise _refused(why)
         if self._children.child_of_call(upd.tool_call_id) is not None:
             # a child's call: forwarded, and the child checks who decides (roles included)
             problem = refused_by_child(s.child_pending, upd.tool_call_id, upd.principal_id)

@@ -105,6 +105,12 @@ class RunRequest(BaseModel):
     input: str
     tenant_id: str = Field(default="default", max_length=MAX_NAME_CHARS)
     principal_id: str = Field(default="anonymous", max_length=MAX_NAME_CHARS)
+    roles: list[str] = Field(
+        default_factory=list,
+        max_length=64,
+        description="the principal's roles as the edge that authenticated it states them (the "
+        "console: the identity's roles); Cedar policies read them (docs/policy.md)",
+    )
     mode: Literal["task", "chat"] = "task"
     limits: LimitsOverride = Field(default_factory=LimitsOverride)
     spec_file: str | None = Field(
@@ -164,6 +170,9 @@ class ToolCallRecord(BaseModel):
     recorded: Literal["answered", "unmatched", "live"] | None = None
     """A replay (``RunRequest.recorded_tools``): ``answered`` from a recorded call; none matched:
     ``unmatched`` (a tool error) or ``live`` (it ran, as the recording allows). None: no replay."""
+    policy_id: str | None = None
+    """Which policy decided the call: a Cedar policy's id (``cedar:<id>``), a rule
+    (``tools.<name>.rules[<i>]``), a tool's entry (``tools.<name>``), ``default`` or ``by_risk``."""
 
 
 class ChildRecord(BaseModel):
@@ -253,10 +262,17 @@ class PendingApproval(BaseModel):
     run_id: str | None = Field(
         default=None, description="set when the call waits in a child run: decide it there or here"
     )
+    escalated: str | None = Field(
+        default=None, description="the judge's reason for leaving the call to a person"
+    )
 
 
 class Decision(BaseModel):
-    """A person's decision, recorded in the run: who, when (ISO-8601 workflow time), what."""
+    """A decision recorded in the run: who, when (ISO-8601 workflow time), what.
+
+    A person's (``via`` signal or update), the approval timer's (``timer``, principal ``system``)
+    or the judge's (``judge``, principal ``judge:<model>``, its reason in ``comment``).
+    """
 
     tool_call_id: str
     decision: Literal["approve", "reject", "timeout"]
@@ -264,7 +280,7 @@ class Decision(BaseModel):
     at: str
     arguments: dict[str, Any] | None = None
     comment: str | None = None
-    via: Literal["signal", "update", "timer"] = "signal"
+    via: Literal["signal", "update", "timer", "judge"] = "signal"
 
 
 class IgnoredSignal(BaseModel):

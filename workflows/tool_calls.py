@@ -18,18 +18,20 @@ from temporalio.exceptions import ActivityError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
     import workflows.activity_options as options
+    import workflows.charges as charges
     import workflows.render as render
     import workflows.turn as turn
-    from activities.contracts import ToolCallRequest, ToolInfo, ToolOutcome, Usage
+    from activities.contracts import ToolCallRequest, ToolInfo, ToolOutcome
     from activities.evals.contracts import Recording
-    from activities.interfaces import tool_invoke
+    from activities.interfaces import policy_judge, tool_invoke
+    from activities.judge import JudgeVerdict
     from workflows.approvals import Decisions
     from workflows.children import ChildStep
     from workflows.client_tools import NOT_SUPPORTED, ClientTools
     from workflows.code_mode import run_script
     from workflows.handoff import HandoffStep
     from workflows.models import PendingApproval, ToolCallRecord
-    from workflows.policy import Search, evaluate, re2_search, re_search
+    from workflows.policy import CedarFacts, Search, decide, re2_search, re_search
     from workflows.run_context import RunContext, Stop, cause_message
 
 if TYPE_CHECKING:
@@ -103,8 +105,12 @@ class ToolStep:
                     self.invoke(call, rec, tools.get(call.name))
                 )
         if ctx.s.pending:
-            ctx.release_held()
-            await self._await_approvals()
+            if await self._judge(calls, records, tools):
+                for cid in list(ctx.s.pending):  # the judge decided every one: no wait
+                    ctx.s.pending.pop(cid)
+            else:
+                ctx.release_held()
+                await self._await_approvals()
             for call, rec in zip(calls, records, strict=True):
                 if rec.policy != "approve":
                     continue
@@ -149,21 +155,17 @@ class ToolStep:
     ) -> tuple[list[ToolCallRecord], dict[str, str]]:
         """Records of the calls as the policy leaves them (added to the run's); denied ones' texts."""
         ctx = self.ctx
-        s, req, spec = ctx.s, ctx.req(), ctx.pinned().spec
+        s, spec = ctx.s, ctx.pinned().spec
         records: list[ToolCallRecord] = []
         outcomes: dict[str, str] = {}
         search = self.policy_search()
+        facts = self.cedar_facts()
         for call in calls:
-            decision = evaluate(
-                spec.policy,
-                tools.get(call.name),
-                call.name,
-                call.arguments,
-                req.tenant_id,
-                req.principal_id,
-                search,
+            decision = decide(
+                spec.policy, tools.get(call.name), call.id, call.name, call.arguments, facts, search
             )
             rec, settled = turn.settle_by_policy(call, decision, s.turn)
+            rec.policy_id = decision.policy_id
             records.append(rec)
             s.tool_calls.append(rec)
             if settled is not None:
@@ -190,6 +192,74 @@ class ToolStep:
                     arguments=rec.arguments,
                 )
         return records, outcomes
+
+    def cedar_facts(self) -> CedarFacts:
+        """Who acts and the run as it is now, for the Cedar policies (workflow data only)."""
+        ctx = self.ctx
+        s, req = ctx.s, ctx.req()
+        shares = [
+            s.usage.total_tokens / s.max_total_tokens if s.max_total_tokens else 0.0,
+            s.usage.cost_usd / s.max_cost_usd if s.max_cost_usd else 0.0,
+        ]
+        return CedarFacts(
+            tenant_id=req.tenant_id,
+            principal_id=req.principal_id,
+            roles=sorted(set(req.roles)),
+            agent=ctx.pinned().spec.name,
+            child=workflow.info().parent is not None,
+            turn=s.turn,
+            tokens_used=s.usage.total_tokens,
+            cost_usd=s.usage.cost_usd,
+            budget_used_pct=int(max(shares) * 100),
+            now=workflow.now().isoformat(),
+        )
+
+    async def _judge(
+        self,
+        calls: list[ToolCallRequest],
+        records: list[ToolCallRecord],
+        tools: dict[str, ToolInfo],
+    ) -> bool:
+        """The spec's judge decides the calls of ``calls`` waiting for a person, concurrently.
+
+        Each verdict goes to :meth:`workflows.approvals.Decisions.by_judge`. A judge that fails or
+        times out escalates (the call waits for a person); so does any call the judge leaves.
+        Runs without patch ``policy-judge`` (none has a judge) do nothing here. Returns True when
+        the judge decided every waiting call: then the run waits for nobody (no wait, no
+        ``awaiting_approval`` status, no search-attribute upsert).
+        """
+        ctx = self.ctx
+        s, pinned, req = ctx.s, ctx.pinned(), ctx.req()
+        judge = pinned.spec.policy.judge
+        asked = [
+            (call, rec)
+            for call, rec in zip(calls, records, strict=True)
+            if rec.policy == "approve" and call.id in s.pending and call.id not in s.verdicts
+            and call.name in tools
+        ]  # fmt: skip
+        if judge is None or not asked or not ctx.versions.policy_judge():
+            return False
+        results = [str(m.get("content") or "") for m in s.messages if m.get("role") == "tool"]
+
+        async def one(call: ToolCallRequest, rec: ToolCallRecord) -> None:
+            inp, opts = options.policy_judge(
+                pinned, req, judge, call, rec.arguments, tools[call.name], rec.reason, results
+            )
+            try:
+                verdict = await workflow.execute_activity(
+                    policy_judge, inp, **ctx.with_deadline(opts)
+                )
+            except ActivityError as e:
+                ctx.note_deadline(e)  # then the race ends the run: timeout
+                verdict = JudgeVerdict(
+                    verdict="escalate", reason=f"the judge failed: {cause_message(e)}",
+                    readable=False,
+                )  # fmt: skip
+            charges.judge(self.ctx, verdict)
+            self._decisions.by_judge(call.id, judge.model, verdict)
+
+        await self.ctx.race(lambda: asyncio.gather(*(one(c, r) for c, r in asked)), True)
+        return all(cid in s.verdicts for cid in s.pending)
 
     async def gather(
         self,
@@ -284,7 +354,7 @@ class ToolStep:
         rec.duration_ms = out.duration_ms
         rec.result_chars = out.output_chars
         if info is not None and info.sandboxed:
-            self._charge_sandbox(out.duration_ms)
+            charges.sandbox(self.ctx, out.duration_ms)
         if out.files:
             self.ctx.s.run_files.update(out.files)
         if out.arguments is not None:
@@ -368,16 +438,6 @@ class ToolStep:
             text = await self.client.run(call, rec, info)
         self.finished(rec, text)
         return text
-
-    def _charge_sandbox(self, duration_ms: float) -> None:
-        """Count a sandboxed call's time against the sandbox budget.
-
-        Its price (``pricing.sandbox_per_second``) goes into the run's cost.
-        """
-        s, price = self.ctx.s, self.ctx.pinned().spec.pricing.sandbox_per_second
-        s.sandbox_seconds = round(s.sandbox_seconds + duration_ms / 1000, 3)
-        if price:
-            s.usage = s.usage.add(Usage(cost_usd=duration_ms / 1000 * price))
 
     def finished(self, rec: ToolCallRecord, result: str) -> None:
         """Emit ``tool_finished`` for a call that ended with ``result``."""

@@ -40,7 +40,7 @@ with workflow.unsafe.imports_passed_through():
         fill_tool_messages,
     )
     from workflows.models import ToolCallRecord
-    from workflows.policy import evaluate, parse_arguments
+    from workflows.policy import decide, parse_arguments
     from workflows.run_context import RunContext
     from workflows.tool_calls import ToolStep
 
@@ -99,10 +99,9 @@ class ToolsFirst:
         ctx = self.ctx
         if info is None or info.kind != "tool" or info.sandboxed or not options.runs_local(info):
             return False
-        req = ctx.req()
-        decision = evaluate(
-            ctx.pinned().spec.policy, info, call.name, call.arguments, req.tenant_id,
-            req.principal_id, self._tools.policy_search(),
+        decision = decide(
+            ctx.pinned().spec.policy, info, call.id, call.name, call.arguments,
+            self._tools.cedar_facts(), self._tools.policy_search(),
         )  # fmt: skip
         return decision.action == "allow"
 

@@ -223,6 +223,9 @@ def settle_by_verdict(verdict: Decision | None) -> Settled | None:
     if verdict is not None and verdict.decision == "timeout":
         return Settled("timed_out", APPROVAL_TIMED_OUT)
     why = verdict.comment if verdict is not None and verdict.comment else "no reason given"
+    if verdict is not None and verdict.via == "judge":
+        who = f"The policy's judge ({verdict.principal_id})"
+        return Settled("rejected", f"{who} rejected this tool call; it was not run. Reason: {why}")
     return Settled("rejected", f"A person rejected this tool call; it was not run. Reason: {why}")
 
 

@@ -73,6 +73,9 @@ go to ``ToolCallRecord.run_arguments`` where they differ (issue #40). Before it,
 were replaced by the tool's validated ones. Asked at the start of a run, beside
 :data:`PATCH_TOOLS_IN_STEP` (no action of its own); ``RunData.model_arguments`` carries the
 answer through continue-as-new, so a run keeps one recording."""
+PATCH_POLICY_JUDGE = "policy-judge"
+"""The judge (``policy.judge``) decides calls the policy asks about before a person is asked.
+Asked at the first call a run's judge would decide (only runs whose spec has a judge)."""
 
 
 class Versions:
@@ -162,7 +165,25 @@ class Versions:
         """
         return self._rev() >= 6
 
+    @property
+    def refuse_judge_names(self) -> bool:
+        """A client's decision naming a ``judge:`` principal is refused (runs with a judge; rev 6).
+
+        In every run from revision 6 on. Before revision 6 it is decided by the pinned spec (``policy.judge``, which no run before
+        it could pin), so it costs no marker; a run without a judge has no decision in a judge's
+        name to forge.
+        """
+        if self._rev() >= 6:
+            return True
+        pinned = self._pinned()
+        return pinned is not None and pinned.spec.policy.judge is not None
+
     # ------------------------------------------------------------ asked where first needed
+
+    @staticmethod
+    def policy_judge() -> bool:
+        """:data:`PATCH_POLICY_JUDGE` (asked at the first call the run's judge would decide)."""
+        return workflow.patched(PATCH_POLICY_JUDGE)
 
     @staticmethod
     def unique_call_ids() -> bool:

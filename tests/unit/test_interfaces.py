@@ -21,6 +21,7 @@ IMPLEMENTATIONS = {
     "tokens.count": tokens_count,
     "code.step": CodeRunner.code_step,
     "guardrail.check": RuntimeActivities.guardrail_check,
+    "policy.judge": ModelActivities.policy_judge,
 }
 
 

@@ -125,7 +125,8 @@ def status(
         for p in st.pending_approvals:
             out.print(
                 f"  waiting: {p.tool_call_id} {p.name} {json.dumps(p.arguments)} (approvers: {', '.join(p.approvers) or 'anyone'})"
-                + (f" in child run {p.run_id}" if p.run_id else ""),
+                + (f" in child run {p.run_id}" if p.run_id else "")
+                + (f"; the judge escalated it: {p.escalated}" if p.escalated else ""),
                 highlight=False,
                 markup=False,
             )

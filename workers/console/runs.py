@@ -168,6 +168,7 @@ async def _start(request: web.Request) -> web.Response:
         input=body.input,
         mode=body.mode,
         principal_id=ident.principal_id,
+        roles=sorted(ident.roles),
         tenant_id=tenant,
     )
     h = await rc.start_run(request.app[CLIENT_KEY], req, task_queue=request.app[QUEUE_KEY] or None)

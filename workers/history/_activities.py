@@ -14,11 +14,13 @@ from activities.contracts import (
     TOOL_INVOKE,
     ToolCallRequest,
 )
+from activities.judge import POLICY_JUDGE
 from activities.spec import PinnedSpec
 from workers.history._entries import (
     ActivityEntry,
     ApprovalRequestedEntry,
     AskedToolCall,
+    DecisionEntry,
     GuardrailEntry,
     ModelStepEntry,
     SpecResolvedEntry,
@@ -27,7 +29,7 @@ from workers.history._entries import (
 from workers.history._payloads import as_dict, first_object
 from workers.history._rules import failure_text, status_after_policy, tool_failure_status
 from workers.history._walk import At, Walk, iso, ms_between
-from workflows.policy import evaluate, parse_arguments, re2_search, re_search
+from workflows.policy import CedarFacts, decide, parse_arguments, re2_search, re_search
 from workflows.turn import unique_call_ids
 from workflows.versions import PATCH_POLICY_RE2, PATCH_UNIQUE_CALL_IDS
 
@@ -144,6 +146,34 @@ def on_closed(w: Walk, at: At) -> None:
     elif isinstance(entry, ActivityEntry):
         entry.status, entry.attempts, entry.latency_ms = status, attempts, latency
         entry.error = error
+        if entry.activity_type == POLICY_JUDGE and result:
+            _judged(w, first_object(w.conv, sched.activity_task_scheduled_event_attributes.input),
+                    result, at)  # fmt: skip
+
+
+def _judged(w: Walk, inp: dict[str, Any], result: dict[str, Any], at: At) -> None:
+    """The judge's verdict (``policy.judge``): approve or reject is a decision of ``judge:<model>``.
+
+    ``escalate`` decides nothing: the call goes on waiting for a person.
+    """
+    from workers.history._people import settle  # the module of decisions; it imports this one
+
+    call_id, verdict = str(inp.get("tool_call_id", "")), str(result.get("verdict", ""))
+    if verdict not in ("approve", "reject") or call_id in w.verdicts:
+        return
+    who = f"judge:{inp.get('model', '')}"
+    w.timeline.append(
+        DecisionEntry(
+            **at.mark,
+            via="judge",
+            decision=verdict,
+            tool_call_id=call_id,
+            who=who,
+            comment=str(result.get("reason", "")),
+            accepted=True,
+        )
+    )
+    settle(w, call_id, verdict, who, None, at)
 
 
 def _guardrails(w: Walk, at: At, result: dict[str, Any]) -> None:
@@ -242,14 +272,28 @@ def _tool_ran_in_step(w: Walk, outcome: dict[str, Any]) -> None:
 
 
 def _announce_call(w: Walk, turn: int, call: AskedToolCall, at: At) -> None:
-    """A tool call the model asked for, settled by the pinned policy as the workflow does."""
-    decision = evaluate(
+    """A tool call the model asked for, settled by the pinned policy as the workflow does.
+
+    Cedar policies read the run's usage when the call was asked for, which the history does not
+    hold here: they are given 0 (the run's own records correct the entry when the history holds
+    them, ``RunResult.tool_calls``).
+    """
+    roles = w.req.get("roles")
+    facts = CedarFacts(
+        tenant_id=w.request_field("tenant_id", "default"),
+        principal_id=w.request_field("principal_id", "anonymous"),
+        roles=[str(r) for r in cast("list[Any]", roles)] if isinstance(roles, list) else [],
+        agent=w.pinned.spec.name if w.pinned else "",
+        turn=turn,
+        now=iso(at.ev),
+    )
+    decision = decide(
         w.policy(),
         w.tool_info(call.name),
+        call.id,
         call.name,
         call.arguments,
-        w.request_field("tenant_id", "default"),
-        w.request_field("principal_id", "anonymous"),
+        facts,
         search=re2_search if w.took(PATCH_POLICY_RE2) else re_search,
     )
     status, args = status_after_policy(call, decision, turn)
@@ -262,6 +306,7 @@ def _announce_call(w: Walk, turn: int, call: AskedToolCall, at: At) -> None:
         requested_arguments=args,
         policy=decision.action,
         policy_reason=decision.reason,
+        policy_id=decision.policy_id,
         status=status,
     )
     w.tools[call.id] = rec

@@ -150,6 +150,7 @@ class ToolCallEntry(_Entry):
     status: str = "pending"
     policy: str = "allow"
     policy_reason: str | None = None
+    policy_id: str | None = None
     decided_by: str | None = None
     ran: bool = False
     attempts: int = 0
@@ -166,7 +167,7 @@ class ToolCallEntry(_Entry):
 
 
 class DecisionEntry(_Entry):
-    """An approve/reject decision: a signal, an update ``decide``, or the approval timer.
+    """An approve/reject decision: a signal, an update ``decide``, the approval timer or the judge.
 
     ``accepted`` is whether it decided the call; ``ignored_reason`` says why not, as the
     workflow would record it (derived from the history with the run's pinned policy, checked
@@ -175,7 +176,7 @@ class DecisionEntry(_Entry):
     """
 
     kind: Literal["decision"] = "decision"
-    via: Literal["signal", "update", "timer"]
+    via: Literal["signal", "update", "timer", "judge"]
     decision: Literal["approve", "reject", "timeout"]
     tool_call_id: str
     who: str

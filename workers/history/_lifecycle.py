@@ -163,6 +163,7 @@ def apply_record(w: Walk, r: dict[str, Any], mark: dict[str, Any]) -> None:
         w.timeline.append(rec)
     rec.status = str(r.get("status", rec.status))
     rec.policy = str(r.get("policy", rec.policy))
+    rec.policy_id = r.get("policy_id") or rec.policy_id
     rec.decided_by = r.get("decided_by") or rec.decided_by
     if r.get("reason") and rec.status in ("error", "timed_out") and not rec.error:
         rec.error = r["reason"]
