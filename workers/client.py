@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 
 from temporalio.client import (
     Client,
+    WithStartWorkflowOperation,
     WorkflowHandle,
     WorkflowQueryFailedError,
     WorkflowUpdateFailedError,
@@ -25,6 +26,7 @@ from temporalio.common import (
     Priority,
     SearchAttributePair,
     TypedSearchAttributes,
+    WorkflowIDConflictPolicy,
 )
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
 from temporalio.exceptions import ApplicationError
@@ -39,6 +41,8 @@ from workers.telemetry import temporal_plugins
 from workflows.events import TOPIC as EVENTS_TOPIC
 from workflows.models import (
     WORKFLOW_NAME,
+    AddMessageResult,
+    AddMessageUpdate,
     ApproveSignal,
     DecideResult,
     DecideUpdate,
@@ -64,6 +68,7 @@ if TYPE_CHECKING:
 QUERY_STATE = "state"
 QUERY_TRANSCRIPT = "transcript"
 UPDATE_DECIDE = "decide"
+UPDATE_ADD_MESSAGE = "add_message"
 SIGNAL_APPROVE = "approve"
 SIGNAL_REJECT = "reject"
 SIGNAL_INTERRUPT = "interrupt"
@@ -181,6 +186,81 @@ async def search_attributes_registered(client: Client) -> bool:
     return ok
 
 
+async def _start_options(
+    client: Client, req: RunRequest
+) -> tuple[TypedSearchAttributes | None, dict[str, Any]]:
+    """What :func:`start_run` and :func:`converse` start a run with: search attributes, options."""
+    from workflows.render import static_details, static_summary
+    from workflows.state import SA_AGENT, SA_PRINCIPAL, SA_STATUS, SA_TENANT
+
+    sa: TypedSearchAttributes | None = None
+    if await search_attributes_registered(client):
+        sa = TypedSearchAttributes(
+            [
+                SearchAttributePair(SA_AGENT, req.agent),
+                SearchAttributePair(SA_TENANT, req.tenant_id),
+                SearchAttributePair(SA_PRINCIPAL, req.principal_id),
+                SearchAttributePair(SA_STATUS, "running"),
+            ]
+        )
+    opts: dict[str, Any] = {
+        # the run's workflow tasks are dispatched fairly between tenants (README "Fairness")
+        "priority": Priority(fairness_key=fairness_key(req.tenant_id) or None),
+        "static_summary": static_summary(req),
+        "static_details": static_details(req),
+    }
+    return sa, opts
+
+
+async def converse(
+    client: Client,
+    req: RunRequest,
+    workflow_id: str,
+    message_id: str,
+    *,
+    task_queue: str | None = None,
+) -> AddMessageResult:
+    """A user message to the conversation run ``workflow_id``, starting the run if there is none.
+
+    One update-with-start (Temporal's ``execute_update_with_start_workflow``, conflict policy
+    use-existing): when no run of that id is open, ``req`` starts one (``req.input`` is the message,
+    ``req.input_id`` its ``message_id``; the update then adds nothing); otherwise the update
+    ``add_message`` (``req.input`` as content, ``req.principal_id`` as sender) adds it to the
+    open run. Either way the answer comes once the run holds the message. The update's id is
+    ``msg-<message_id>``: a retry of the same message is answered, not added again.
+
+    Raises:
+        temporalio.client.WorkflowUpdateFailedError: the run refused the message (it has ended,
+            or the payload is invalid: ``MessageRefused``).
+        temporalio.client.WithStartWorkflowOperation errors as the SDK raises them (e.g.
+            ``RPCError`` when the server is unreachable).
+    """
+    sa, opts = await _start_options(client, req)
+    start = WithStartWorkflowOperation(
+        WORKFLOW_NAME,
+        req,
+        id=workflow_id,
+        task_queue=task_queue or load_settings().task_queue,
+        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        result_type=RunResult,
+        search_attributes=sa,
+        **opts,
+    )
+    upd = AddMessageUpdate(content=req.input, principal_id=req.principal_id, message_id=message_id)
+    return await client.execute_update_with_start_workflow(
+        UPDATE_ADD_MESSAGE,
+        upd,
+        start_workflow_operation=start,
+        id=f"msg-{message_id}",
+        result_type=AddMessageResult,
+    )
+
+
+async def stream_offset(client: Client, run_id: str) -> int:
+    """The offset the run's next event will get (a query; a worker must be up)."""
+    return await WorkflowStreamClient.create(client, run_id).get_offset()
+
+
 async def start_run(
     client: Client,
     req: RunRequest,
@@ -194,21 +274,9 @@ async def start_run(
     ``AgentStatus`` ``running`` (a revision-4 run then needs no upsert until something changes,
     docs/throughput.md); the run keeps them current from then on.
     """
-    from workflows.render import static_details, static_summary
-    from workflows.state import SA_AGENT, SA_PRINCIPAL, SA_STATUS, SA_TENANT
-
     task_queue = task_queue or load_settings().task_queue
     workflow_id = workflow_id or f"run-{uuid.uuid4()}"
-    sa: TypedSearchAttributes | None = None
-    if await search_attributes_registered(client):
-        sa = TypedSearchAttributes(
-            [
-                SearchAttributePair(SA_AGENT, req.agent),
-                SearchAttributePair(SA_TENANT, req.tenant_id),
-                SearchAttributePair(SA_PRINCIPAL, req.principal_id),
-                SearchAttributePair(SA_STATUS, "running"),
-            ]
-        )
+    sa, opts = await _start_options(client, req)
     h = await client.start_workflow(
         WORKFLOW_NAME,
         # the request goes as a plain RunRequest payload; run() is typed RawValue so that the
@@ -217,11 +285,8 @@ async def start_run(
         result_type=RunResult,
         id=workflow_id,
         task_queue=task_queue,
-        # the run's workflow tasks are dispatched fairly between tenants (README "Fairness")
-        priority=Priority(fairness_key=fairness_key(req.tenant_id) or None),
-        static_summary=static_summary(req),
-        static_details=static_details(req),
         search_attributes=sa,  # None: the default (the namespace lacks them)
+        **opts,
     )
     return cast("WorkflowHandle[AgentRun, RunResult]", h)
 

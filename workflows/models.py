@@ -73,6 +73,12 @@ class RunRequest(BaseModel):
     seed_messages: list[dict[str, Any]] | None = Field(
         default=None, description="fork: transcript to start from instead of [system, user(input)]"
     )
+    input_id: str | None = Field(
+        default=None,
+        max_length=MAX_NAME_CHARS,
+        description="the front end's id of the input message (AG-UI): an add_message of the "
+        "same message_id is not added again",
+    )
     carry: RunData | None = Field(
         default=None, description="set by the run itself when it continues as new"
     )
@@ -278,6 +284,32 @@ class MessageSignal(BaseModel):
 
     content: str
     principal_id: str = "anonymous"
+
+
+class AddMessageUpdate(BaseModel):
+    """Payload of update ``add_message``: a user message, answered once the run holds it.
+
+    ``message_id`` (the front end's id, at most :data:`MAX_NAME_CHARS` characters) equal to the
+    run's ``RunRequest.input_id`` is the input itself, sent again by an update-with-start that
+    started the run: it is not added twice.
+    """
+
+    content: str = Field(min_length=1)
+    principal_id: str = Field(default="anonymous", max_length=MAX_NAME_CHARS)
+    message_id: str | None = Field(default=None, max_length=MAX_NAME_CHARS)
+
+
+class AddMessageResult(BaseModel):
+    """Answer of update ``add_message``.
+
+    ``offset``: the event stream's offset from which this message's events follow (0 when the
+    message is the run's input); ``duplicate``: the message was the run's input (not added).
+    """
+
+    accepted: bool = True
+    duplicate: bool = False
+    offset: int = 0
+    turn: int = 0
 
 
 class RaiseBudgetSignal(BaseModel):

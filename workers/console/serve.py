@@ -20,6 +20,8 @@ An aiohttp application (:func:`build_app`) on ``127.0.0.1:8235`` by default:
 * ``GET /api/suites`` -- recent evaluation suites; ``GET /api/suites/{suite_id}`` -- a suite's report
   so far (the JSON of ``agentctl eval report --json``); ``GET /suites/{suite_id}`` -- the suite's
   live view (``workers/console/static/suite.html``: per variant, the paired comparison, per case).
+* ``POST /agui`` -- the AG-UI protocol: a ``RunAgentInput`` in, AG-UI events out as Server-Sent
+  Events; the thread is a durable conversation run (:mod:`workers.console.agui`, docs/agui.md).
 * ``GET /api/session`` -- who you are (``principal_id``, ``roles``, ``tenants``) and the
   ``csrf_token`` the page sends back as ``X-CSRF-Token``.
 
@@ -38,7 +40,8 @@ Errors are JSON ``{"error": message}``: 400 bad input, 401 not authenticated, 40
 does not answer for, 503 the Temporal server is unreachable.
 
 The handlers live in modules by job: :mod:`workers.console.runs` (the runs),
-:mod:`workers.console.events` (the event stream), :mod:`workers.console.memory`,
+:mod:`workers.console.events` (the event stream), :mod:`workers.console.agui` (AG-UI),
+:mod:`workers.console.memory`,
 :mod:`workers.console.suites`, and :mod:`workers.console.common` what they share; this module
 builds the application and serves it, and re-exports the public names of the others.
 """
@@ -56,6 +59,7 @@ from temporalio.client import Client
 from workers import decision_keys
 from workers.config import load_settings
 from workers.console import auth as ca
+from workers.console.agui import _agui
 from workers.console.common import (
     AUTH_KEY,
     CLIENT_KEY,
@@ -155,6 +159,7 @@ def build_app(
     app.router.add_get("/api/suites", _suites)
     app.router.add_get("/api/suites/{suite_id}", _suite)
     app.router.add_get("/suites/{suite_id}", _suite_page)
+    app.router.add_post("/agui", _agui)
     return app
 
 
