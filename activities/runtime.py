@@ -27,6 +27,7 @@ from activities.contracts import (
     ERR_SPEC_INVALID,
     SPEC_RESOLVE,
     TOOL_INVOKE,
+    ClientToolDef,
     InvokeToolInput,
     ResolveSpecInput,
     StepToolCall,
@@ -123,6 +124,7 @@ class RuntimeActivities:
             tools = await self._pin_tools(spec)
             tools += self._agent_tools(path, spec, tools)
             tools += self._code_tool(spec, tools)
+            tools += client_tools(spec, tools, req.client_tools)
             tools = only_tools(tools, req.tools, spec.name)
         except (SpecError, UnknownToolError, McpToolsError) as e:
             raise ApplicationError(str(e), type=ERR_SPEC_INVALID, non_retryable=True) from None
@@ -405,3 +407,41 @@ def only_tools(tools: list[ToolInfo], names: list[str] | None, agent: str) -> li
             f"agents.{agent}: the run asks for tool(s) {', '.join(missing)} the agent does not have"
         )
     return [t for t in tools if t.name in set(names)]
+
+
+def client_tools(
+    spec: AgentSpec, tools: list[ToolInfo], sent: list[ClientToolDef] | None
+) -> list[ToolInfo]:
+    """The tools the client runs: the spec's ``client: true`` entries, then those ``sent``.
+
+    ``sent`` is ``RunRequest.client_tools`` (a front end's own tools, e.g. AG-UI ``tools``).
+
+    Raises:
+        SpecError: a client tool's name is one of the agent's other tools, or sent twice.
+    """
+    out = [_client_info(d) for d in spec.client_tools.values()]
+    taken = {t.name for t in tools} | {t.name for t in out}
+    for d in sent or []:
+        if d.name in taken:
+            raise SpecError(
+                f"agents.{spec.name}: client tool {d.name!r} clashes with a tool of the same name"
+            )
+        taken.add(d.name)
+        out.append(_client_info(d))
+    return out
+
+
+def _client_info(d: ClientToolDef) -> ToolInfo:
+    """A client tool as the run pins it: ``kind="client"``, one attempt, risk ``read``.
+
+    Policy and approvals apply as for any tool (a policy entry of its name may ask for approval
+    or deny it).
+    """
+    return ToolInfo(
+        name=d.name,
+        description=d.description,
+        parameters=d.parameters,
+        timeout_seconds=d.timeout_seconds,
+        max_attempts=1,
+        kind="client",
+    )

@@ -53,6 +53,8 @@ from workflows.models import (
     RunRequest,
     RunResult,
     RunState,
+    ToolResultAnswer,
+    ToolResultUpdate,
 )
 
 if TYPE_CHECKING:
@@ -69,6 +71,7 @@ QUERY_STATE = "state"
 QUERY_TRANSCRIPT = "transcript"
 UPDATE_DECIDE = "decide"
 UPDATE_ADD_MESSAGE = "add_message"
+UPDATE_TOOL_RESULT = "tool_result"
 SIGNAL_APPROVE = "approve"
 SIGNAL_REJECT = "reject"
 SIGNAL_INTERRUPT = "interrupt"
@@ -440,6 +443,19 @@ async def _decide_when_recorded(
             if not not_yet or asyncio.get_running_loop().time() > deadline:
                 raise
         await asyncio.sleep(0.25)
+
+
+async def tool_result(
+    client: Client, run_id: str, upd: ToolResultUpdate | dict[str, Any]
+) -> ToolResultAnswer:
+    """Send update ``tool_result``: the result of a client tool's call (docs/tools.md).
+
+    Raises:
+        temporalio.client.WorkflowUpdateFailedError: refused (``ToolResultRefused``: unknown or
+            finished call, bad payload, unauthorised principal; the message says which).
+    """
+    h = handle(client, run_id)
+    return await h.execute_update(UPDATE_TOOL_RESULT, upd, result_type=ToolResultAnswer)
 
 
 async def approve_signal(client: Client, run_id: str, sig: ApproveSignal) -> None:

@@ -35,6 +35,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.memory.consolidation import HANDOFF, HandoffInput, scopes_for
     from workflows.approvals import Decisions
     from workflows.children import ChildStep
+    from workflows.client_tools import ClientTools
     from workflows.compaction_step import CompactionStep
     from workflows.events import RunEvents
     from workflows.handlers import RunHandlers
@@ -89,7 +90,8 @@ class AgentRun(RunHandlers):
         self._children = ChildStep(ctx)
         self._handoffs = HandoffStep(ctx)
         self._model = ModelStep(ctx)
-        self._tools = ToolStep(ctx, self._children, self._handoffs, self._decisions)
+        self._client = ClientTools(ctx)
+        self._tools = ToolStep(ctx, self._children, self._handoffs, self._decisions, self._client)
         self._model.first = self._first = ToolsFirst(ctx, self._tools)
         self._compaction = CompactionStep(ctx)
         self._plan = PlanStep(ctx, self._model, self._tools)

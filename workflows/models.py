@@ -12,9 +12,12 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from temporalio.contrib.workflow_streams import WorkflowStreamState
 
-from activities.contracts import StepToolCall, Usage
+from activities.contracts import ClientToolDef, StepToolCall, Usage
 from activities.spec import PinnedSpec
 from activities.spec_settings import MAX_RUN_SECONDS
+from workflows.client_models import MAX_TOOL_RESULT_BYTES as MAX_TOOL_RESULT_BYTES
+from workflows.client_models import PendingClientTool, ToolResultUpdate
+from workflows.client_models import ToolResultAnswer as ToolResultAnswer
 
 RunStatus = Literal[
     "completed", "interrupted", "max_turns", "timeout", "loop_detected", "budget_exceeded", "failed"
@@ -85,6 +88,12 @@ class RunRequest(BaseModel):
     tools: list[str] | None = Field(
         default=None,
         description="offer only these of the spec's tools (evaluation cases); None: all",
+    )
+    client_tools: list[ClientToolDef] | None = Field(
+        default=None,
+        max_length=64,
+        description="tools the client runs, sent by the front end ({name, description, "
+        "parameters}); pinned with the spec's tools, their results come by update tool_result",
     )
 
 
@@ -369,6 +378,10 @@ class RunState(BaseModel):
     turn: int
     agent: str = ""
     pending_approvals: list[PendingApproval] = Field(default_factory=list[PendingApproval])
+    pending_client_tools: list[PendingClientTool] = Field(
+        default_factory=list[PendingClientTool],
+        description="calls of tools the client runs, waiting for update tool_result",
+    )
     usage: Usage = Field(default_factory=Usage)
     sandbox_seconds: float = 0.0
     tool_calls: list[ToolCallRecord] = Field(default_factory=list[ToolCallRecord])
@@ -472,6 +485,14 @@ class RunData(BaseModel):
     status: LiveStatus | RunStatus = Field(default="starting", exclude=True)
     pending: dict[str, PendingApproval] = Field(default_factory=dict, exclude=True)
     verdicts: dict[str, Decision] = Field(default_factory=dict, exclude=True)
+    client_waiting: dict[str, PendingClientTool] = Field(
+        default_factory=dict,
+        exclude=True,
+        description="client tools' calls waiting for tool_result (workflows/client_tools.py)",
+    )
+    client_results: dict[str, ToolResultUpdate] = Field(
+        default_factory=dict, exclude=True, description="tool_result answers taken, by call id"
+    )
     interrupt: InterruptSignal | None = Field(default=None, exclude=True)
     budget_paused: bool = Field(default=False, exclude=True)
     parse_failures: int = Field(default=0, exclude=True)

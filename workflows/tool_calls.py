@@ -23,6 +23,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.interfaces import tool_invoke
     from workflows.approvals import Decisions
     from workflows.children import ChildStep
+    from workflows.client_tools import NOT_SUPPORTED, ClientTools
     from workflows.code_mode import run_script
     from workflows.handoff import HandoffStep
     from workflows.models import PendingApproval, ToolCallRecord
@@ -36,13 +37,21 @@ class ToolStep:
     """Carries out tool calls for one run."""
 
     def __init__(
-        self, ctx: RunContext, children: ChildStep, handoffs: HandoffStep, decisions: Decisions
+        self,
+        ctx: RunContext,
+        children: ChildStep,
+        handoffs: HandoffStep,
+        decisions: Decisions,
+        client: ClientTools | None = None,
     ) -> None:
         """Work on ``ctx``; ``ask_*`` calls go to ``children``, ``handoff_to_*`` to ``handoffs``.
 
-        ``decisions`` records an approval that timed out.
+        ``decisions`` records an approval that timed out; ``client`` waits for the results of
+        tools the client runs (workflows/client_tools.py).
         """
         self.ctx = ctx
+        self.client = client or ClientTools(ctx)
+        self._client_ok: bool | None = None  # patch client-tools, once asked
         self._decisions = decisions
         self._children = children
         self._handoffs = handoffs
@@ -75,6 +84,10 @@ class ToolStep:
         """
         ctx = self.ctx
         tools = {t.name: t for t in ctx.pinned().tools}
+        if self._client_ok is None and any(
+            (t := tools.get(c.name)) is not None and t.kind == "client" for c in calls
+        ):  # before any command of these calls (a marker after a local activity fails replay)
+            self._client_ok = ctx.versions.client_tools()
         records, outcomes = self.apply_policy(calls, tools)
         running: dict[str, asyncio.Future[ToolOutcome | str]] = {}
         for call, rec in zip(calls, records, strict=True):
@@ -209,6 +222,8 @@ class ToolStep:
         """
         if info is not None and info.kind == "code":  # a Code Mode script
             return await run_script(self, call, rec, info)
+        if info is not None and info.kind == "client":  # the client runs it
+            return await self._invoke_client(call, rec, info)
         if info is not None and info.kind != "tool":  # ask_<NAME>, handoff_to_<NAME>
             return await self._invoke_agent(call, rec, info)
         ctx = self.ctx
@@ -274,6 +289,18 @@ class ToolStep:
             text = self._handoffs.ask(rec, agent)
         else:
             text = await self._children.ask(call, rec, info, self._ask_share)
+        self.finished(rec, text)
+        return text
+
+    async def _invoke_client(
+        self, call: ToolCallRequest, rec: ToolCallRecord, info: ToolInfo
+    ) -> str:
+        """A client tool's call: published, then its ``tool_result`` awaited (or its timeout)."""
+        if not self._client_ok:  # a history recorded without patch client-tools (none exists)
+            rec.status = "error"
+            text = NOT_SUPPORTED
+        else:
+            text = await self.client.run(call, rec, info)
         self.finished(rec, text)
         return text
 

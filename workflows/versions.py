@@ -60,6 +60,10 @@ PATCH_RACE_WAITS = "race-person-waits"
 """A race whose work waited for a person (Code Mode) re-arms the deadline instead of ending."""
 PATCH_SHOWN_STATUS = "parent-status-from-children"
 """A parent upserts ``AgentStatus`` when its children's approvals change the status people see."""
+PATCH_CLIENT_TOOLS = "client-tools"
+"""Calls of tools the client runs wait (durably) for update ``tool_result``
+(workflows/client_tools.py). Asked when a turn's calls name a client tool, before any of them is
+scheduled; a run that never calls one records nothing."""
 
 
 class Versions:
@@ -156,6 +160,11 @@ class Versions:
     def upsert_shown_status() -> bool:
         """:data:`PATCH_SHOWN_STATUS` (asked when a child's approvals changed the shown status)."""
         return workflow.patched(PATCH_SHOWN_STATUS)
+
+    @staticmethod
+    def client_tools() -> bool:
+        """:data:`PATCH_CLIENT_TOOLS` (asked when a turn's calls name a client tool)."""
+        return workflow.patched(PATCH_CLIENT_TOOLS)
 
     @staticmethod
     def memory_handoff() -> bool:

@@ -35,9 +35,14 @@ REPO = Path(__file__).resolve().parents[2]
 CLIENT_DIR = REPO / "tests" / "agui_client"
 TOKEN = "agui-test-token"
 FIRST = "Please write notes.txt saying hello."
-SECOND = "Thanks. Now what is in it?"
+SECOND = "Thanks. Where am I?"
 WROTE = "I wrote notes.txt for you."
-SAID = "It says hello, as you asked."
+SAID = "You are in Paris."
+CLIENT_TOOL = {
+    "name": "get_location",
+    "description": "Where the person is (the browser knows).",
+    "parameters": {"type": "object", "properties": {}},
+}
 
 
 @pytest.fixture(autouse=True)
@@ -53,6 +58,7 @@ def _model() -> ScriptedModel:
         [
             tool_call("write_file", {"path": "notes.txt", "content": "hello"}),
             text(WROTE),
+            tool_call("get_location", {}),
             text(SAID),
         ]
     )
@@ -102,8 +108,8 @@ def _types(run: dict[str, Any]) -> list[str]:
 async def _check_conversation(client: Client, h: Harness, got: dict[str, Any]) -> None:
     """What both tests assert about the conversation the client ran."""
     runs = got["runs"]
-    assert [r["error"] for r in runs] == [None, None, None], runs
-    first, approved, second = runs
+    assert [r["error"] for r in runs] == [None, None, None, None], runs
+    first, approved, second, answered = runs
     # every AG-UI run: RUN_STARTED first, a state snapshot, RUN_FINISHED last
     for r in runs:
         t = _types(r)
@@ -134,17 +140,24 @@ async def _check_conversation(client: Client, h: Harness, got: dict[str, Any]) -
     reply = "".join(e["delta"] for e in approved["events"] if e["type"] == "TEXT_MESSAGE_CONTENT")
     assert reply == WROTE
     assert (h.workspace / "notes.txt").read_text() == "hello"
-    # turn 2 on the same thread: the same workflow
-    reply2 = "".join(e["delta"] for e in second["events"] if e["type"] == "TEXT_MESSAGE_CONTENT")
+    # turn 2 on the same thread: the same workflow; the front end's own tool is called
+    asked = [e for e in second["events"] if e["type"] == "TOOL_CALL_START"]
+    assert [e["toolCallName"] for e in asked] == ["get_location"]
+    reply2 = "".join(e["delta"] for e in answered["events"] if e["type"] == "TEXT_MESSAGE_CONTENT")
     assert reply2 == SAID
+    # the client's own answer is not echoed back as a second tool result
+    assert "TOOL_CALL_RESULT" not in _types(answered)
     wf_id = thread_workflow_id("default", got["threadId"])
     st = await rc.state(client, wf_id)
     assert st.status == "waiting_for_message"
     assert st.principal_id == "console"
     decided = [d for d in st.decisions if d.tool_call_id == args["tool_call_id"]]
     assert [(d.decision, d.principal_id) for d in decided] == [("approve", "console")]
-    user_turns = [m["content"] for m in await rc.transcript(client, wf_id) if m["role"] == "user"]
-    assert user_turns == [FIRST, SECOND]
+    messages = await rc.transcript(client, wf_id)
+    assert [m["content"] for m in messages if m["role"] == "user"] == [FIRST, SECOND]
+    told = [m for m in messages if m.get("tool_call_id") == asked[0]["toolCallId"]]
+    assert [m["content"] for m in told] == ["Paris"]
+    assert not st.pending_client_tools
     # the client holds the conversation as AG-UI messages: two user turns, two replies
     texts = [m.get("content") for m in got["messages"] if m["role"] == "assistant"]
     assert WROTE in texts and SAID in texts
@@ -163,6 +176,8 @@ async def test_typescript_client_two_turns_with_an_approval(client: Client, tmp_
                 "threadId": thread,
                 "first": FIRST,
                 "second": SECOND,
+                "clientTool": CLIENT_TOOL,
+                "answer": "Paris",
             }
             proc = await asyncio.create_subprocess_exec(
                 node,
@@ -209,6 +224,8 @@ PAGE = """<!doctype html><html><head><title>loading</title></head><body><script>
       threadId: %(thread)s,
       first: %(first)s,
       second: %(second)s,
+      clientTool: %(tool)s,
+      answer: "Paris",
     });
     window.result = out;
     document.title = "done";
@@ -263,6 +280,7 @@ async def test_chromium_client_two_turns_and_another_origin_refused(client: Clie
         "thread": json.dumps(thread),
         "first": json.dumps(FIRST),
         "second": json.dumps(SECOND),
+        "tool": json.dumps(CLIENT_TOOL),
     }
     async with Harness(client, tmp_path, _model()) as h:
         runner, url = await _serve(client, h, page_html)

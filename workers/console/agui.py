@@ -243,8 +243,8 @@ def _state_of(run_id: str, st: Any) -> dict[str, Any]:
 
 
 def _pending_client_tools(st: Any) -> list[Any]:
-    """``state.pending_client_tools`` where the run has them (client tools), else none."""
-    return list(getattr(st, "pending_client_tools", None) or [])
+    """``state.pending_client_tools``: client tools' calls waiting for ``tool_result``."""
+    return list(st.pending_client_tools)
 
 
 async def _agui(request: web.Request) -> web.StreamResponse:
@@ -365,7 +365,7 @@ def _run_request(
         "principal_id": ident.principal_id,
         "tenant_id": tenant,
     }
-    if body.tools and "client_tools" in RunRequest.model_fields:
+    if body.tools:
         data["client_tools"] = [
             {"name": t.name, "description": t.description, "parameters": t.parameters or {}}
             for t in body.tools
@@ -393,9 +393,10 @@ async def _thread_state(request: web.Request, wf_id: str, tenant: str) -> Any | 
 
 
 async def _tool_result(client: Any, wf_id: str, m: Any, ident: ca.Identity) -> None:
-    """A client tool's result: update ``tool_result``."""
-    await rc.handle(client, wf_id).execute_update(
-        "tool_result",
+    """A client tool's result: update ``tool_result`` (:func:`workers.client.tool_result`)."""
+    await rc.tool_result(
+        client,
+        wf_id,
         {
             "tool_call_id": m.tool_call_id,
             "content": _text(m.content),

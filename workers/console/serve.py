@@ -12,6 +12,8 @@ An aiohttp application (:func:`build_app`) on ``127.0.0.1:8235`` by default:
 * ``POST /runs`` (``{"input", "agent"?, "mode"?, "principal_id"?, "tenant_id"?}``) starts a run;
   ``POST /runs/{run_id}/approve`` and ``/reject`` (``{"tool_call_id", "principal_id", "reason"?,
   "comment"?, "arguments"?}``) decide a pending call through the update ``decide``;
+  ``POST /runs/{run_id}/tool-result`` (``{"tool_call_id", "content", "is_error"?}``) gives a
+  client tool's result through the update ``tool_result``;
   ``POST /runs/{run_id}/interrupt`` (``{"principal_id", "reason"?}``) and ``/messages``
   (``{"content", "principal_id"}``) send those signals.
 
@@ -79,12 +81,14 @@ from workers.console.runs import (
     InterruptBody,
     MessageBody,
     StartBody,
+    ToolResultBody,
     _decider,
     _interrupt,
     _message,
     _runs,
     _start,
     _state,
+    _tool_result,
 )
 from workers.console.suites import _suite, _suite_page, _suites
 from workers.metrics_server import MetricsEndpoint
@@ -103,6 +107,7 @@ __all__ = [
     "MemoryDeleteBody",
     "MessageBody",
     "StartBody",
+    "ToolResultBody",
     "build_app",
     "run_server",
     "start_server",
@@ -152,6 +157,7 @@ def build_app(
     app.router.add_get("/runs/{run_id}/events", _events)
     app.router.add_post("/runs/{run_id}/approve", _decider("approve"))
     app.router.add_post("/runs/{run_id}/reject", _decider("reject"))
+    app.router.add_post("/runs/{run_id}/tool-result", _tool_result)
     app.router.add_post("/runs/{run_id}/interrupt", _interrupt)
     app.router.add_post("/runs/{run_id}/messages", _message)
     app.router.add_get("/api/memory", _memory)
