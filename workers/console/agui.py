@@ -237,9 +237,18 @@ def _state_of(run_id: str, st: Any) -> dict[str, Any]:
         "usage": st.usage.model_dump(mode="json"),
         "pending_approvals": [
             {"tool_call_id": p.tool_call_id, "name": p.name, "arguments": p.arguments}
-            for p in st.pending_approvals
+            for p in _undecided(st)
         ],
     }
+
+
+def _undecided(st: Any) -> list[Any]:
+    """``state.pending_approvals`` less those decided already.
+
+    A run drops them from the list only once every call of the turn has its verdict.
+    """
+    decided = {d.tool_call_id for d in st.decisions}
+    return [p for p in st.pending_approvals if p.tool_call_id not in decided]
 
 
 def _pending_client_tools(st: Any) -> list[Any]:
@@ -409,7 +418,7 @@ async def _tool_result(client: Any, wf_id: str, m: Any, ident: ca.Identity) -> N
 
 async def _waiting_calls(out: _Stream, st: Any) -> None:
     """Tool calls for what the run waits on: its pending approvals and client tools' calls."""
-    for p in st.pending_approvals:
+    for p in _undecided(st):
         await out.approval(p.tool_call_id, p.name, p.arguments)
     for p in _pending_client_tools(st):
         await out.tool_call(p.tool_call_id, p.name, p.arguments)
@@ -468,13 +477,15 @@ async def _follow(client: Any, out: _Stream, offset: int) -> None:
     async for ev in _events(client, out.workflow_id, offset):
         if ev is None:
             await out.resp.write(b": keepalive\n\n")
-            if saw_running:
-                st = await rc.state(client, out.workflow_id)
-                if st.status in WAITING or _pending_client_tools(st):
-                    await _waiting_calls(out, st)
-                    await out.update_state(**_state_of(out.workflow_id, st))
-                    await _finish(out)
-                    return
+            st = await rc.state(client, out.workflow_id)
+            # a wait this request did not end (an approval it left unanswered, a pause), or one
+            # that came without a status event; the next message only once the run took ours
+            waits = st.status in WAITING and (saw_running or st.status != "waiting_for_message")
+            if waits or _pending_client_tools(st):
+                await _waiting_calls(out, st)
+                await out.update_state(**_state_of(out.workflow_id, st))
+                await _finish(out)
+                return
             continue
         kind = ev.get("type")
         if kind == "text_delta":
