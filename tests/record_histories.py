@@ -31,6 +31,7 @@ from temporalio.client import Client, WorkflowHandle
 
 from tests.support.harness import Harness
 from workers import client as rc
+from workers import conversations
 from workers.testing.env import start_local_env
 from workers.testing.scripted_model import ScriptedModel, text, tool_call, tool_calls
 from workflows.models import ApproveSignal, RejectSignal, RunRequest, RunResult, RunState
@@ -251,14 +252,14 @@ async def conversation_run(h: Harness) -> WorkflowHandle[Any, RunResult]:
         agent="gated", input="[conversation] deploy", input_id="m1", mode="chat",
         principal_id="alice",
     )  # fmt: skip
-    await rc.converse(h.client, req, wf_id, "m1", task_queue=h.task_queue)
+    await conversations.converse(h.client, req, wf_id, "m1", task_queue=h.task_queue)
     handle = rc.handle(h.client, wf_id)
     st = await _until(handle, lambda s: len(s.pending_approvals) == 1)
     await rc.decide(h.client, wf_id, st.pending_approvals[0].tool_call_id, "approve", "alice")
     await _until(handle, lambda s: s.status == "waiting_for_message")
     nxt = req.model_copy(update={"input": "thanks", "input_id": "m2"})
     for _ in range(2):
-        await rc.converse(h.client, nxt, wf_id, "m2", task_queue=h.task_queue)
+        await conversations.converse(h.client, nxt, wf_id, "m2", task_queue=h.task_queue)
     await _until(handle, lambda s: s.status == "waiting_for_message" and s.turn >= 3)
     await rc.interrupt(h.client, wf_id, "alice", "conversation over")
     await handle.result()

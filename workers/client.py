@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 
 from temporalio.client import (
     Client,
-    WithStartWorkflowOperation,
     WorkflowHandle,
     WorkflowQueryFailedError,
     WorkflowUpdateFailedError,
@@ -26,7 +25,6 @@ from temporalio.common import (
     Priority,
     SearchAttributePair,
     TypedSearchAttributes,
-    WorkflowIDConflictPolicy,
 )
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
 from temporalio.exceptions import ApplicationError
@@ -41,8 +39,6 @@ from workers.telemetry import temporal_plugins
 from workflows.events import TOPIC as EVENTS_TOPIC
 from workflows.models import (
     WORKFLOW_NAME,
-    AddMessageResult,
-    AddMessageUpdate,
     ApproveSignal,
     DecideResult,
     DecideUpdate,
@@ -192,20 +188,15 @@ async def search_attributes_registered(client: Client) -> bool:
 async def _start_options(
     client: Client, req: RunRequest
 ) -> tuple[TypedSearchAttributes | None, dict[str, Any]]:
-    """What :func:`start_run` and :func:`converse` start a run with: search attributes, options."""
+    """What :func:`start_run` and ``workers.conversations.converse`` start a run with."""
     from workflows.render import static_details, static_summary
     from workflows.state import SA_AGENT, SA_PRINCIPAL, SA_STATUS, SA_TENANT
 
-    sa: TypedSearchAttributes | None = None
+    who = [(SA_AGENT, req.agent), (SA_TENANT, req.tenant_id), (SA_PRINCIPAL, req.principal_id)]
+    sa = None  # the namespace lacks them: set none
     if await search_attributes_registered(client):
-        sa = TypedSearchAttributes(
-            [
-                SearchAttributePair(SA_AGENT, req.agent),
-                SearchAttributePair(SA_TENANT, req.tenant_id),
-                SearchAttributePair(SA_PRINCIPAL, req.principal_id),
-                SearchAttributePair(SA_STATUS, "running"),
-            ]
-        )
+        pairs = [SearchAttributePair(k, v) for k, v in [*who, (SA_STATUS, "running")]]
+        sa = TypedSearchAttributes(pairs)
     opts: dict[str, Any] = {
         # the run's workflow tasks are dispatched fairly between tenants (README "Fairness")
         "priority": Priority(fairness_key=fairness_key(req.tenant_id) or None),
@@ -213,55 +204,6 @@ async def _start_options(
         "static_details": static_details(req),
     }
     return sa, opts
-
-
-async def converse(
-    client: Client,
-    req: RunRequest,
-    workflow_id: str,
-    message_id: str,
-    *,
-    task_queue: str | None = None,
-) -> AddMessageResult:
-    """A user message to the conversation run ``workflow_id``, starting the run if there is none.
-
-    One update-with-start (Temporal's ``execute_update_with_start_workflow``, conflict policy
-    use-existing): when no run of that id is open, ``req`` starts one (``req.input`` is the message,
-    ``req.input_id`` its ``message_id``; the update then adds nothing); otherwise the update
-    ``add_message`` (``req.input`` as content, ``req.principal_id`` as sender) adds it to the
-    open run. Either way the answer comes once the run holds the message. The update's id is
-    ``msg-<message_id>``: a retry of the same message is answered, not added again.
-
-    Raises:
-        temporalio.client.WorkflowUpdateFailedError: the run refused the message (it has ended,
-            or the payload is invalid: ``MessageRefused``).
-        temporalio.client.WithStartWorkflowOperation errors as the SDK raises them (e.g.
-            ``RPCError`` when the server is unreachable).
-    """
-    sa, opts = await _start_options(client, req)
-    start = WithStartWorkflowOperation(
-        WORKFLOW_NAME,
-        req,
-        id=workflow_id,
-        task_queue=task_queue or load_settings().task_queue,
-        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-        result_type=RunResult,
-        search_attributes=sa,
-        **opts,
-    )
-    upd = AddMessageUpdate(content=req.input, principal_id=req.principal_id, message_id=message_id)
-    return await client.execute_update_with_start_workflow(
-        UPDATE_ADD_MESSAGE,
-        upd,
-        start_workflow_operation=start,
-        id=f"msg-{message_id}",
-        result_type=AddMessageResult,
-    )
-
-
-async def stream_offset(client: Client, run_id: str) -> int:
-    """The offset the run's next event will get (a query; a worker must be up)."""
-    return await WorkflowStreamClient.create(client, run_id).get_offset()
 
 
 async def start_run(

@@ -18,6 +18,8 @@ from activities.spec_settings import MAX_RUN_SECONDS
 from workflows.client_models import MAX_TOOL_RESULT_BYTES as MAX_TOOL_RESULT_BYTES
 from workflows.client_models import PendingClientTool, ToolResultUpdate
 from workflows.client_models import ToolResultAnswer as ToolResultAnswer
+from workflows.conversation_models import AddMessageResult as AddMessageResult
+from workflows.conversation_models import AddMessageUpdate as AddMessageUpdate
 
 RunStatus = Literal[
     "completed", "interrupted", "max_turns", "timeout", "loop_detected", "budget_exceeded", "failed"
@@ -293,32 +295,6 @@ class MessageSignal(BaseModel):
 
     content: str
     principal_id: str = "anonymous"
-
-
-class AddMessageUpdate(BaseModel):
-    """Payload of update ``add_message``: a user message, answered once the run holds it.
-
-    ``message_id`` (the front end's id, at most :data:`MAX_NAME_CHARS` characters) equal to the
-    run's ``RunRequest.input_id`` is the input itself, sent again by an update-with-start that
-    started the run: it is not added twice.
-    """
-
-    content: str = Field(min_length=1)
-    principal_id: str = Field(default="anonymous", max_length=MAX_NAME_CHARS)
-    message_id: str | None = Field(default=None, max_length=MAX_NAME_CHARS)
-
-
-class AddMessageResult(BaseModel):
-    """Answer of update ``add_message``.
-
-    ``offset``: the event stream's offset from which this message's events follow (0 when the
-    message is the run's input); ``duplicate``: the message was the run's input (not added).
-    """
-
-    accepted: bool = True
-    duplicate: bool = False
-    offset: int = 0
-    turn: int = 0
 
 
 class RaiseBudgetSignal(BaseModel):

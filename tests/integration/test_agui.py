@@ -24,16 +24,14 @@ from aiohttp import web
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
+from tests.support.agui import TOKEN, serve, sse, types
 from tests.support.harness import CHROMIUM, CHROMIUM_ARGS, Harness
 from workers import client as rc
-from workers.console import auth as ca
 from workers.console.agui import thread_workflow_id
-from workers.console.serve import build_app
-from workers.testing.scripted_model import ScriptedModel, text, tool_call, tool_calls
+from workers.testing.scripted_model import ScriptedModel, text, tool_call
 
 REPO = Path(__file__).resolve().parents[2]
 CLIENT_DIR = REPO / "tests" / "agui_client"
-TOKEN = "agui-test-token"
 FIRST = "Please write notes.txt saying hello."
 SECOND = "Thanks. Where am I?"
 WROTE = "I wrote notes.txt for you."
@@ -64,23 +62,6 @@ def _model() -> ScriptedModel:
     )
 
 
-async def _serve(client: Client, h: Harness, page: str | None = None) -> tuple[web.AppRunner, str]:
-    """The console's app (as ``agentctl serve`` builds it) on a free port; ``page`` at ``/t``."""
-    gate = ca.Gate.build(ca.Authenticator(token=TOKEN), "127.0.0.1")
-    app = build_app(client, lambda r: f"http://ui/{r}", h.task_queue, gate=gate)
-    if page is not None:
-        body = page
-
-        async def _page(_r: web.Request) -> web.Response:
-            return web.Response(text=body, content_type="text/html")
-
-        app.router.add_get("/t", _page)
-    runner = web.AppRunner(app, shutdown_timeout=1.0)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    return runner, f"http://127.0.0.1:{runner.addresses[0][1]}"
-
-
 def _bundle(tmp_path: Path) -> str:
     """The client bundled for the browser (esbuild, from tests/agui_client/browser.mjs)."""
     out = tmp_path / "bundle.js"
@@ -101,8 +82,8 @@ def _bundle(tmp_path: Path) -> str:
     return out.read_text()
 
 
-def _types(run: dict[str, Any]) -> list[str]:
-    return [e["type"] for e in run["events"]]
+def _t(run: dict[str, Any]) -> list[str]:
+    return types(run["events"])
 
 
 async def _check_conversation(client: Client, h: Harness, got: dict[str, Any]) -> None:
@@ -112,7 +93,7 @@ async def _check_conversation(client: Client, h: Harness, got: dict[str, Any]) -
     first, approved, second, answered = runs
     # every AG-UI run: RUN_STARTED first, a state snapshot, RUN_FINISHED last
     for r in runs:
-        t = _types(r)
+        t = _t(r)
         assert t[0] == "RUN_STARTED" and t[-1] == "RUN_FINISHED", t
         assert "STATE_SNAPSHOT" in t
     # turn 1: the approval arrives as a call of approve_tool_call naming the held call
@@ -133,7 +114,7 @@ async def _check_conversation(client: Client, h: Harness, got: dict[str, Any]) -
         op["path"] == "/pending_approvals" and op["value"] for d in deltas for op in d["delta"]
     )
     # the answer: the tool ran, its result and the reply stream back
-    t = _types(approved)
+    t = _t(approved)
     assert "TOOL_CALL_RESULT" in t and "TEXT_MESSAGE_CONTENT" in t
     result = next(e for e in approved["events"] if e["type"] == "TOOL_CALL_RESULT")
     assert result["toolCallId"] == args["tool_call_id"]
@@ -146,7 +127,7 @@ async def _check_conversation(client: Client, h: Harness, got: dict[str, Any]) -
     reply2 = "".join(e["delta"] for e in answered["events"] if e["type"] == "TEXT_MESSAGE_CONTENT")
     assert reply2 == SAID
     # the client's own answer is not echoed back as a second tool result
-    assert "TOOL_CALL_RESULT" not in _types(answered)
+    assert "TOOL_CALL_RESULT" not in _t(answered)
     wf_id = thread_workflow_id("default", got["threadId"])
     st = await rc.state(client, wf_id)
     assert st.status == "waiting_for_message"
@@ -167,7 +148,7 @@ async def test_typescript_client_two_turns_with_an_approval(client: Client, tmp_
     node = shutil.which("node")
     assert node, "node is needed (Node 20)"
     async with Harness(client, tmp_path, _model()) as h:
-        runner, url = await _serve(client, h)
+        runner, url = await serve(client, h)
         thread = str(uuid.uuid4())
         try:
             opts = {
@@ -205,7 +186,7 @@ async def test_typescript_client_two_turns_with_an_approval(client: Client, tmp_
                 async with http.post(f"{url}/agui", json=body) as resp:
                     assert resp.status == 200
                     raw = await resp.text()
-            evs = [json.loads(x[6:]) for x in raw.split("\n\n") if x.startswith("data: ")]
+            evs = sse(raw)
             assert [e["type"] for e in evs] == ["RUN_STARTED", "STATE_SNAPSHOT", "RUN_FINISHED"]
             assert evs[1]["snapshot"]["status"] == "waiting_for_message"
         finally:
@@ -283,7 +264,7 @@ async def test_chromium_client_two_turns_and_another_origin_refused(client: Clie
         "tool": json.dumps(CLIENT_TOOL),
     }
     async with Harness(client, tmp_path, _model()) as h:
-        runner, url = await _serve(client, h, page_html)
+        runner, url = await serve(client, h, page_html)
         evil_thread = str(uuid.uuid4())
         evil = web.Application()
         evil_html = ATTACK % {
@@ -340,222 +321,5 @@ async def test_chromium_client_two_turns_and_another_origin_refused(client: Clie
                     assert "cross-origin" in (await resp.json())["error"]
         finally:
             await evil_runner.cleanup()
-            await runner.cleanup()
-            await client.get_workflow_handle(thread_workflow_id("default", thread)).terminate()
-
-
-def _sse(raw: str) -> list[dict[str, Any]]:
-    return [json.loads(x[6:]) for x in raw.split("\n\n") if x.startswith("data: ")]
-
-
-async def test_tenants_never_share_a_thread_and_the_principal_is_the_authenticated_one(
-    client: Client, tmp_path: Path
-):
-    """Proxy identities: the same threadId names two runs for two tenants; a body cannot pick."""
-    proxy = ca.Authenticator(mode="proxy", trusted_proxies=frozenset({"127.0.0.1"}))
-    model = ScriptedModel([text("hello acme"), text("hello globex"), text("hello again")])
-    async with Harness(client, tmp_path, model) as h:
-        gate = ca.Gate.build(proxy, "127.0.0.1")
-        app = build_app(client, lambda r: r, h.task_queue, gate=gate)
-        runner = web.AppRunner(app, shutdown_timeout=1.0)
-        await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", 0).start()
-        url = f"http://127.0.0.1:{runner.addresses[0][1]}"
-        bob = {"X-Forwarded-User": "bob", "X-Forwarded-Groups": "tenant:acme"}
-        eve = {"X-Forwarded-User": "eve", "X-Forwarded-Groups": "tenant:globex"}
-        thread = str(uuid.uuid4())
-
-        def body(text_: str, **more: Any) -> dict[str, Any]:
-            return {
-                "threadId": thread,
-                "runId": str(uuid.uuid4()),
-                "messages": [{"id": str(uuid.uuid4()), "role": "user", "content": text_}],
-                **more,
-            }
-
-        try:
-            async with aiohttp.ClientSession() as http:
-                async with http.post(f"{url}/agui", json=body("hi"), headers=bob) as r:
-                    assert r.status == 200
-                    evs = _sse(await r.text())
-                assert evs[-1]["type"] == "RUN_FINISHED"
-                # eve, same thread id: her own run, not bob's; naming bob's tenant is refused
-                async with http.post(f"{url}/agui", json=body("hi"), headers=eve) as r:
-                    assert r.status == 200
-                    await r.text()
-                forged = body("hi", forwardedProps={"tenant_id": "acme"})
-                async with http.post(f"{url}/agui", json=forged, headers=eve) as r:
-                    assert r.status == 403
-                # a principal in the body counts for nothing
-                sneaky = body("hi", forwardedProps={"principal_id": "bob"})
-                sneaky["messages"][0]["name"] = "bob"
-                async with http.post(f"{url}/agui", json=sneaky, headers=eve) as r:
-                    assert r.status == 200
-                    await r.text()
-                # a bad thread id, a new thread without a user message, a bad approval answer
-                async with http.post(
-                    f"{url}/agui", json={**body("x"), "threadId": "../x"}, headers=bob
-                ) as r:
-                    assert r.status == 400
-                async with http.post(
-                    f"{url}/agui",
-                    json={**body("x"), "threadId": "new", "messages": []},
-                    headers=bob,
-                ) as r:
-                    assert r.status == 400
-                bad = body("x")
-                bad["messages"] = [
-                    {"id": "t", "role": "tool", "toolCallId": "approve-call_9", "content": "yes"}
-                ]
-                async with http.post(f"{url}/agui", json=bad, headers=bob) as r:
-                    assert r.status == 400
-                    assert "approved" in (await r.json())["error"]
-            acme = thread_workflow_id("acme", thread)
-            globex = thread_workflow_id("globex", thread)
-            assert acme != globex
-            a, g = await rc.state(client, acme), await rc.state(client, globex)
-            assert (a.tenant_id, a.principal_id) == ("acme", "bob")
-            assert (g.tenant_id, g.principal_id) == ("globex", "eve")
-            assert [
-                m["content"] for m in await rc.transcript(client, acme) if m["role"] == "user"
-            ] == ["hi"]
-            assert [
-                m["content"] for m in await rc.transcript(client, globex) if m["role"] == "user"
-            ] == ["hi", "hi"]
-        finally:
-            await runner.cleanup()
-            for wf in (thread_workflow_id("acme", thread), thread_workflow_id("globex", thread)):
-                await client.get_workflow_handle(wf).terminate()
-
-
-def test_thread_ids_name_one_tenant_and_thread():
-    assert thread_workflow_id("acme", "t-1") == "agui.acme.t-1"
-    # a tenant with a dot cannot reach another tenant's thread or a child run's id
-    assert thread_workflow_id("a.b", "c") != thread_workflow_id("a", "b.c".replace(".", "_"))
-    assert thread_workflow_id("a.b", "c") == "agui.a%2Eb.c"
-    assert thread_workflow_id("é", "c") == "agui.%C3%A9.c"
-    for bad in ("", "a.b", "../x", "x" * 129, "a b"):
-        with pytest.raises(ValueError):
-            thread_workflow_id("acme", bad)
-
-
-async def test_add_message_update_with_start_adds_once_and_refuses_an_ended_run(
-    client: Client, tmp_path: Path
-):
-    """The update itself: the input not added twice, a retry answered once, an ended run refuses."""
-    from temporalio.client import WorkflowUpdateFailedError
-
-    from workflows.models import RunRequest
-
-    model = ScriptedModel([text("one"), text("two")])
-    async with Harness(client, tmp_path, model) as h:
-        wf = f"agui.default.{uuid.uuid4()}"
-        req = RunRequest(input="first", input_id="m1", mode="chat", principal_id="pat")
-        got = await rc.converse(client, req, wf, "m1", task_queue=h.task_queue)
-        assert (got.duplicate, got.offset) == (True, 0)
-        handle = rc.handle(client, wf)
-        from tests.support.harness import until_state
-
-        await until_state(handle, lambda s: s.status == "waiting_for_message")
-        nxt = req.model_copy(update={"input": "second", "input_id": None})
-        a = await rc.converse(client, nxt, wf, "m2", task_queue=h.task_queue)
-        b = await rc.converse(client, nxt, wf, "m2", task_queue=h.task_queue)
-        assert not a.duplicate and a.offset > 0 and b == a
-        await until_state(handle, lambda s: s.status == "waiting_for_message" and s.turn == 2)
-        users = [m["content"] for m in await rc.transcript(client, wf) if m["role"] == "user"]
-        assert users == ["first", "second"]
-        with pytest.raises(WorkflowUpdateFailedError):
-            await handle.execute_update(
-                rc.UPDATE_ADD_MESSAGE, {"content": "", "principal_id": "pat"}
-            )
-        await rc.interrupt(client, wf, "pat", "done")
-        res = await handle.result()
-        assert res.status == "interrupted"
-
-
-async def test_two_approvals_answered_one_at_a_time_one_rejected(client: Client, tmp_path: Path):
-    """Raw AG-UI over HTTP: an answer that leaves a call waiting ends with that call asked again."""
-    model = ScriptedModel(
-        [
-            tool_calls(
-                [
-                    ("write_file", {"path": "a.txt", "content": "A"}),
-                    ("write_file", {"path": "b.txt", "content": "B"}),
-                ]
-            ),
-            text("wrote a, not b"),
-        ]
-    )
-    async with Harness(client, tmp_path, model) as h:
-        runner, url = await _serve(client, h)
-        thread = str(uuid.uuid4())
-        history: list[dict[str, Any]] = []
-
-        async def turn(*new: dict[str, Any]) -> list[dict[str, Any]]:
-            history.extend(new)
-            body = {"threadId": thread, "runId": str(uuid.uuid4()), "messages": history}
-            async with (
-                aiohttp.ClientSession(headers={"Authorization": f"Bearer {TOKEN}"}) as http,
-                http.post(f"{url}/agui", json=body) as r,
-            ):
-                assert r.status == 200
-                evs = _sse(await r.text())
-            calls = [e for e in evs if e["type"] == "TOOL_CALL_START"]
-            if calls:
-                history.append(
-                    {
-                        "id": str(uuid.uuid4()),
-                        "role": "assistant",
-                        "toolCalls": [
-                            {
-                                "id": c["toolCallId"],
-                                "type": "function",
-                                "function": {"name": c["toolCallName"], "arguments": "{}"},
-                            }
-                            for c in calls
-                        ],
-                    }
-                )
-            return evs
-
-        def asked(evs: list[dict[str, Any]]) -> list[str]:
-            return [
-                e["toolCallId"]
-                for e in evs
-                if e["type"] == "TOOL_CALL_START" and e["toolCallName"] == "approve_tool_call"
-            ]
-
-        def answer(call: str, **content: Any) -> dict[str, Any]:
-            return {
-                "id": str(uuid.uuid4()),
-                "role": "tool",
-                "toolCallId": call,
-                "content": json.dumps(content),
-            }
-
-        try:
-            evs = await turn({"id": "u1", "role": "user", "content": "write a and b"})
-            first, second = asked(evs)
-            assert evs[-1]["type"] == "RUN_FINISHED"
-            evs = await turn(answer(first, approved=True))
-            assert asked(evs) == [second]  # still waiting: asked again, the run ends
-            assert evs[-1]["type"] == "RUN_FINISHED"
-            assert "TEXT_MESSAGE_CONTENT" not in _types({"events": evs})
-            evs = await turn(answer(second, approved=False, reason="not b"))
-            reply = "".join(e["delta"] for e in evs if e["type"] == "TEXT_MESSAGE_CONTENT")
-            assert reply == "wrote a, not b"
-            assert (h.workspace / "a.txt").read_text() == "A"
-            assert not (h.workspace / "b.txt").exists()
-            wf = thread_workflow_id("default", thread)
-            res = {r.id: r.status for r in (await rc.state(client, wf)).tool_calls}
-            assert sorted(res.values()) == ["ok", "rejected"]
-            told = [m["content"] for m in await rc.transcript(client, wf) if m["role"] == "tool"]
-            assert any("not b" in t for t in told)
-            # the same answer again: refused by the run, reported as RUN_ERROR
-            history.append({"id": "u2", "role": "assistant", "content": "wrote a, not b"})
-            evs = await turn(answer(second, approved=True))
-            assert evs[-1]["type"] == "RUN_ERROR"
-            assert not (h.workspace / "b.txt").exists()
-        finally:
             await runner.cleanup()
             await client.get_workflow_handle(thread_workflow_id("default", thread)).terminate()
