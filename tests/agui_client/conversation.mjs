@@ -9,10 +9,22 @@ function newId(prefix) {
   return `${prefix}-${Math.random().toString(36).slice(2)}${Date.now().toString(36)}`;
 }
 
-export async function conversation({ url, headers, threadId, first, second, clientTool, answer }) {
+// `approvalAction`: also send `approve_tool_call` among the tools, as a front end that renders
+// approvals with an action of that name does (CopilotKit's human-in-the-loop); the run must not
+// offer it to the model.
+export async function conversation({
+  url, headers, threadId, first, second, clientTool, answer, approvalAction,
+}) {
   const agent = new HttpAgent({ url, headers, threadId });
   const runs = [];
   const tools = clientTool ? [clientTool] : [];
+  if (approvalAction) {
+    tools.push({
+      name: "approve_tool_call",
+      description: "Shows the person a tool call to approve or reject.",
+      parameters: { type: "object", properties: { tool_call_id: { type: "string" } } },
+    });
+  }
 
   async function run() {
     const events = [];

@@ -139,6 +139,9 @@ async def _check_conversation(client: Client, h: Harness, got: dict[str, Any]) -
     told = [m for m in messages if m.get("tool_call_id") == asked[0]["toolCallId"]]
     assert [m["content"] for m in told] == ["Paris"]
     assert not st.pending_client_tools
+    # the front end's tools reach the model; its approval action does not
+    offered = {t["function"]["name"] for t in h.model.requests[-1].body.get("tools", [])}
+    assert "get_location" in offered and "approve_tool_call" not in offered
     # the client holds the conversation as AG-UI messages: two user turns, two replies
     texts = [m.get("content") for m in got["messages"] if m["role"] == "assistant"]
     assert WROTE in texts and SAID in texts
@@ -159,6 +162,7 @@ async def test_typescript_client_two_turns_with_an_approval(client: Client, tmp_
                 "second": SECOND,
                 "clientTool": CLIENT_TOOL,
                 "answer": "Paris",
+                "approvalAction": True,
             }
             proc = await asyncio.create_subprocess_exec(
                 node,
@@ -207,6 +211,7 @@ PAGE = """<!doctype html><html><head><title>loading</title></head><body><script>
       second: %(second)s,
       clientTool: %(tool)s,
       answer: "Paris",
+      approvalAction: true,
     });
     window.result = out;
     document.title = "done";

@@ -48,7 +48,7 @@ from workers import client as rc
 from workers import conversations
 from workers.console import agui_events as ev
 from workers.console import auth as ca
-from workers.console.agui_events import APPROVAL_PREFIX, AguiStream, text_of
+from workers.console.agui_events import APPROVAL_PREFIX, APPROVAL_TOOL, AguiStream, text_of
 from workers.console.common import (
     CLIENT_KEY,
     NO_FRAMING_HEADERS,
@@ -58,7 +58,7 @@ from workers.console.common import (
     _body,
     _who,
 )
-from workflows.models import WORKFLOW_NAME, RunRequest
+from workflows.models import MAX_NAME_CHARS, WORKFLOW_NAME, RunRequest
 
 if TYPE_CHECKING:
     from ag_ui.core import Message, RunAgentInput
@@ -140,6 +140,8 @@ async def _agui(request: web.Request) -> web.StreamResponse:
         raise _bad_request(str(e)) from None
     new = _new_messages(list(body.messages))
     users = [m for m in new if m.role == "user" and text_of(m.content).strip()]
+    if any(len(m.id) > MAX_NAME_CHARS for m in users):
+        raise _bad_request(f"a message id may have at most {MAX_NAME_CHARS} characters")
     existing = await _thread_state(request, wf_id, tenant)
     if existing is None and not users:
         raise _bad_request("a new thread needs a user message")
@@ -160,8 +162,8 @@ async def _agui(request: web.Request) -> web.StreamResponse:
     await out.send(RunStartedEvent(thread_id=body.thread_id, run_id=body.run_id))
     try:
         await act.run(out)
-    except (RPCError, WorkflowUpdateFailedError) as e:
-        await ev.error(out, e)
+    except (RPCError, WorkflowUpdateFailedError, ValueError) as e:
+        await ev.error(out, e)  # ValueError: pydantic's, a request the run would not take
     except ConnectionResetError:
         pass  # the front end went away; the run goes on
     return resp
@@ -252,6 +254,9 @@ def _run_request(
         data["client_tools"] = [
             {"name": t.name, "description": t.description, "parameters": t.parameters or {}}
             for t in body.tools
+            # a front end that renders approvals registers approve_tool_call as its own action
+            # (CopilotKit's human-in-the-loop): it answers the run's calls, the model never calls it
+            if t.name != APPROVAL_TOOL
         ]
     return RunRequest.model_validate(data)
 
