@@ -2,7 +2,7 @@
 
 :class:`ClientToolDef` travels in ``RunRequest.client_tools`` and ``ResolveSpecInput``;
 ``spec.resolve`` pins it as a :class:`activities.contracts.ToolInfo` of ``kind="client"``
-(:func:`activities.runtime.client_tools`). The run, not an activity, carries its calls out
+(:func:`activities.client_tool_info.client_tool_info`). The run, not an activity, carries its calls out
 (workflows/client_tools.py).
 """
 

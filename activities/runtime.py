@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import sys
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
@@ -21,6 +21,8 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
 from activities import metrics
+from activities.callbacks import CallbackSigner
+from activities.client_tool_info import client_tool_info
 from activities.code_mode import code_tool
 from activities.contracts import (
     ERR_MCP_UNAVAILABLE,
@@ -80,6 +82,9 @@ class RuntimeActivities:
             workspace anywhere else stays an error that says how to create it.
         mcp_pool: the worker's MCP connections (a new pool when omitted); :meth:`aclose` stops
             its stdio servers.
+        callbacks: signs the callback URLs of tools finished later
+            (``ToolContext.callback_url``, activities/callbacks.py); None: such tools get a
+            ``ToolError`` when they ask for one.
 
     Secrets are redacted from everything an activity returns, raises, heartbeats or logs by
     :class:`activities.redaction.RedactingInterceptor`, which ``build_worker`` installs; tool
@@ -94,6 +99,7 @@ class RuntimeActivities:
         always_secret: tuple[str, ...] = ALWAYS_SECRET,
         own_dirs: tuple[str | Path, ...] = (),
         mcp_pool: McpPool | None = None,
+        callbacks: CallbackSigner | None = None,
     ) -> None:
         self._spec_file = spec_file
         self._default_model = default_model
@@ -102,6 +108,7 @@ class RuntimeActivities:
         self._search_attributes: bool | None = None  # the namespace's answer, once known
         self._own_dirs = tuple(Path(d).expanduser().resolve() for d in own_dirs)
         self.mcp_pool = mcp_pool or McpPool()
+        self.callbacks = callbacks
 
     async def aclose(self) -> None:
         """Stop the MCP stdio servers this worker started."""
@@ -300,11 +307,24 @@ class RuntimeActivities:
             principal_id=req.principal_id,
             idempotency_key=idempotency_key(req),
             run_files=dict(req.run_files),
+            callback=self._callback_maker(req),
         )
         if req.mcp is not None:
             return invoke_mcp(self.mcp_pool, req, timeout=None)
         return self._registry.invoke(
             req.name, req.arguments, ctx, max_output_chars=req.max_output_chars
+        )
+
+    def _callback_maker(self, req: InvokeToolInput) -> Callable[[], str] | None:
+        """What makes the call's callback URL: None without a signer or outside an activity."""
+        signer = self.callbacks
+        if signer is None or not activity.in_activity():
+            return None
+        info = activity.info()
+        if info.is_local or info.activity_type != TOOL_INVOKE:  # not its own activity
+            return None
+        return lambda: signer.for_current_activity(
+            req.run_id, req.call_id, req.name, req.max_output_chars
         )
 
     async def run_first(self, calls: list[StepToolCall]) -> list[ToolOutcome]:
@@ -419,7 +439,7 @@ def client_tools(
     Raises:
         SpecError: a client tool's name is one of the agent's other tools, or sent twice.
     """
-    out = [_client_info(d) for d in spec.client_tools.values()]
+    out = [client_tool_info(d) for d in spec.client_tools.values()]
     taken = {t.name for t in tools} | {t.name for t in out}
     for d in sent or []:
         if d.name in taken:
@@ -427,21 +447,5 @@ def client_tools(
                 f"agents.{spec.name}: client tool {d.name!r} clashes with a tool of the same name"
             )
         taken.add(d.name)
-        out.append(_client_info(d))
+        out.append(client_tool_info(d))
     return out
-
-
-def _client_info(d: ClientToolDef) -> ToolInfo:
-    """A client tool as the run pins it: ``kind="client"``, one attempt, risk ``read``.
-
-    Policy and approvals apply as for any tool (a policy entry of its name may ask for approval
-    or deny it).
-    """
-    return ToolInfo(
-        name=d.name,
-        description=d.description,
-        parameters=d.parameters,
-        timeout_seconds=d.timeout_seconds,
-        max_attempts=1,
-        kind="client",
-    )

@@ -21,16 +21,11 @@ from temporalio.client import (
     WorkflowQueryFailedError,
     WorkflowUpdateFailedError,
 )
-from temporalio.common import (
-    Priority,
-    SearchAttributePair,
-    TypedSearchAttributes,
-)
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.contracts import fairness_key
+from activities.contracts import ClientToolDef
 from activities.search_attributes import namespace_has_search_attributes
 from activities.signing import decision_message, sign_decision
 from workers.config import Settings, load_settings, temporal_connect_config
@@ -185,27 +180,6 @@ async def search_attributes_registered(client: Client) -> bool:
     return ok
 
 
-async def _start_options(
-    client: Client, req: RunRequest
-) -> tuple[TypedSearchAttributes | None, dict[str, Any]]:
-    """What :func:`start_run` and ``workers.conversations.converse`` start a run with."""
-    from workflows.render import static_details, static_summary
-    from workflows.state import SA_AGENT, SA_PRINCIPAL, SA_STATUS, SA_TENANT
-
-    who = [(SA_AGENT, req.agent), (SA_TENANT, req.tenant_id), (SA_PRINCIPAL, req.principal_id)]
-    sa = None  # the namespace lacks them: set none
-    if await search_attributes_registered(client):
-        pairs = [SearchAttributePair(k, v) for k, v in [*who, (SA_STATUS, "running")]]
-        sa = TypedSearchAttributes(pairs)
-    opts: dict[str, Any] = {
-        # the run's workflow tasks are dispatched fairly between tenants (README "Fairness")
-        "priority": Priority(fairness_key=fairness_key(req.tenant_id) or None),
-        "static_summary": static_summary(req),
-        "static_details": static_details(req),
-    }
-    return sa, opts
-
-
 async def start_run(
     client: Client,
     req: RunRequest,
@@ -219,9 +193,11 @@ async def start_run(
     ``AgentStatus`` ``running`` (a revision-4 run then needs no upsert until something changes,
     docs/throughput.md); the run keeps them current from then on.
     """
+    from workers.conversations import start_options
+
     task_queue = task_queue or load_settings().task_queue
     workflow_id = workflow_id or f"run-{uuid.uuid4()}"
-    sa, opts = await _start_options(client, req)
+    sa, opts = await start_options(client, req)
     h = await client.start_workflow(
         WORKFLOW_NAME,
         # the request goes as a plain RunRequest payload; run() is typed RawValue so that the
@@ -429,11 +405,16 @@ async def resume(client: Client, run_id: str, principal_id: str) -> None:
     await handle(client, run_id).signal(SIGNAL_RESUME, PrincipalSignal(principal_id=principal_id))
 
 
-async def send_message(client: Client, run_id: str, content: str, principal_id: str) -> None:
-    """Send signal ``send_message``."""
-    await handle(client, run_id).signal(
-        SIGNAL_SEND_MESSAGE, MessageSignal(content=content, principal_id=principal_id)
-    )
+async def send_message(
+    client: Client,
+    run_id: str,
+    content: str,
+    principal_id: str,
+    client_tools: list[ClientToolDef] | None = None,
+) -> None:
+    """Send signal ``send_message`` (``client_tools``: offered from this message on)."""
+    sig = MessageSignal(content=content, principal_id=principal_id, client_tools=client_tools)
+    await handle(client, run_id).signal(SIGNAL_SEND_MESSAGE, sig)
 
 
 def list_query(

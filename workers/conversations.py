@@ -8,11 +8,19 @@ the run (a decision, a tool result) and then follows what that act caused.
 
 from __future__ import annotations
 
+from typing import Any
+
 from temporalio.client import Client, WithStartWorkflowOperation
-from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.common import (
+    Priority,
+    SearchAttributePair,
+    TypedSearchAttributes,
+    WorkflowIDConflictPolicy,
+)
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
 
-from workers.client import UPDATE_ADD_MESSAGE, _start_options
+from activities.contracts import fairness_key
+from workers.client import UPDATE_ADD_MESSAGE, search_attributes_registered
 from workers.config import load_settings
 from workflows.models import (
     WORKFLOW_NAME,
@@ -22,7 +30,32 @@ from workflows.models import (
     RunResult,
 )
 
-__all__ = ["converse", "stream_offset"]
+__all__ = ["converse", "start_options", "stream_offset"]
+
+
+async def start_options(
+    client: Client, req: RunRequest
+) -> tuple[TypedSearchAttributes | None, dict[str, Any]]:
+    """What :func:`workers.client.start_run` and :func:`converse` start a run with.
+
+    Returns the search attributes (None when the namespace lacks them) and the start options
+    (fairness priority, the Web UI's summary and details).
+    """
+    from workflows.render import static_details, static_summary
+    from workflows.state import SA_AGENT, SA_PRINCIPAL, SA_STATUS, SA_TENANT
+
+    who = [(SA_AGENT, req.agent), (SA_TENANT, req.tenant_id), (SA_PRINCIPAL, req.principal_id)]
+    sa = None  # the namespace lacks them: set none
+    if await search_attributes_registered(client):
+        pairs = [SearchAttributePair(k, v) for k, v in [*who, (SA_STATUS, "running")]]
+        sa = TypedSearchAttributes(pairs)
+    opts: dict[str, Any] = {
+        # the run's workflow tasks are dispatched fairly between tenants (README "Fairness")
+        "priority": Priority(fairness_key=fairness_key(req.tenant_id) or None),
+        "static_summary": static_summary(req),
+        "static_details": static_details(req),
+    }
+    return sa, opts
 
 
 async def converse(
@@ -38,8 +71,8 @@ async def converse(
     One update-with-start (Temporal's ``execute_update_with_start_workflow``, conflict policy
     use-existing): when no run of that id is open, ``req`` starts one (``req.input`` is the message,
     ``req.input_id`` its ``message_id``; the update then adds nothing); otherwise the update
-    ``add_message`` (``req.input`` as content, ``req.principal_id`` as sender) adds it to the
-    open run. Either way the answer comes once the run holds the message. The update's id is
+    ``add_message`` (``req.input`` as content, ``req.principal_id`` as sender, ``req.client_tools``
+    offered from this message on) adds it to the open run. Either way the answer comes once the run holds the message. The update's id is
     ``msg-<message_id>``: a retry of the same message is answered, not added again.
 
     Raises:
@@ -48,7 +81,7 @@ async def converse(
         temporalio.client.WithStartWorkflowOperation errors as the SDK raises them (e.g.
             ``RPCError`` when the server is unreachable).
     """
-    sa, opts = await _start_options(client, req)
+    sa, opts = await start_options(client, req)
     start = WithStartWorkflowOperation(
         WORKFLOW_NAME,
         req,
@@ -59,7 +92,12 @@ async def converse(
         search_attributes=sa,
         **opts,
     )
-    upd = AddMessageUpdate(content=req.input, principal_id=req.principal_id, message_id=message_id)
+    upd = AddMessageUpdate(
+        content=req.input,
+        principal_id=req.principal_id,
+        message_id=message_id,
+        client_tools=req.client_tools,
+    )
     return await client.execute_update_with_start_workflow(
         UPDATE_ADD_MESSAGE,
         upd,

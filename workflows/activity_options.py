@@ -265,6 +265,8 @@ def tool_invoke(
     }
     if info is not None and info.task_queue:
         options["task_queue"] = info.task_queue
+    if info is not None and info.callback:  # finished by an outside system: it cannot heartbeat
+        del options["heartbeat_timeout"]
     return inp, options
 
 

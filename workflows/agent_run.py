@@ -318,6 +318,8 @@ class AgentRun(RunHandlers):
         s = self._ctx.s
         while s.inbox:
             m = s.inbox.pop(0)
+            if m.client_tools:
+                self._client.offer(m.client_tools, m.principal_id)
             s.messages.append({"role": "user", "content": m.content})
 
     # ------------------------------------------------------------ continue-as-new and the end

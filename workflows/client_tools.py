@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
+    from activities.client_tool_info import client_tool_info
+    from activities.client_tools import ClientToolDef
     from activities.contracts import ToolCallRequest, ToolInfo
     from workflows.client_models import PendingClientTool, ToolResultAnswer, ToolResultUpdate
     from workflows.models import ToolCallRecord
@@ -62,6 +64,28 @@ class ClientTools:
     def __init__(self, ctx: RunContext) -> None:
         """Belong to ``ctx``; no command here."""
         self._ctx = ctx
+
+    def offer(self, sent: list[ClientToolDef], principal_id: str) -> None:
+        """Offer the client tools a message brought (``MessageSignal.client_tools``).
+
+        A client tool of the same name is replaced; a name of another of the agent's tools is
+        ignored (recorded in ``ignored_signals`` with why). No command: the next model step
+        sees the tools.
+        """
+        s = self._ctx.s
+        pinned = s.pinned
+        if pinned is None:
+            return
+        tools = {t.name: t for t in pinned.tools}
+        for d in sent:
+            have = tools.get(d.name)
+            if have is not None and have.kind != "client":
+                why = f"client tool {d.name!r} clashes with the agent's tool of that name"
+                self._ctx.ignore("send_message", principal_id, why)
+                continue
+            tools[d.name] = client_tool_info(d)
+        pinned.tools = list(tools.values())
+        s.tools_tokens = None  # the tool schemas changed: count them again
 
     def approvers(self, name: str) -> list[str]:
         """Who may answer a ``name`` call besides the run's principal (the policy's approvers)."""

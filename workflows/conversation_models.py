@@ -1,17 +1,32 @@
-"""The public data of conversations reached by update-with-start: update ``add_message``.
+"""The public data of a conversation's messages: signal ``send_message``, update ``add_message``.
 
 Names and shapes are pinned by ``docs/contract.md`` (re-exported by :mod:`workflows.models`); the
-AG-UI edge (``workers/console/agui.py``) sends it.
+AG-UI edge (``workers/console/agui.py``) sends ``add_message`` by update-with-start.
 """
 
 from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-__all__ = ["MAX_MESSAGE_ID_CHARS", "AddMessageResult", "AddMessageUpdate"]
+from activities.contracts import ClientToolDef
+
+__all__ = ["MAX_MESSAGE_ID_CHARS", "AddMessageResult", "AddMessageUpdate", "MessageSignal"]
 
 MAX_MESSAGE_ID_CHARS = 512
 """Longest ``message_id`` and ``principal_id`` (as ``workflows.models.MAX_NAME_CHARS``)."""
+
+
+class MessageSignal(BaseModel):
+    """Payload of signal ``send_message``.
+
+    ``client_tools`` (optional): tools the client runs, offered from this message on (a tool of
+    the same name sent before is replaced; one named like an agent's own tool is ignored, with
+    why, in ``ignored_signals``).
+    """
+
+    content: str
+    principal_id: str = "anonymous"
+    client_tools: list[ClientToolDef] | None = Field(default=None, max_length=64)
 
 
 class AddMessageUpdate(BaseModel):
@@ -19,12 +34,13 @@ class AddMessageUpdate(BaseModel):
 
     ``message_id`` (the front end's id, at most :data:`MAX_MESSAGE_ID_CHARS` characters) equal to the
     run's ``RunRequest.input_id`` is the input itself, sent again by an update-with-start that
-    started the run: it is not added twice.
+    started the run: it is not added twice. ``client_tools`` as for ``send_message``.
     """
 
     content: str = Field(min_length=1)
     principal_id: str = Field(default="anonymous", max_length=MAX_MESSAGE_ID_CHARS)
     message_id: str | None = Field(default=None, max_length=MAX_MESSAGE_ID_CHARS)
+    client_tools: list[ClientToolDef] | None = Field(default=None, max_length=64)
 
 
 class AddMessageResult(BaseModel):

@@ -236,7 +236,11 @@ class RunHandlers:
         if req is not None and upd.message_id is not None and upd.message_id == req.input_id:
             return AddMessageResult(duplicate=True, offset=0, turn=s.turn)
         offset = self._ctx.events.offset
-        s.inbox.append(MessageSignal(content=upd.content, principal_id=upd.principal_id))
+        s.inbox.append(
+            MessageSignal(
+                content=upd.content, principal_id=upd.principal_id, client_tools=upd.client_tools
+            )
+        )
         return AddMessageResult(offset=offset, turn=s.turn)
 
     @add_message.validator

@@ -20,6 +20,7 @@ from workflows.client_models import PendingClientTool, ToolResultUpdate
 from workflows.client_models import ToolResultAnswer as ToolResultAnswer
 from workflows.conversation_models import AddMessageResult as AddMessageResult
 from workflows.conversation_models import AddMessageUpdate as AddMessageUpdate
+from workflows.conversation_models import MessageSignal as MessageSignal
 
 RunStatus = Literal[
     "completed", "interrupted", "max_turns", "timeout", "loop_detected", "budget_exceeded", "failed"
@@ -287,13 +288,6 @@ class InterruptSignal(BaseModel):
 class PrincipalSignal(BaseModel):
     """Payload of signals ``pause`` and ``resume``."""
 
-    principal_id: str = "anonymous"
-
-
-class MessageSignal(BaseModel):
-    """Payload of signal ``send_message``."""
-
-    content: str
     principal_id: str = "anonymous"
 
 

@@ -138,3 +138,49 @@ async def test_two_approvals_answered_one_at_a_time_one_rejected(client: Client,
         finally:
             await runner.cleanup()
             await client.get_workflow_handle(thread_workflow_id("default", thread)).terminate()
+
+
+async def test_tools_sent_with_a_later_message_are_offered_from_then_on(
+    client: Client, tmp_path: Path
+):
+    """A thread started without tools; the next request brings one: the model may call it."""
+    model = ScriptedModel([text("hi"), tool_calls([("get_time", {})]), text("it is noon")])
+    async with Harness(client, tmp_path, model) as h:
+        runner, url = await serve(client, h)
+        thread = str(uuid.uuid4())
+        tool = {"name": "get_time", "description": "The person's clock.", "parameters": {}}
+        history: list[dict[str, Any]] = [{"id": "u1", "role": "user", "content": "hello"}]
+
+        async def post(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+            body = {"threadId": thread, "runId": str(uuid.uuid4()), "messages": history,
+                    "tools": tools}  # fmt: skip
+            async with (
+                aiohttp.ClientSession(headers={"Authorization": f"Bearer {TOKEN}"}) as http,
+                http.post(f"{url}/agui", json=body) as r,
+            ):
+                assert r.status == 200
+                return sse(await r.text())
+
+        try:
+            assert types(await post([]))[-1] == "RUN_FINISHED"
+            assert "get_time" not in {
+                t["function"]["name"] for t in h.model.requests[0].body.get("tools", [])
+            }
+            history += [
+                {"id": "a1", "role": "assistant", "content": "hi"},
+                {"id": "u2", "role": "user", "content": "what time is it?"},
+            ]
+            evs = await post([tool])
+            call = next(e for e in evs if e["type"] == "TOOL_CALL_START")
+            assert call["toolCallName"] == "get_time" and evs[-1]["type"] == "RUN_FINISHED"
+            history += [
+                {"id": "a2", "role": "assistant", "toolCalls": [{"id": call["toolCallId"],
+                 "type": "function", "function": {"name": "get_time", "arguments": "{}"}}]},
+                {"id": "t1", "role": "tool", "toolCallId": call["toolCallId"], "content": "12:00"},
+            ]  # fmt: skip
+            evs = await post([tool])
+            reply = "".join(e["delta"] for e in evs if e["type"] == "TEXT_MESSAGE_CONTENT")
+            assert reply == "it is noon"
+        finally:
+            await runner.cleanup()
+            await client.get_workflow_handle(thread_workflow_id("default", thread)).terminate()

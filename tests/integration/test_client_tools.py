@@ -11,6 +11,7 @@ from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 
 from activities.contracts import ClientToolDef
+from tests.support.cli import agentctl, agentctl_env
 from tests.support.harness import Harness, until_state
 from workers import client as rc
 from workers.client import follow
@@ -208,3 +209,88 @@ async def test_a_client_tool_name_clashing_with_the_agents_tool_fails_the_start(
         result = await asyncio.wait_for(handle.result(), 30)
     assert result.status == "failed"
     assert "calculator" in (result.error or result.stopped_reason)
+
+
+async def test_approval_comes_first_then_the_client_and_an_interrupt_cancels_the_wait(
+    client: Client, tmp_path: Path
+):
+    agents = {
+        "default": {
+            "tools": [PICK],
+            "policy": {"approvers": ["bob"], "tools": {"pick_file": {"action": "approve"}}},
+        }
+    }
+    model = ScriptedModel([tool_call("pick_file", {"prompt": "p"}), text("never")])
+    async with Harness(client, tmp_path, model, agents=agents) as h:
+        handle = await h.start("go", principal_id="ann")
+        st = await until_state(handle, lambda s: bool(s.pending_approvals))
+        cid = st.pending_approvals[0].tool_call_id
+        assert not st.pending_client_tools  # not published before it is approved
+        early = await _refusal(client, handle.id, tool_call_id=cid, content="x", principal_id="ann")
+        assert "not waiting for a client's result" in early
+        await rc.decide(client, handle.id, cid, "approve", "bob")
+        st = await until_state(handle, _waiting)
+        assert st.pending_client_tools[0].tool_call_id == cid
+        await rc.interrupt(client, handle.id, "ann", "enough")
+        result = await asyncio.wait_for(handle.result(), 30)
+    assert result.status == "interrupted"
+    assert result.tool_calls[0].status == "cancelled"
+    assert len(model.requests) == 1
+
+
+async def test_agentctl_tool_result(client: Client, tmp_path: Path, dev_server_address: str):
+    model = ScriptedModel([tool_call("pick_file", {"prompt": "p"}), text("ok")])
+    async with Harness(client, tmp_path, model, agents=AGENTS) as h:
+        env = agentctl_env(h, dev_server_address)
+        handle = await h.start("go", principal_id="ann")
+        st = await until_state(handle, _waiting)
+        cid = st.pending_client_tools[0].tool_call_id
+        shown = await agentctl("status", handle.id, env=env)
+        assert f"client tool: {cid} pick_file" in shown.stdout
+        both = await agentctl(
+            "tool-result", handle.id, cid, "--content", "a", "--error", "b", env=env
+        )
+        neither = await agentctl("tool-result", handle.id, cid, env=env)
+        assert both.returncode == 2 and neither.returncode == 2
+        unknown = await agentctl("tool-result", handle.id, "call_x", "--content", "a", env=env)
+        assert unknown.returncode == 1 and "call_x is unknown" in unknown.stderr
+        given = await agentctl(
+            "tool-result", handle.id, cid, "--error", "no such file", "-p", "ann", env=env
+        )
+        assert given.returncode == 0, given.stderr
+        assert f"result of {cid} given (error)" in given.stdout
+        result = await asyncio.wait_for(handle.result(), 30)
+    assert result.tool_calls[0].status == "error"
+    told = [m["content"] for m in model.requests[1].messages if m["role"] == "tool"]
+    assert told == ["Error: no such file"]
+
+
+async def test_client_tools_sent_with_a_message_in_a_chat_run(client: Client, tmp_path: Path):
+    model = ScriptedModel([text("hi"), tool_call("geo", {}), text("you are in Paris")])
+    async with Harness(client, tmp_path, model) as h:
+        handle = await h.start("hello", principal_id="ann", mode="chat")
+        await until_state(handle, lambda s: s.status == "waiting_for_message")
+        await rc.send_message(
+            client,
+            handle.id,
+            "where am I?",
+            "ann",
+            client_tools=[
+                ClientToolDef(name="geo", description="The user's location."),
+                ClientToolDef(name="calculator", description="clashes"),
+            ],
+        )
+        st = await until_state(handle, _waiting)
+        cid = st.pending_client_tools[0].tool_call_id
+        await rc.tool_result(
+            client, handle.id, {"tool_call_id": cid, "content": "Paris", "principal_id": "ann"}
+        )
+        st = await until_state(handle, lambda s: s.output == "you are in Paris")
+        await handle.terminate("test over")
+    offered = [t["function"]["name"] for t in model.requests[1].body["tools"]]
+    assert "geo" in offered and "geo" not in [
+        t["function"]["name"] for t in model.requests[0].body["tools"]
+    ]
+    calc = [t for t in model.requests[1].body["tools"] if t["function"]["name"] == "calculator"]
+    assert calc[0]["function"]["description"] != "clashes"  # the agent's own tool stays
+    assert any("clashes" in i.reason for i in st.ignored_signals)

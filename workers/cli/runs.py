@@ -129,6 +129,13 @@ def status(
                 highlight=False,
                 markup=False,
             )
+        for w in st.pending_client_tools:
+            out.print(
+                f"  client tool: {w.tool_call_id} {w.name} {json.dumps(w.arguments)} "
+                f"(until {w.deadline}; agentctl tool-result {run_id} {w.tool_call_id} --content ...)",
+                highlight=False,
+                markup=False,
+            )
         for c in st.children:
             out.print(
                 f"  child: {c.run_id} ({c.agent}) {c.status}, tokens {c.usage.total_tokens}",

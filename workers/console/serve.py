@@ -24,6 +24,9 @@ An aiohttp application (:func:`build_app`) on ``127.0.0.1:8235`` by default:
   live view (``workers/console/static/suite.html``: per variant, the paired comparison, per case).
 * ``POST /agui`` -- the AG-UI protocol: a ``RunAgentInput`` in, AG-UI events out as Server-Sent
   Events; the thread is a durable conversation run (:mod:`workers.console.agui`, docs/agui.md).
+* ``POST /callbacks/{token}`` -- an outside system finishes a tool call that handed it a
+  callback URL (``{"result": ...}`` or ``{"error": "..."}``; :mod:`workers.console.callbacks`).
+  No login: the signed token is the credential; rate and size limited.
 * ``GET /api/session`` -- who you are (``principal_id``, ``roles``, ``tenants``) and the
   ``csrf_token`` the page sends back as ``X-CSRF-Token``.
 
@@ -51,6 +54,7 @@ builds the application and serves it, and re-exports the public names of the oth
 from __future__ import annotations
 
 import asyncio
+import secrets
 import sys
 from collections.abc import Callable
 
@@ -58,10 +62,12 @@ from aiohttp import web
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from temporalio.client import Client
 
-from workers import decision_keys
+from activities.callbacks import CallbackSigner
+from workers import callback_keys, decision_keys
 from workers.config import load_settings
 from workers.console import auth as ca
 from workers.console.agui import _agui
+from workers.console.callbacks import CALLBACKS_KEY, CallbackState, _callback
 from workers.console.common import (
     AUTH_KEY,
     CLIENT_KEY,
@@ -133,12 +139,15 @@ def build_app(
     *,
     gate: ca.Gate,
     signer: Ed25519PrivateKey | None = None,
+    callbacks: CallbackSigner | None = None,
 ) -> web.Application:
     """The application: routes above, ``client`` for Temporal, ``web_ui_url(run_id)`` for links.
 
     ``task_queue`` is where ``POST /runs`` starts runs (None: ``AGENT_TASK_QUEUE``); ``gate``
     says who may use it (:mod:`workers.console.auth`); ``signer`` signs its decisions (None:
-    a fresh key, whose signatures only a spec listing its public key accepts).
+    a fresh key, whose signatures only a spec listing its public key accepts); ``callbacks``
+    holds the key callback tokens are checked with (None: a fresh key, which no worker signs
+    with: every callback is refused as forged).
     """
     app = web.Application(
         middlewares=[_no_framing, ca.guard(gate), _errors], client_max_size=1024 * 1024
@@ -148,6 +157,9 @@ def build_app(
     app[CLIENT_KEY] = client
     app[WEB_UI_KEY] = web_ui_url
     app[QUEUE_KEY] = task_queue or ""
+    app[CALLBACKS_KEY] = CallbackState(
+        callbacks or CallbackSigner(secrets.token_bytes(32), "http://127.0.0.1")
+    )
     app.router.add_get("/", _index)
     app.router.add_static("/static/", STATIC)
     app.router.add_get("/api/session", _session)
@@ -160,6 +172,7 @@ def build_app(
     app.router.add_post("/runs/{run_id}/tool-result", _tool_result)
     app.router.add_post("/runs/{run_id}/interrupt", _interrupt)
     app.router.add_post("/runs/{run_id}/messages", _message)
+    app.router.add_post("/callbacks/{token}", _callback)
     app.router.add_get("/api/memory", _memory)
     app.router.add_post("/api/memory/{item_id}/delete", _memory_delete)
     app.router.add_get("/api/suites", _suites)
@@ -201,6 +214,7 @@ async def start_server(
             task_queue,
             gate=gate,
             signer=decision_keys.load_or_create(settings.state_dir),
+            callbacks=callback_keys.signer(settings),
         ),
         access_log=None,
         shutdown_timeout=1.0,
