@@ -13,7 +13,7 @@ import uuid
 import weakref
 from collections.abc import AsyncGenerator, Callable, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
 from temporalio.client import (
     Client,
@@ -52,6 +52,8 @@ if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
     from workflows.agent_run import AgentRun
+
+R = TypeVar("R")
 
 # The run is addressed by its names (docs/contract.md), not through ``workflows.agent_run``: that
 # module pulls in every step of the workflow, which a command such as ``agentctl status`` does not
@@ -334,13 +336,13 @@ async def decide(
                 upd.roles,
             ),
         )
-    return await _decide_when_recorded(handle(client, run_id), upd)
+    return await _when_recorded(handle(client, run_id), UPDATE_DECIDE, upd, DecideResult)
 
 
-async def _decide_when_recorded(
-    h: WorkflowHandle[Any, RunResult], upd: DecideUpdate
-) -> DecideResult:
-    """Send update ``decide`` to ``h``; a ``DecisionNotYetRecorded`` refusal is retried 0.25 s apart.
+async def _when_recorded(
+    h: WorkflowHandle[Any, RunResult], name: str, upd: Any, result_type: type[R]
+) -> R:
+    """Send update ``name`` to ``h``; a ``DecisionNotYetRecorded`` refusal is retried 0.25 s apart.
 
     Retries for up to :data:`NOT_IN_HISTORY_RETRY_SECONDS`, then re-raises that refusal.
 
@@ -350,7 +352,7 @@ async def _decide_when_recorded(
     deadline = asyncio.get_running_loop().time() + NOT_IN_HISTORY_RETRY_SECONDS
     while True:
         try:
-            return await h.execute_update(UPDATE_DECIDE, upd, result_type=DecideResult)
+            return await h.execute_update(name, upd, result_type=result_type)
         except WorkflowUpdateFailedError as e:
             from workflows.handlers import DECISION_NOT_YET_RECORDED
 
@@ -370,10 +372,10 @@ async def tool_result(
 
     Raises:
         temporalio.client.WorkflowUpdateFailedError: refused (``ToolResultRefused``: unknown or
-            finished call, bad payload, unauthorised principal; the message says which).
+            finished call, bad payload, unauthorised principal; the message says which). A
+            call published outside a workflow task is retried as for ``decide``.
     """
-    h = handle(client, run_id)
-    return await h.execute_update(UPDATE_TOOL_RESULT, upd, result_type=ToolResultAnswer)
+    return await _when_recorded(handle(client, run_id), UPDATE_TOOL_RESULT, upd, ToolResultAnswer)
 
 
 async def approve_signal(client: Client, run_id: str, sig: ApproveSignal) -> None:

@@ -123,6 +123,10 @@ class ClientTools:
             return None
         return f"{why}; nor is it the run's principal"
 
+    def unconfirmed(self, tool_call_id: str) -> bool:
+        """Whether the call was published outside a workflow task, not yet in history."""
+        return tool_call_id in self._ctx.s.unconfirmed
+
     def take(self, upd: ToolResultUpdate) -> ToolResultAnswer:
         """Record a result the validator accepted; the waiting call wakes up."""
         self._ctx.s.client_results[upd.tool_call_id] = upd
@@ -153,6 +157,10 @@ class ClientTools:
             approvers=self.approvers(call.name),
         )
         rec.status = "running"
+        if ctx.versions.hold_early_decisions and ctx.outside_task:
+            # published by an activation outside a workflow task (a query on a worker that
+            # rebuilt the run): not in history until the next task (as approvals.py holds)
+            s.unconfirmed.add(cid)
         ctx.emit("client_tool_requested", tool_call_id=cid, name=call.name, arguments=rec.arguments)
         ctx.publish()
         try:

@@ -170,6 +170,11 @@ class RunHandlers:
         upd = decode_args(args, ToolResultUpdate, "update tool_result")
         if isinstance(upd, Invalid):
             raise ApplicationError(upd.problem, type=TOOL_RESULT_REFUSED, non_retryable=True)
+        if self._client.unconfirmed(upd.tool_call_id):
+            raise ApplicationError(
+                f"tool call {upd.tool_call_id} is not recorded in the run's history yet; retry",
+                type=DECISION_NOT_YET_RECORDED,
+            )
         problem = self._client.problem(upd)
         if problem:
             raise ApplicationError(problem, type=TOOL_RESULT_REFUSED, non_retryable=True)
