@@ -22,14 +22,13 @@ from temporalio.service import RPCError
 
 from activities import metrics
 from activities.callbacks import CallbackSigner
-from activities.client_tool_info import client_tool_info
 from activities.code_mode import code_tool
 from activities.contracts import (
     ERR_MCP_UNAVAILABLE,
     ERR_SPEC_INVALID,
+    GUARDRAIL_CHECK,
     SPEC_RESOLVE,
     TOOL_INVOKE,
-    ClientToolDef,
     InvokeToolInput,
     ResolveSpecInput,
     StepToolCall,
@@ -37,6 +36,7 @@ from activities.contracts import (
     ToolOutcome,
 )
 from activities.extras import install_hint, installed
+from activities.guardrail_models import GuardrailCheckInput, GuardrailCheckOutput
 from activities.heartbeat import await_with_heartbeats
 from activities.mcp.config import referenced_vars
 from activities.mcp.pool import McpPool
@@ -58,6 +58,7 @@ from activities.spec import (
     resolve_agent,
     spec_hash,
 )
+from activities.spec_tools import check_guardrail_names, client_tools, only_tools
 from activities.subagents import agent_tools
 from activities.tools import REGISTRY, ToolContext, ToolRegistry, UnknownToolError
 
@@ -133,6 +134,7 @@ class RuntimeActivities:
             tools += self._code_tool(spec, tools)
             tools += client_tools(spec, tools, req.client_tools)
             tools = only_tools(tools, req.tools, spec.name)
+            check_guardrail_names(spec)
         except (SpecError, UnknownToolError, McpToolsError) as e:
             raise ApplicationError(str(e), type=ERR_SPEC_INVALID, non_retryable=True) from None
         self._ensure_workspace(req.agent, Path(spec.workspace), path)
@@ -272,7 +274,7 @@ class RuntimeActivities:
         bound = _bound_log(req)
         started = time.perf_counter()
         try:
-            outcome = await await_with_heartbeats(self._run(req), lambda ms: {"running_ms": ms})
+            outcome = await await_with_heartbeats(self._checked(req), lambda ms: {"running_ms": ms})
         except asyncio.CancelledError:
             bound.info("tool_cancelled")
             metrics.tool_call(req.name, "cancelled")
@@ -295,6 +297,60 @@ class RuntimeActivities:
         )
         metrics.tool_call(req.name, outcome.status, outcome.duration_ms)
         return outcome
+
+    async def _checked(self, req: InvokeToolInput) -> ToolOutcome:
+        """:meth:`_run`, its result then through the spec's ``tool_results`` guardrails.
+
+        The result leaves the activity already checked: redacted, or withheld by a ``block``
+        (``ToolOutcome.guardrails`` says which tripped; docs/guardrails.md).
+        """
+        if req.guardrails is None or not req.guardrails.entries:
+            return await self._run(req)
+        from activities.guardrails import GuardrailContext, check
+        from activities.tools.output import keeping_raw
+
+        with keeping_raw() as raw:
+            out = await self._run(req)
+        ctx = GuardrailContext(
+            stage="tool_results", run_id=req.run_id, turn=req.turn, tenant_id=req.tenant_id,
+            tool=req.name,
+        )  # fmt: skip
+        out.content, out.guardrails = await check(
+            out.content, req.guardrails, ctx, raw="\n".join(raw) if raw else None
+        )
+        for trip in out.guardrails:
+            trip.tool_call_id, trip.turn = req.call_id, req.turn
+        if out.guardrails:
+            _bound_log(req).info(
+                "guardrail_tripped",
+                stage="tool_results",
+                guardrails=[(t.guardrail, t.action) for t in out.guardrails],
+            )
+        return out
+
+    @activity.defn(name=GUARDRAIL_CHECK)
+    async def guardrail_check(self, req: GuardrailCheckInput) -> GuardrailCheckOutput:
+        """Check one user message with the spec's ``input`` guardrails (a local activity).
+
+        Returns the text to give the model (redacted, or withheld by a ``block``) and the
+        guardrails it tripped. A ``@guardrail`` that raises has tripped (docs/guardrails.md).
+        """
+        from activities.guardrails import GuardrailContext, check
+
+        ctx = GuardrailContext(
+            stage=req.guardrails.stage, run_id=req.run_id, turn=req.turn, tenant_id=req.tenant_id
+        )
+        text, trips = await check(req.text, req.guardrails, ctx)
+        for trip in trips:
+            trip.turn = req.turn
+        if trips:
+            log.info(
+                "guardrail_tripped",
+                run_id=req.run_id,
+                stage=req.guardrails.stage,
+                guardrails=[(t.guardrail, t.action) for t in trips],
+            )
+        return GuardrailCheckOutput(text=text, guardrails=trips, stage=req.guardrails.stage)
 
     def _run(self, req: InvokeToolInput) -> Coroutine[Any, Any, ToolOutcome]:
         """The call's coroutine: its MCP server's tool or the registry's (no heartbeats)."""
@@ -355,7 +411,7 @@ class RuntimeActivities:
         for attempt in range(1, attempts + 1):
             started = time.perf_counter()
             try:
-                outcome = await asyncio.wait_for(self._run(req), first.timeout_seconds)
+                outcome = await asyncio.wait_for(self._checked(req), first.timeout_seconds)
             except TimeoutError:
                 failure, timed_out = f"timed out after {first.timeout_seconds:g} s", True
             except Exception as exc:  # noqa: BLE001 - retried, then given to the workflow
@@ -410,42 +466,3 @@ def _bound_log(req: InvokeToolInput) -> Any:
         call_id=req.call_id,
         tenant_id=req.tenant_id,
     )
-
-
-def only_tools(tools: list[ToolInfo], names: list[str] | None, agent: str) -> list[ToolInfo]:
-    """``tools`` restricted to ``names`` (``RunRequest.tools``), in the spec's order; None: all.
-
-    Raises:
-        SpecError: a name is not one of the agent's tools.
-    """
-    if names is None:
-        return tools
-    have = {t.name for t in tools}
-    missing = [n for n in names if n not in have]
-    if missing:
-        raise SpecError(
-            f"agents.{agent}: the run asks for tool(s) {', '.join(missing)} the agent does not have"
-        )
-    return [t for t in tools if t.name in set(names)]
-
-
-def client_tools(
-    spec: AgentSpec, tools: list[ToolInfo], sent: list[ClientToolDef] | None
-) -> list[ToolInfo]:
-    """The tools the client runs: the spec's ``client: true`` entries, then those ``sent``.
-
-    ``sent`` is ``RunRequest.client_tools`` (a front end's own tools, e.g. AG-UI ``tools``).
-
-    Raises:
-        SpecError: a client tool's name is one of the agent's other tools, or sent twice.
-    """
-    out = [client_tool_info(d) for d in spec.client_tools.values()]
-    taken = {t.name for t in tools} | {t.name for t in out}
-    for d in sent or []:
-        if d.name in taken:
-            raise SpecError(
-                f"agents.{spec.name}: client tool {d.name!r} clashes with a tool of the same name"
-            )
-        taken.add(d.name)
-        out.append(client_tool_info(d))
-    return out

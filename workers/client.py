@@ -29,7 +29,12 @@ from activities.contracts import ClientToolDef
 from activities.search_attributes import namespace_has_search_attributes
 from activities.signing import decision_message, sign_decision
 from workers.config import Settings, load_settings, temporal_connect_config
+from workers.listing import list_query as list_query
+from workers.listing import list_runs as list_runs
 from workers.payloads.converter import build_data_converter
+from workers.run_memo import MEMO_INPUT_CHARS as MEMO_INPUT_CHARS
+from workers.run_memo import MEMO_REQUEST as MEMO_REQUEST
+from workers.run_memo import request_memo as request_memo
 from workers.telemetry import temporal_plugins
 from workflows.events import TOPIC as EVENTS_TOPIC
 from workflows.models import (
@@ -193,7 +198,9 @@ async def start_run(
 
     Search attributes are set at start only when the namespace has them registered, with
     ``AgentStatus`` ``running`` (a revision-4 run then needs no upsert until something changes,
-    docs/throughput.md); the run keeps them current from then on.
+    docs/throughput.md); the run keeps them current from then on. The memo
+    :data:`MEMO_REQUEST` holds the start of the request, for listings (a start-time field: no
+    workflow command, no event of its own).
     """
     from workers.conversations import start_options
 
@@ -417,29 +424,6 @@ async def send_message(
     """Send signal ``send_message`` (``client_tools``: offered from this message on)."""
     sig = MessageSignal(content=content, principal_id=principal_id, client_tools=client_tools)
     await handle(client, run_id).signal(SIGNAL_SEND_MESSAGE, sig)
-
-
-def list_query(
-    agent: str | None = None, status: str | None = None, tenant: str | None = None
-) -> str:
-    """Visibility query over the run's search attributes (the same one ``agentctl list`` uses)."""
-    parts = [f"WorkflowType = '{WORKFLOW_NAME}'"]
-    for key, value in (("AgentName", agent), ("AgentStatus", status), ("TenantId", tenant)):
-        if value:
-            parts.append(f"{key} = '{_quote(value)}'")
-    return " AND ".join(parts)
-
-
-def _quote(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("'", "\\'")
-
-
-async def list_runs(client: Client, query: str, limit: int = 50) -> Sequence[Any]:
-    """Executions matching a visibility query, newest first (at most ``limit``)."""
-    out = []
-    async for wf in client.list_workflows(query, limit=limit):
-        out.append(wf)
-    return out
 
 
 async def follow(

@@ -22,6 +22,7 @@ from temporalio.contrib.workflow_streams import WorkflowStreamClient
 from activities.contracts import fairness_key
 from workers.client import UPDATE_ADD_MESSAGE, search_attributes_registered
 from workers.config import load_settings
+from workers.run_memo import MEMO_REQUEST, request_memo
 from workflows.models import (
     WORKFLOW_NAME,
     AddMessageResult,
@@ -39,7 +40,7 @@ async def start_options(
     """What :func:`workers.client.start_run` and :func:`converse` start a run with.
 
     Returns the search attributes (None when the namespace lacks them) and the start options
-    (fairness priority, the Web UI's summary and details).
+    (fairness priority, the Web UI's summary and details, the memo ``MEMO_REQUEST``).
     """
     from workflows.render import static_details, static_summary
     from workflows.state import SA_AGENT, SA_PRINCIPAL, SA_STATUS, SA_TENANT
@@ -54,6 +55,8 @@ async def start_options(
         "priority": Priority(fairness_key=fairness_key(req.tenant_id) or None),
         "static_summary": static_summary(req),
         "static_details": static_details(req),
+        # the start of the request, for listings (a start-time field: no command, no event)
+        "memo": {MEMO_REQUEST: request_memo(req)},
     }
     return sa, opts
 

@@ -1,7 +1,8 @@
-"""The public data of a conversation's messages: signal ``send_message``, update ``add_message``.
+"""The public data of update ``add_message``: a conversation's next message, answered.
 
 Names and shapes are pinned by ``docs/contract.md`` (re-exported by :mod:`workflows.models`); the
-AG-UI edge (``workers/console/agui.py``) sends ``add_message`` by update-with-start.
+AG-UI edge (``workers/console/agui.py``) sends it by update-with-start. Signal ``send_message``'s
+payload is in :mod:`workflows.signals`.
 """
 
 from __future__ import annotations
@@ -10,23 +11,10 @@ from pydantic import BaseModel, Field
 
 from activities.contracts import ClientToolDef
 
-__all__ = ["MAX_MESSAGE_ID_CHARS", "AddMessageResult", "AddMessageUpdate", "MessageSignal"]
+__all__ = ["MAX_MESSAGE_ID_CHARS", "AddMessageResult", "AddMessageUpdate"]
 
 MAX_MESSAGE_ID_CHARS = 512
 """Longest ``message_id`` and ``principal_id`` (as ``workflows.models.MAX_NAME_CHARS``)."""
-
-
-class MessageSignal(BaseModel):
-    """Payload of signal ``send_message``.
-
-    ``client_tools`` (optional): tools the client runs, offered from this message on (a tool of
-    the same name sent before is replaced; one named like an agent's own tool is ignored, with
-    why, in ``ignored_signals``).
-    """
-
-    content: str
-    principal_id: str = "anonymous"
-    client_tools: list[ClientToolDef] | None = Field(default=None, max_length=64)
 
 
 class AddMessageUpdate(BaseModel):

@@ -224,6 +224,24 @@ def slow_write(label: str, ctx: ToolContext) -> str:
     return f"wrote {label}"
 
 
+# ---------------------------------------------------------------- a guardrail of one's own
+
+
+from activities.guardrails import Finding, GuardrailContext, guardrail  # noqa: E402
+
+
+@guardrail(action="flag")
+def no_competitor(text: str, ctx: GuardrailContext) -> Finding | None:
+    """Trips on the name of a competitor, Globex (a test of ``@guardrail``)."""
+    i = text.find("Globex")
+    if i < 0:
+        return None
+    return Finding(f"names a competitor ({ctx.stage}, Globex)", spans=[(i, i + 6)])
+
+
+# ---------------------------------------------------------------- tools finished by a callback
+
+
 async def _hand_to(service: str, job: str, ctx: ToolContext) -> None:
     """POST ``{"job", "callback"}`` to the outside service, then finish later (callback)."""
     import aiohttp
