@@ -33,6 +33,7 @@ from activities.contracts import ClientToolDef
 from activities.evals.contracts import RecordedCall, Recording
 from tests.support.harness import Harness
 from workers import client as rc
+from workers import conversations
 from workers.testing.env import start_local_env
 from workers.testing.scripted_model import ScriptedModel, text, tool_call, tool_calls
 from workflows.models import (
@@ -255,6 +256,33 @@ async def hostile_model_run(h: Harness) -> WorkflowHandle[Any, RunResult]:
     return handle
 
 
+async def conversation_run(h: Harness) -> WorkflowHandle[Any, RunResult]:
+    """(l) A conversation as the AG-UI edge holds it (``mode: chat``): started by update-with-start
+    (update ``add_message`` naming the input, not added twice), a call held for approval and
+    decided, the next message by ``add_message`` (sent twice with the same id: answered once),
+    then an interrupt."""
+    h.model.extend(
+        [tool_call("deploy", {"target": "prod"}), text("deployed"), text("you are welcome")]
+    )
+    wf_id = "hist-conversation"
+    req = RunRequest(
+        agent="gated", input="[conversation] deploy", input_id="m1", mode="chat",
+        principal_id="alice",
+    )  # fmt: skip
+    await conversations.converse(h.client, req, wf_id, "m1", task_queue=h.task_queue)
+    handle = rc.handle(h.client, wf_id)
+    st = await _until(handle, lambda s: len(s.pending_approvals) == 1)
+    await rc.decide(h.client, wf_id, st.pending_approvals[0].tool_call_id, "approve", "alice")
+    await _until(handle, lambda s: s.status == "waiting_for_message")
+    nxt = req.model_copy(update={"input": "thanks", "input_id": "m2"})
+    for _ in range(2):
+        await conversations.converse(h.client, nxt, wf_id, "m2", task_queue=h.task_queue)
+    await _until(handle, lambda s: s.status == "waiting_for_message" and s.turn >= 3)
+    await rc.interrupt(h.client, wf_id, "alice", "conversation over")
+    await handle.result()
+    return handle
+
+
 async def replayed_run(h: Harness) -> WorkflowHandle[Any, RunResult]:
     """(k) A replay (``RunRequest.recorded_tools``, issue #40): ``read_file`` and an approved
     ``deploy`` answered from the recording (no activity), a ``record`` call the recording lacks
@@ -386,6 +414,7 @@ SCENARIOS: dict[str, Scenario] = {
     "subagents": subagents_run,
     "code_mode": code_mode_run,
     "hostile_model": hostile_model_run,
+    "conversation": conversation_run,
     "replayed": replayed_run,
     "guardrails": guardrails_run,
     "guardrail_end": guardrail_end_run,

@@ -21,16 +21,11 @@ from temporalio.client import (
     WorkflowQueryFailedError,
     WorkflowUpdateFailedError,
 )
-from temporalio.common import (
-    Priority,
-    SearchAttributePair,
-    TypedSearchAttributes,
-)
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.contracts import ClientToolDef, fairness_key
+from activities.contracts import ClientToolDef
 from activities.search_attributes import namespace_has_search_attributes
 from activities.signing import decision_message, sign_decision
 from workers.config import Settings, load_settings, temporal_connect_config
@@ -73,6 +68,7 @@ R = TypeVar("R")
 QUERY_STATE = "state"
 QUERY_TRANSCRIPT = "transcript"
 UPDATE_DECIDE = "decide"
+UPDATE_ADD_MESSAGE = "add_message"
 UPDATE_TOOL_RESULT = "tool_result"
 SIGNAL_APPROVE = "approve"
 SIGNAL_REJECT = "reject"
@@ -206,21 +202,11 @@ async def start_run(
     :data:`MEMO_REQUEST` holds the start of the request, for listings (a start-time field: no
     workflow command, no event of its own).
     """
-    from workflows.render import static_details, static_summary
-    from workflows.state import SA_AGENT, SA_PRINCIPAL, SA_STATUS, SA_TENANT
+    from workers.conversations import start_options
 
     task_queue = task_queue or load_settings().task_queue
     workflow_id = workflow_id or f"run-{uuid.uuid4()}"
-    sa: TypedSearchAttributes | None = None
-    if await search_attributes_registered(client):
-        sa = TypedSearchAttributes(
-            [
-                SearchAttributePair(SA_AGENT, req.agent),
-                SearchAttributePair(SA_TENANT, req.tenant_id),
-                SearchAttributePair(SA_PRINCIPAL, req.principal_id),
-                SearchAttributePair(SA_STATUS, "running"),
-            ]
-        )
+    sa, opts = await start_options(client, req)
     h = await client.start_workflow(
         WORKFLOW_NAME,
         # the request goes as a plain RunRequest payload; run() is typed RawValue so that the
@@ -229,12 +215,8 @@ async def start_run(
         result_type=RunResult,
         id=workflow_id,
         task_queue=task_queue,
-        # the run's workflow tasks are dispatched fairly between tenants (README "Fairness")
-        priority=Priority(fairness_key=fairness_key(req.tenant_id) or None),
-        static_summary=static_summary(req),
-        static_details=static_details(req),
         search_attributes=sa,  # None: the default (the namespace lacks them)
-        memo={MEMO_REQUEST: request_memo(req)},
+        **opts,
     )
     return cast("WorkflowHandle[AgentRun, RunResult]", h)
 

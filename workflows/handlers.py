@@ -15,7 +15,7 @@ here only decode what clients send and hand it over.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, get_args
 
 from temporalio import workflow
 from temporalio.exceptions import ApplicationError
@@ -28,6 +28,8 @@ with workflow.unsafe.imports_passed_through():
     from workflows.child_rules import CHILD_APPROVALS_SIGNAL, ChildApprovals, refused_by_child
     from workflows.inbound import Invalid, decode_args
     from workflows.models import (
+        AddMessageResult,
+        AddMessageUpdate,
         ApproveSignal,
         DecideResult,
         DecideUpdate,
@@ -37,6 +39,7 @@ with workflow.unsafe.imports_passed_through():
         RaiseBudgetSignal,
         RejectSignal,
         RunState,
+        RunStatus,
         ToolResultAnswer,
         ToolResultUpdate,
     )
@@ -50,10 +53,16 @@ if TYPE_CHECKING:
 M = TypeVar("M", bound=BaseModel)
 DECISION_REFUSED = "DecisionRefused"
 """Error type of a ``decide`` the validator refused: not retryable, the message says why."""
+MESSAGE_REFUSED = "MessageRefused"
+"""Error type of an ``add_message`` the validator refused: not retryable, the message says why."""
 TOOL_RESULT_REFUSED = "ToolResultRefused"
 """Error type of a ``tool_result`` the validator refused: not retryable, the message says why."""
 DECISION_NOT_YET_RECORDED = "DecisionNotYetRecorded"
 """Error type of a ``decide`` for a request made outside a workflow task: retry (client.decide does)."""
+
+
+_ENDED = frozenset(get_args(RunStatus))
+"""The statuses of a run that has ended (``add_message`` refuses them)."""
 
 
 def _refused(problem: str) -> ApplicationError:
@@ -215,6 +224,44 @@ class RunHandlers:
         sig = self._payload(args, MessageSignal, "send_message")
         if sig is not None:
             self._ctx.s.inbox.append(sig)
+
+    @workflow.update(name="add_message")
+    async def add_message(self, *args: Any) -> AddMessageResult:
+        """Add a user message, answered once the run holds it: :class:`AddMessageUpdate`.
+
+        The same as signal ``send_message`` (the next turn of a conversation, or steering), but
+        the sender learns it was accepted and the event stream's offset its events follow from
+        (:class:`AddMessageResult`). Sent with update-with-start by the AG-UI edge: in a run
+        that this very request started, the handler first waits for the run to take its input
+        (no command), and a ``message_id`` equal to ``RunRequest.input_id`` is not added again.
+        """
+        upd = decode_args(args, AddMessageUpdate, "update add_message")
+        if isinstance(upd, Invalid):  # refused by the validator before it gets here
+            raise ApplicationError(upd.problem, type="InvalidPayload", non_retryable=True)
+        await workflow.wait_condition(lambda: self._ctx.s.req is not None)
+        s = self._ctx.s
+        req = s.req
+        if req is not None and upd.message_id is not None and upd.message_id == req.input_id:
+            return AddMessageResult(duplicate=True, offset=0, turn=s.turn)
+        offset = self._ctx.events.offset
+        s.inbox.append(
+            MessageSignal(
+                content=upd.content, principal_id=upd.principal_id, client_tools=upd.client_tools
+            )
+        )
+        return AddMessageResult(offset=offset, turn=s.turn)
+
+    @add_message.validator
+    def _validate_add_message(self, *args: Any) -> None:
+        upd = decode_args(args, AddMessageUpdate, "update add_message")
+        if isinstance(upd, Invalid):
+            raise ApplicationError(upd.problem, type=MESSAGE_REFUSED, non_retryable=True)
+        if self._ctx.s.status in _ENDED:
+            raise ApplicationError(
+                f"the run has ended ({self._ctx.s.status}): it takes no more messages",
+                type=MESSAGE_REFUSED,
+                non_retryable=True,
+            )
 
     @workflow.signal(name="raise_budget")
     def raise_budget(self, *args: Any) -> None:

@@ -19,6 +19,8 @@ from activities.spec_settings import MAX_RUN_SECONDS
 from workflows.client_models import MAX_TOOL_RESULT_BYTES as MAX_TOOL_RESULT_BYTES
 from workflows.client_models import PendingClientTool, ToolResultUpdate
 from workflows.client_models import ToolResultAnswer as ToolResultAnswer
+from workflows.conversation_models import AddMessageResult as AddMessageResult
+from workflows.conversation_models import AddMessageUpdate as AddMessageUpdate
 from workflows.signals import (
     MAX_DECISION_ARGUMENTS_BYTES as MAX_DECISION_ARGUMENTS_BYTES,
 )
@@ -125,6 +127,12 @@ class RunRequest(BaseModel):
     fork_turn: int | None = None
     seed_messages: list[dict[str, Any]] | None = Field(
         default=None, description="fork: transcript to start from instead of [system, user(input)]"
+    )
+    input_id: str | None = Field(
+        default=None,
+        max_length=MAX_NAME_CHARS,
+        description="the front end's id of the input message (AG-UI): an add_message of the "
+        "same message_id is not added again",
     )
     carry: RunData | None = Field(
         default=None, description="set by the run itself when it continues as new"

@@ -23,6 +23,8 @@ An aiohttp application (:func:`build_app`) on ``127.0.0.1:8235`` by default:
 * ``GET /api/suites`` -- recent evaluation suites; ``GET /api/suites/{suite_id}`` -- a suite's report
   so far (the JSON of ``agentctl eval report --json``); ``GET /suites/{suite_id}`` -- the suite's
   live view (``workers/console/static/suite.html``: per variant, the paired comparison, per case).
+* ``POST /agui`` -- the AG-UI protocol: a ``RunAgentInput`` in, AG-UI events out as Server-Sent
+  Events; the thread is a durable conversation run (:mod:`workers.console.agui`, docs/agui.md).
 * ``POST /callbacks/{token}`` -- an outside system finishes a tool call that handed it a
   callback URL (``{"result": ...}`` or ``{"error": "..."}``; :mod:`workers.console.callbacks`).
   No login: the signed token is the credential; rate and size limited.
@@ -44,7 +46,8 @@ Errors are JSON ``{"error": message}``: 400 bad input, 401 not authenticated, 40
 does not answer for, 503 the Temporal server is unreachable.
 
 The handlers live in modules by job: :mod:`workers.console.runs` (the runs),
-:mod:`workers.console.events` (the event stream), :mod:`workers.console.memory`,
+:mod:`workers.console.events` (the event stream), :mod:`workers.console.agui` (AG-UI),
+:mod:`workers.console.memory`,
 :mod:`workers.console.suites`, and :mod:`workers.console.common` what they share; this module
 builds the application and serves it, and re-exports the public names of the others.
 """
@@ -64,6 +67,7 @@ from activities.callbacks import CallbackSigner
 from workers import callback_keys, decision_keys
 from workers.config import load_settings
 from workers.console import auth as ca
+from workers.console.agui import _agui
 from workers.console.callbacks import CALLBACKS_KEY, CallbackState, _callback
 from workers.console.common import (
     AUTH_KEY,
@@ -178,6 +182,7 @@ def build_app(
     app.router.add_get("/api/suites", _suites)
     app.router.add_get("/api/suites/{suite_id}", _suite)
     app.router.add_get("/suites/{suite_id}", _suite_page)
+    app.router.add_post("/agui", _agui)
     return app
 
 
