@@ -111,8 +111,9 @@ def controls(*, closed: bool, status: str, paused: bool, pending: int, worker: b
 
     A closed run offers none. An open one: ``interrupt`` and ``message`` (signals, which the
     server keeps until a worker takes them), ``resume`` when paused else ``pause``, and
-    ``decide`` (approve / reject) only while approvals are pending and a worker answers (a
-    decision is an update, which needs one).
+    ``decide`` (approve / reject, and a client tool's result) only while approvals or client
+    tools are pending and a worker answers (a decision or a result is an update, which needs
+    one).
     """
     if closed:
         return []
@@ -314,7 +315,8 @@ async def run_page(
                 closed=closed,
                 status=str(page.get("status")),
                 paused=bool(page.get("paused")),
-                pending=len(page.get("pending_approvals") or []),
+                pending=len(page.get("pending_approvals") or [])
+                + len(page.get("pending_client_tools") or []),
                 worker=bool(worker),
             ),
         }

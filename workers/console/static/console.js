@@ -338,6 +338,7 @@ function onEvent(ev) {
       toolCards[ev.tool_call_id] = card;
       tl.append(card);
       clientToolCard(ev);
+      refreshSoon();  // a client tool's wait changes no status: re-read what the run allows
       break;
     }
     case "approval_decided": {
