@@ -30,6 +30,7 @@ from temporalio.contrib.workflow_streams import WorkflowStreamClient
 
 from activities import redaction
 from activities.contracts import ModelReply, ToolCallRequest, Usage
+from activities.live import BROKER
 from activities.model_reply import token_count, without_lone_surrogates
 from activities.rules import clip
 
@@ -45,6 +46,9 @@ BATCH_SECONDS = 0.25
 second)."""
 WATCH_CHECK_SECONDS = 1.0
 """How often the activity asks the workflow whether anyone watches."""
+LIVE_BATCH_SECONDS = 0.05
+"""Interval between two text batches handed to the worker's live channel (no action, no event:
+only the delta latency budget of 250 ms, docs/live-runs.md, sizes it)."""
 CHARS_PER_TOKEN = 4
 """Estimate of characters a token when the server reports no usage."""
 
@@ -224,7 +228,9 @@ class DeltaPublisher:
     ) -> None:
         self._turn = turn
         self._live = live
-        self._batch = BATCH_SECONDS if batch_seconds is None else batch_seconds
+        self._channel = BROKER.serving  # the worker's live channel: deltas stay out of history
+        default = LIVE_BATCH_SECONDS if self._channel else BATCH_SECONDS
+        self._batch = default if batch_seconds is None else batch_seconds
         self._watch_every = WATCH_CHECK_SECONDS if watch_seconds is None else watch_seconds
         self._text: redaction.PieceRedactor | None = None
         self._dirty = False
@@ -234,6 +240,8 @@ class DeltaPublisher:
         self._checked_at = -1e9
         self._broken = False
         self._client: WorkflowStreamClient | None = None
+        self._run_id = ""
+        self._attempt = 1
         self._task: asyncio.Task[None] | None = None
         self._stop = asyncio.Event()
 
@@ -241,6 +249,13 @@ class DeltaPublisher:
         info = activity.info()
         if not info.workflow_id or (not self._live and info.attempt == 1):
             self._broken = True  # nothing to publish: no stream client
+            return self
+        if self._channel:
+            self._run_id, self._attempt = info.workflow_id, info.attempt
+            if info.attempt > 1:
+                self._retry_notice_live(info.attempt, info.heartbeat_details)
+            if self._live:
+                self._task = asyncio.create_task(self._run())
             return self
         self._client = WorkflowStreamClient.from_within_activity(
             batch_interval=timedelta(hours=1), max_retry_duration=timedelta(seconds=30)
@@ -258,6 +273,10 @@ class DeltaPublisher:
                 self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+        if self._channel:
+            if exc_type is None and self._text is not None:
+                self._send_live(final=True)
+            return
         if exc_type is None and self.streamed > 0:
             await self._send(final=True)  # the rest of a step that was streamed
 
@@ -275,11 +294,40 @@ class DeltaPublisher:
         self._publish({"type": "model_retry", "attempt": attempt, "error": error})
         await self._flush()
 
+    def _retry_notice_live(self, attempt: int, details: Any) -> None:
+        error = "the previous attempt did not finish (worker lost or timed out)"
+        if details and isinstance(details[0], dict) and details[0].get("error"):
+            error = str(details[0]["error"])
+        item = {"type": "model_retry", "turn": self._turn, "at": _now()}
+        item.update(attempt=attempt, error=error)
+        BROKER.delta(self._run_id, redaction.current().value(item))
+
+    def _send_live(self, final: bool = False) -> None:
+        """Hand the text not handed yet to the live channel (what is safe now, or all of it).
+
+        ``streamed`` stays 0: these deltas are not in the run's stream, whose ``text_delta``
+        at the step's end carries the whole reply.
+        """
+        if self._text is None:
+            return
+        self._dirty = False
+        piece = self._text.take(final)
+        if not piece:
+            return
+        item = {"type": "text_delta", "turn": self._turn, "at": _now(), "delta": piece}
+        item.update(pos=self._text.sent_chars, attempt=self._attempt)
+        BROKER.delta(self._run_id, item)  # already redacted by the PieceRedactor
+        self._text.sent(piece)
+        self.batches += 1
+
     async def _run(self) -> None:
         while not self._stop.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stop.wait(), self._batch)
             if self._stop.is_set() or not self._dirty or self._broken:
+                continue
+            if self._channel:
+                self._send_live()
                 continue
             if time.monotonic() - self._checked_at >= self._watch_every:
                 self._checked_at = time.monotonic()

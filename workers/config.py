@@ -286,6 +286,29 @@ class Settings(BaseSettings):
         allow_inf_nan=False,
     )
 
+    live_address: str = _env(
+        "AGENT_LIVE_ADDRESS",
+        "127.0.0.1:0",
+        "host:port where a worker serves its live channel (GET /live/RUN_ID: the text deltas and "
+        "events of the runs it executes, as Server-Sent Events, for the console and AG-UI; "
+        "workers/live_server.py); port 0 picks a free one; empty: not served, and watchers then "
+        "read through the run's Workflow Stream (Updates and Signals; docs/live-runs.md)",
+    )
+    live_advertise_address: str | None = _env(
+        "AGENT_LIVE_ADVERTISE_ADDRESS",
+        None,
+        "host:port (or http://host:port) others reach the live channel at, published in the "
+        "worker's identity (default: the address it is bound to; set it when the worker listens "
+        "on 0.0.0.0 or behind NAT)",
+    )
+    live_secret: str | None = _env(
+        "AGENT_LIVE_SECRET",
+        None,
+        "shared secret signing the live channel's tokens (HMAC-SHA256); the console and every "
+        "worker need the same (default: a random one in <state_dir>/live-secret, mode 0600, "
+        "which serves one machine)",
+    )
+
     console_auth: Literal["token", "oidc", "proxy"] = _env(
         "AGENT_CONSOLE_AUTH",
         "token",

@@ -54,11 +54,12 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from temporalio.client import Client
 
 from workers import decision_keys
-from workers.config import load_settings
+from workers.config import Settings, load_settings
 from workers.console import auth as ca
 from workers.console.common import (
     AUTH_KEY,
     CLIENT_KEY,
+    LIVE_SECRET_KEY,
     QUEUE_KEY,
     SIGNER_KEY,
     STATIC,
@@ -124,12 +125,15 @@ def build_app(
     *,
     gate: ca.Gate,
     signer: Ed25519PrivateKey | None = None,
+    live_secret: bytes | None = None,
 ) -> web.Application:
     """The application: routes above, ``client`` for Temporal, ``web_ui_url(run_id)`` for links.
 
     ``task_queue`` is where ``POST /runs`` starts runs (None: ``AGENT_TASK_QUEUE``); ``gate``
     says who may use it (:mod:`workers.console.auth`); ``signer`` signs its decisions (None:
-    a fresh key, whose signatures only a spec listing its public key accepts).
+    a fresh key, whose signatures only a spec listing its public key accepts); ``live_secret``
+    reads runs' events from the workers' live channels (:mod:`workers.live_reader`; None: through
+    the runs' Workflow Streams, Update polls).
     """
     app = web.Application(
         middlewares=[_no_framing, ca.guard(gate), _errors], client_max_size=1024 * 1024
@@ -139,6 +143,7 @@ def build_app(
     app[CLIENT_KEY] = client
     app[WEB_UI_KEY] = web_ui_url
     app[QUEUE_KEY] = task_queue or ""
+    app[LIVE_SECRET_KEY] = live_secret or b""
     app.router.add_get("/", _index)
     app.router.add_static("/static/", STATIC)
     app.router.add_get("/api/session", _session)
@@ -158,6 +163,20 @@ def build_app(
     return app
 
 
+def _live_secret(settings: Settings) -> bytes | None:
+    """The live channel's secret from ``settings`` (None when it cannot be read or made)."""
+    from workers.live_server import live_secret
+
+    try:
+        return live_secret(settings)
+    except OSError as e:
+        print(
+            f"live channel secret unavailable ({e}): events read through Update polls",
+            file=sys.stderr,
+        )
+        return None
+
+
 async def start_server(
     client: Client,
     host: str,
@@ -165,10 +184,12 @@ async def start_server(
     web_ui_url: Callable[[str], str],
     task_queue: str | None = None,
     auth: ca.Authenticator | None = None,
+    live_secret: bytes | None = None,
 ) -> tuple[web.AppRunner, str]:
     """Start serving; returns the runner (``await runner.cleanup()`` stops it) and the base URL.
 
     ``auth`` None: as the settings say (``AGENT_CONSOLE_AUTH``, the local token by default).
+    ``live_secret`` None: the settings' (``AGENT_LIVE_SECRET`` or ``<state_dir>/live-secret``).
 
     Raises:
         OSError: the address is in use or cannot be bound.
@@ -190,6 +211,7 @@ async def start_server(
             task_queue,
             gate=gate,
             signer=decision_keys.load_or_create(settings.state_dir),
+            live_secret=live_secret or _live_secret(settings),
         ),
         access_log=None,
         shutdown_timeout=1.0,
