@@ -163,7 +163,7 @@ class _Merge:
         if (self.sent is None or full.startswith(self.sent)) and len(full) >= given:
             rest = full[given:]
             self.sent, self.sent_len = full, len(full)
-            return [{**it, "delta": rest}] if rest else []
+            return [{**it, "delta": rest}]  # even empty: every offset is given
         retry = {
             "type": "model_retry",
             "turn": it.get("turn"),

@@ -1,0 +1,189 @@
+"""Watching through the workers' live channel (issue #38): order, deltas, resume, other addresses.
+
+The worker serves its live channel on 127.0.0.2 (another address than the console's 127.0.0.1 and
+the test's client): the reader finds it from the worker's identity, as a console on another host
+would. The histories are checked for what watching must not add: no Signal, no poll Update.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client
+
+from tests.integration.test_live_serve import AUTH, TOKEN, events_of, read_sse
+from tests.integration.test_live_stream import step_texts
+from tests.support.harness import Harness
+from workers import client as rc
+from workers.console.serve import start_server
+from workers.live_reader import ReaderStats, run_events
+from workers.testing.scripted_model import ScriptedModel, text, tool_call, tool_calls
+
+SECRET = b"live-channel-test-secret"
+WORKER_ADDRESS = "127.0.0.2:0"
+FIRST = "Reading the file and deploying it to staging now."
+ANSWER = "The file says the answer is 42, and the deploy to staging went through."
+
+
+def script() -> list[Any]:
+    return [
+        tool_calls(
+            [("read_file", {"path": "README.md"}), ("deploy", {"target": "staging"})],
+            content=FIRST,
+        ).with_chunk_delay(0.03),
+        text(ANSWER).with_chunk_delay(0.03),
+    ]
+
+
+def step_items(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [e for e in events if not e.get("live")]
+
+
+async def counts(client: Client, run_id: str) -> tuple[int, int]:
+    """(signals, accepted updates) in the run's history."""
+    hist = await client.get_workflow_handle(run_id).fetch_history()
+    sig = sum(e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED for e in hist.events)
+    upd = sum(
+        e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED
+        for e in hist.events
+    )
+    return sig, upd
+
+
+async def test_watched_run_in_order_with_live_deltas_and_no_signal(client: Client, tmp_path: Path):
+    model = ScriptedModel(script(), chunk_chars=3)
+    async with Harness(client, tmp_path, model, live=WORKER_ADDRESS, live_secret=SECRET) as h:
+        assert h.live is not None and h.live.url.startswith("http://127.0.0.2:")
+        handle = await h.start("read and deploy")
+        stats = ReaderStats()
+        events: list[dict[str, Any]] = []
+        async for ev in run_events(client, handle.id, secret=SECRET, stats=stats):
+            events.append(ev)
+            if ev["type"] == "approval_requested":
+                await rc.decide(client, handle.id, ev["tool_call_id"], "approve", "alice")
+        res = await handle.result()
+        signals, updates = await counts(client, handle.id)
+        # read again once finished: the same step items (from the live channel's retention)
+        again = [ev async for ev in run_events(client, handle.id, secret=SECRET)]
+    assert res.status == "completed" and res.output == ANSWER
+    steps = step_items(events)
+    assert [e["offset"] for e in steps] == list(range(len(steps)))
+    order = [
+        e["type"]
+        for e in steps
+        if e["type"] in ("run_started", "model_started", "model_finished", "approval_requested")
+        or e["type"] == "run_finished"
+    ]
+    assert order == [
+        "run_started",
+        "model_started",
+        "model_finished",
+        "approval_requested",
+        "model_started",
+        "model_finished",
+        "run_finished",
+    ]
+    assert step_texts(events) == [FIRST, ANSWER]
+    live = [e for e in events if e.get("live") and e["type"] == "text_delta"]
+    assert len(live) > 3, "the text came in pieces as the model wrote it"
+    assert all(e["offset"] < len(steps) for e in live)
+    assert not stats.fallback and stats.channels >= 1
+    assert stats.queries == 0, "every item came from the worker's live channel"
+    assert signals == 0, "no delta went through the history"
+    assert updates == 1, "the only update is the approval (no poll)"
+    assert [e["type"] for e in step_items(again)] == [e["type"] for e in steps]
+    assert step_texts(again) == [FIRST, ANSWER]
+
+
+async def test_reconnecting_reader_loses_no_step_event_across_a_worker_restart(
+    client: Client, tmp_path: Path
+):
+    """Read part of a run, drop the reader, restart the worker (its live channel forgets
+    everything), resume from the last offset: every step item comes, once, in order."""
+    model = ScriptedModel(
+        [tool_call("read_file", {"path": "README.md"}, content=FIRST), text(ANSWER)],
+        chunk_chars=4,
+    )
+    async with Harness(client, tmp_path, model, live=WORKER_ADDRESS, live_secret=SECRET) as h:
+        handle = await h.start("read it")
+        first: list[dict[str, Any]] = []
+        async for ev in run_events(client, handle.id, secret=SECRET):
+            first.append(ev)
+            if ev["type"] == "tool_started":
+                break
+        await h.stop_worker()
+        await h.start_worker()  # a new live channel, on a new port, that never saw this run
+        last = first[-1]
+        stats = ReaderStats()
+        rest = [
+            ev
+            async for ev in run_events(
+                client,
+                handle.id,
+                last["offset"] + 1,
+                secret=SECRET,
+                skip_chars=last.get("chars", 0),
+                stats=stats,
+            )
+        ]
+        res = await handle.result()
+        full = [ev async for ev in rc.follow(client, handle.id)]  # the stream's own record
+    assert res.status == "completed"
+    both = step_items(first) + step_items(rest)
+    assert [e["offset"] for e in both] == list(range(len(both)))
+    assert [(e["type"], e["offset"]) for e in both] == [(e["type"], e["offset"]) for e in full]
+    assert step_texts(first + rest) == [FIRST, ANSWER]
+    assert both[-1]["type"] == "run_finished"
+    assert stats.queries >= 1, "what the new worker never saw came from the stream"
+
+
+async def test_console_on_another_address_streams_the_workers_deltas(
+    client: Client, tmp_path: Path
+):
+    model = ScriptedModel([text(ANSWER).with_chunk_delay(0.03)], chunk_chars=3)
+    async with Harness(client, tmp_path, model, live=WORKER_ADDRESS, live_secret=SECRET) as h:
+        runner, url = await start_server(
+            client, "127.0.0.1", 0, lambda r: f"http://ui/{r}", auth=AUTH, live_secret=SECRET
+        )
+        try:
+            assert url.split(":")[1] != h.live.url.split(":")[1]
+            run_id = (await h.start("answer")).id
+            bearer = {"Authorization": f"Bearer {TOKEN}"}
+            async with (
+                aiohttp.ClientSession(headers=bearer) as http,
+                http.get(f"{url}/runs/{run_id}/events") as resp,
+            ):
+                msgs = await read_sse(resp)
+            # the worker's channel refuses a reader without a token for the run
+            async with (
+                aiohttp.ClientSession() as http,
+                http.get(f"{h.live.url}/live/{run_id}") as bare,
+            ):
+                refused = bare.status
+        finally:
+            await runner.cleanup()
+        signals, updates = await counts(client, run_id)
+    evs = events_of(msgs)
+    assert msgs[-1][1] == "end" and evs[-1]["type"] == "run_finished"
+    assert step_texts(evs) == [ANSWER]
+    live_ids = [i for i, e, d in msgs if e == "message" and '"live": true' in d]
+    assert len(live_ids) > 3 and all(i is not None and "." in i for i in live_ids)
+    assert refused == 401
+    assert (signals, updates) == (0, 0)
+
+
+async def test_live_reader_falls_back_to_the_stream_without_a_channel(
+    client: Client, tmp_path: Path
+):
+    model = ScriptedModel([text(ANSWER)])
+    async with Harness(client, tmp_path, model) as h:  # a worker without a live channel
+        handle = await h.start("answer")
+        stats = ReaderStats()
+        evs = [ev async for ev in run_events(client, handle.id, secret=SECRET, stats=stats)]
+        await asyncio.wait_for(handle.result(), 30)
+    assert stats.fallback
+    assert evs[-1]["type"] == "run_finished" and step_texts(evs) == [ANSWER]
