@@ -83,9 +83,13 @@ def _identity_urls(identity: str) -> str | None:
     return live_url_of(identity)
 
 
-async def _pollers(client: Client, task_queue: str) -> set[str]:
-    """Live URLs of the workers polling ``task_queue`` (workflow and activity tasks)."""
+async def _pollers(client: Client, task_queue: str) -> set[str] | None:
+    """Live URLs of the workers polling ``task_queue`` (workflow and activity tasks).
+
+    None when no worker polls it at all (none is up yet, or all are down).
+    """
     urls: set[str] = set()
+    seen = False
     for kind in (TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW, TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY):
         req = DescribeTaskQueueRequest(
             namespace=client.namespace,
@@ -98,10 +102,11 @@ async def _pollers(client: Client, task_queue: str) -> set[str]:
             log.info("live_pollers_unreadable", task_queue=task_queue, error=e.message)
             continue
         for p in resp.pollers:
+            seen = True
             url = _identity_urls(p.identity)
             if url:
                 urls.add(url)
-    return urls
+    return urls if seen else None
 
 
 class _Merge:
@@ -340,7 +345,7 @@ async def run_events(
     stats = stats if stats is not None else ReaderStats()
     desc = await client.get_workflow_handle(run_id).describe()
     urls = await _pollers(client, desc.task_queue) if secret is not None else set()
-    if secret is None or not urls:
+    if secret is None or urls == set():  # workers without a live channel: the stream's polls
         stats.fallback = True
         async for ev in rc.follow(client, run_id, from_offset):
             yield ev
@@ -371,7 +376,7 @@ async def run_events(
         return out
 
     try:
-        for url in urls:
+        for url in urls or ():  # none polls yet: the history names the ones that come
             connect(url)
         while not m.finished:
             now = time.monotonic()
@@ -417,7 +422,7 @@ async def run_events(
                 ended = not m.finished  # closed without run_finished (terminated, timed out)
             if now >= rediscover_at and not ended:
                 rediscover_at = now + REDISCOVER_SECONDS
-                for url in await _pollers(client, desc.task_queue):
+                for url in await _pollers(client, desc.task_queue) or ():
                     connect(url)
             for ev in out:
                 yield ev

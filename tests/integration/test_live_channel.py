@@ -187,3 +187,56 @@ async def test_live_reader_falls_back_to_the_stream_without_a_channel(
         await asyncio.wait_for(handle.result(), 30)
     assert stats.fallback
     assert evs[-1]["type"] == "run_finished" and step_texts(evs) == [ANSWER]
+
+
+LONG = (
+    "Watching survives a crash: this reply is written slowly, in small pieces, so that the "
+    "worker can be killed while the text is still arriving at the reader."
+)
+
+
+async def test_worker_killed_mid_stream_gives_model_retry_then_the_right_text(
+    client: Client, dev_server_address: str, tmp_path: Path, monkeypatch
+):
+    """Worker processes with their default live channel; the first is SIGKILLed mid-reply."""
+    import os
+    import signal
+
+    from tests.support.harness import spawn_worker_process
+
+    monkeypatch.setenv("AGENT_LIVE_SECRET", SECRET.decode())
+    monkeypatch.setenv("AGENT_LIVE_ADDRESS", "127.0.0.2:0")
+    model = ScriptedModel(
+        [text(LONG).with_chunk_delay(0.05), text(LONG).with_chunk_delay(0.01)], chunk_chars=3
+    )
+    async with Harness(client, tmp_path, model, worker=False) as h:
+        log = tmp_path / "worker.log"
+        w1 = spawn_worker_process(h, dev_server_address, log)
+        w2 = None
+        try:
+            handle = await h.start("write slowly")
+            events: list[dict[str, Any]] = []
+            stats = ReaderStats()
+            async for ev in run_events(client, handle.id, secret=SECRET, stats=stats):
+                events.append(ev)
+                if ev["type"] == "text_delta" and ev.get("live") and w2 is None:
+                    os.killpg(w1.pid, signal.SIGKILL)  # mid-stream: the process is gone
+                    w1.wait()
+                    w2 = spawn_worker_process(h, dev_server_address, log)
+            res = await asyncio.wait_for(handle.result(), timeout=60)
+        finally:
+            for w in (w1, w2):
+                if w is not None and w.poll() is None:
+                    w.send_signal(signal.SIGTERM)
+                    w.wait(timeout=30)
+    assert res.status == "completed" and res.output == LONG
+    assert not stats.fallback
+    retries = [e for e in events if e["type"] == "model_retry"]
+    assert len(retries) == 1
+    before = "".join(
+        e["delta"] for e in events[: events.index(retries[0])] if e["type"] == "text_delta"
+    )
+    assert before and LONG.startswith(before) and before != LONG  # partial text, then void
+    assert step_texts(events) == [LONG]
+    steps = step_items(events)
+    assert [e["offset"] for e in steps] == list(range(len(steps)))
