@@ -291,7 +291,7 @@ class Settings(BaseSettings):
         "127.0.0.1:0",
         "host:port where a worker serves its live channel (GET /live/RUN_ID: the text deltas and "
         "events of the runs it executes, as Server-Sent Events, for the console and AG-UI; "
-        "workers/live_server.py); port 0 picks a free one; empty: not served, and watchers then "
+        "workers/live_server.py); port 0 picks a free one; off: not served, and watchers then "
         "read through the run's Workflow Stream (Updates and Signals; docs/live-runs.md)",
     )
     live_advertise_address: str | None = _env(

@@ -101,8 +101,8 @@ class LiveServer:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> LiveServer | None:
-        """The server ``AGENT_LIVE_ADDRESS`` asks for (None when it is empty)."""
-        if not settings.live_address.strip():
+        """The server ``AGENT_LIVE_ADDRESS`` asks for (None when it is ``off`` or empty)."""
+        if settings.live_address.strip().lower() in ("", "off"):
             return None
         return cls(settings.live_address, live_secret(settings), settings.live_advertise_address)
 
