@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
@@ -66,11 +67,12 @@ async def write_event_stream(
     delay: float,
     headers: dict[str, str] | None = None,
     cut_after: int | None = None,
+    on_sent: Callable[[dict[str, Any]], None] | None = None,
 ) -> web.StreamResponse:
     """Send ``chunks`` as SSE ``data:`` lines, ``delay`` seconds apart, then ``data: [DONE]``.
 
     ``cut_after``: a fault; the connection is closed after that many chunks, with no
-    ``finish_reason`` chunk and no ``[DONE]``.
+    ``finish_reason`` chunk and no ``[DONE]``. ``on_sent``: called with each chunk once written.
     """
     resp = web.StreamResponse(
         status=200,
@@ -86,6 +88,8 @@ async def write_event_stream(
             await resp.write_eof()
             return resp
         await resp.write(f"data: {json.dumps(c)}\n\n".encode())
+        if on_sent is not None:
+            on_sent(c)
         if delay > 0:
             await asyncio.sleep(delay)
     await resp.write(b"data: [DONE]\n\n")

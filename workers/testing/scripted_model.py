@@ -186,7 +186,25 @@ class ScriptedModel:
         self._consumed = 0
         self._port: int | None = None
         self._loop_thread = LoopThread("ScriptedModel")
+        self._sent: list[tuple[int, float, str]] = []
         self._runner: web.AppRunner | None = None
+
+    def _chunk_sent(self, completion: int, chunk: dict[str, Any]) -> None:
+        choices = chunk.get("choices") or []
+        content = (choices[0].get("delta") or {}).get("content") if choices else None
+        if content:
+            with self._lock:
+                self._sent.append((completion, time.monotonic(), content))
+
+    @property
+    def sent_text_chunks(self) -> list[tuple[int, float, str]]:
+        """``(completion number, time.monotonic() once written, text)`` of every streamed text chunk.
+
+        The completion number counts this server's answers from 1; ``make bench`` measures the
+        delay from here to a watcher with it (bench/stream_cost.py).
+        """
+        with self._lock:
+            return list(self._sent)
 
     # ---- lifecycle ---------------------------------------------------------------------------
 
@@ -422,7 +440,14 @@ class ScriptedModel:
                 payload, self.chunk_chars, self.stream_usage and bool(options.get("include_usage"))
             )
             delay = self.chunk_delay if reply.chunk_delay is None else reply.chunk_delay
-            return write_event_stream(request, chunks, delay, headers, cut_after=reply.cut_after)
+            return write_event_stream(
+                request,
+                chunks,
+                delay,
+                headers,
+                cut_after=reply.cut_after,
+                on_sent=lambda c, n=n: self._chunk_sent(n, c),
+            )
         if reply.cut_after is not None:
             raw = json.dumps(payload).encode()[: reply.cut_after]
             return web.Response(
