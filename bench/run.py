@@ -27,6 +27,7 @@ from bench.feature_tables import (
     table_memory,
     table_memory_e2e,
     table_sandbox,
+    table_watch,
 )
 from bench.infra import jsonable
 from bench.machine import machine_info
@@ -46,7 +47,7 @@ from bench.tables import (
 
 DEFAULT_ORDER = [
     "peers", "history", "overhead", "throughput", "cpu", "crash", "tuning", "fairness", "rate_limit", "evals",
-    "encryption", "memory", "memory_e2e", "sandbox", "code_mode", "cli",
+    "encryption", "memory", "memory_e2e", "sandbox", "code_mode", "cli", "watch",
 ]  # fmt: skip
 console = Console()
 
@@ -68,6 +69,7 @@ TABLES = {
     "code_mode": table_code_mode,
     "evals": table_evals,
     "cli": table_cli,
+    "watch": table_watch,
 }
 
 

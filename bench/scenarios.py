@@ -19,6 +19,7 @@ from bench.models import scenario_fairness, scenario_rate_limit
 from bench.overhead import scenario_overhead
 from bench.peers import scenario_peers
 from bench.sandbox import scenario_sandbox
+from bench.stream_cost import scenario_watch
 from bench.throughput import scenario_throughput, scenario_tuning
 
 SCENARIOS = {
@@ -38,5 +39,6 @@ SCENARIOS = {
     "sandbox": scenario_sandbox,
     "code_mode": scenario_code_mode,
     "evals": scenario_evals,
+    "watch": scenario_watch,
     "cli": scenario_cli,
 }
