@@ -34,7 +34,7 @@ import hmac
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -150,7 +150,9 @@ class LiveBroker:
             if idle:
                 del self._runs[min(idle)[1]]
 
-    async def subscribe(self, run_id: str, from_offset: int = 0) -> AsyncIterator[dict[str, Any]]:
+    async def subscribe(
+        self, run_id: str, from_offset: int = 0
+    ) -> AsyncGenerator[dict[str, Any], None]:
         """The run's kept step items from ``from_offset`` and the newest step's deltas, then live.
 
         Yields dicts (step items with ``offset``, live deltas with ``live``); ends when the

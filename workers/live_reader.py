@@ -292,7 +292,7 @@ async def _query(client: Client, run_id: str, from_offset: int) -> list[dict[str
     handle = client.get_workflow_handle(run_id)
     convert = client.data_converter.payload_converter
     from temporalio.contrib.workflow_streams._types import (  # the wire form of PollResult
-        _decode_payload,  # pyright: ignore[reportPrivateUsage]
+        _decode_payload,
     )
 
     out: list[dict[str, Any]] = []
@@ -303,7 +303,7 @@ async def _query(client: Client, run_id: str, from_offset: int) -> list[dict[str
         )
         for w in res.items:
             value = convert.from_payload(_decode_payload(w.data))
-            item: dict[str, Any] = dict(value) if isinstance(value, dict) else {"type": "unknown"}  # pyright: ignore[reportUnknownArgumentType]
+            item: dict[str, Any] = dict(value) if isinstance(value, dict) else {"type": "unknown"}
             item["offset"] = w.offset
             out.append(item)
         offset = res.next_offset

@@ -48,8 +48,7 @@ async def counts(client: Client, run_id: str) -> tuple[int, int]:
     hist = await client.get_workflow_handle(run_id).fetch_history()
     sig = sum(e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED for e in hist.events)
     upd = sum(
-        e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED
-        for e in hist.events
+        e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED for e in hist.events
     )
     return sig, upd
 
