@@ -6,12 +6,14 @@ their ``index`` (id and name from the first chunk that has them, ``arguments`` c
 usage from the final chunk (``stream_options={"include_usage": true}``) or, when the server sends
 none, estimated at 4 characters a token.
 
-:class:`DeltaPublisher` publishes the text of one attempt as ``text_delta`` items on the run's
-event stream (``workflows.events``), in batches every :data:`BATCH_SECONDS`, but only while
-someone watches the run (query ``__agent_events_watched``, asked at most every
-:data:`WATCH_CHECK_SECONDS`): each batch is a Signal, i.e. an event in the run's history, and a
-run nobody watches should not pay for it. A retry attempt first publishes ``model_retry`` so
-subscribers drop the earlier attempt's partial text.
+:class:`DeltaPublisher` publishes the text of one attempt as ``text_delta`` items. On a worker
+that serves its live channel (:data:`activities.live.BROKER`, docs/live-runs.md) they go there
+every :data:`LIVE_BATCH_SECONDS`, outside the history (no action, no event), and the workflow's
+own ``text_delta`` at the step's end carries the whole reply. On a worker without one they go to
+the run's event stream (``workflows.events``) in batches every :data:`BATCH_SECONDS`, but only
+while someone watches the run (query ``__agent_events_watched``, asked at most every
+:data:`WATCH_CHECK_SECONDS`): each batch is a Signal, i.e. an event in the run's history. A retry
+attempt first publishes ``model_retry`` so subscribers drop the earlier attempt's partial text.
 """
 
 from __future__ import annotations
@@ -202,7 +204,12 @@ class ReplyAssembler:
 
 
 class DeltaPublisher:
-    """Publishes one model attempt's text to the run's event stream while the run is watched.
+    """Publishes one model attempt's text to the worker's live channel, or to the run's stream.
+
+    With the live channel (:attr:`activities.live.LiveBroker.serving`), every
+    :data:`LIVE_BATCH_SECONDS` a ``text_delta`` with ``pos`` (characters before it) and
+    ``attempt``; :attr:`streamed` stays 0 (nothing of it is in the run's stream). Without it, as
+    follows.
 
     Use as ``async with DeltaPublisher(turn) as pub:``, feed :meth:`add`, and read
     :attr:`streamed` after the block: the characters of the redacted reply text published

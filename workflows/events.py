@@ -14,6 +14,11 @@ of text deltas from the activity is a Signal. The activity publishes deltas only
 nobody watched, the workflow emits the reply text as one ``text_delta`` when the step ends, so the
 deltas of every step add up to its reply text either way.
 
+Each item is also handed, outside replay, to the live channel of the worker running the task
+(:data:`activities.live.BROKER`, no command): readers of the channel (``workers.live_reader``)
+get the items without a poll, and the model activity of a worker that serves a channel sends its
+text there instead of signalling it (docs/live-runs.md).
+
 The retained items are bounded: within a run by :data:`MAX_RETAINED_ITEMS` and
 :data:`MAX_RETAINED_BYTES`, and :meth:`RunEvents.carry` hands at most :data:`MAX_CARRIED_ITEMS` /
 :data:`MAX_CARRIED_BYTES` of the newest to the next run on continue-as-new (its input is stored in
