@@ -47,13 +47,13 @@ __all__ = [
     "verify_token",
 ]
 
-MAX_STEP_ITEMS = 2000
+MAX_STEP_ITEMS = 256
 """Step items kept per run (the newest)."""
 MAX_DELTAS = 4000
 """Live deltas kept for the newest model step of a run."""
-MAX_RUNS = 2000
+MAX_RUNS = 1000
 """Runs kept at most; beyond it the one idle the longest is forgotten."""
-IDLE_SECONDS = 600.0
+IDLE_SECONDS = 300.0
 """A run nobody subscribes to is forgotten this long after its last item."""
 QUEUE_ITEMS = 10_000
 """Items a subscriber may lag behind before it is dropped (its reader then reconnects)."""

@@ -239,3 +239,26 @@ async def test_worker_killed_mid_stream_gives_model_retry_then_the_right_text(
     assert step_texts(events) == [LONG]
     steps = step_items(events)
     assert [e["offset"] for e in steps] == list(range(len(steps)))
+
+
+async def test_live_reader_follows_continue_as_new(client: Client, tmp_path: Path):
+    threshold = 96 * 1024
+    turns = 10
+    texts = [f"Turn {i}: " + ("lorem ipsum dolor sit amet " * 60) for i in range(turns)]
+    script = [tool_call("record", {"label": f"t{i}"}, content=texts[i]) for i in range(turns)]
+    model = ScriptedModel([*script, text("all done")], chunk_chars=16)
+    agents = {"default": {"limits": {"continue_as_new_at_bytes": threshold, "max_turns": 40}}}
+    async with Harness(
+        client, tmp_path, model, agents=agents, live=WORKER_ADDRESS, live_secret=SECRET
+    ) as h:
+        handle = await h.start("a long one")
+        stats = ReaderStats()
+        seen = [ev async for ev in run_events(client, handle.id, secret=SECRET, stats=stats)]
+        res = await handle.result()
+        desc = await client.get_workflow_handle(handle.id).describe()
+    assert res.status == "completed"
+    assert desc.run_id != handle.first_execution_run_id, "the run should have continued as new"
+    steps = step_items(seen)
+    assert [e["offset"] for e in steps] == list(range(len(steps)))
+    assert step_texts(seen) == [*texts, "all done"]
+    assert not stats.fallback
