@@ -99,3 +99,40 @@ def test_tokens_are_for_one_run_and_expire():
     assert not verify_token(secret, sign_token(secret, "run-1", ttl_seconds=-1), "run-1")
     assert not verify_token(secret, "v1.notanumber.x", "run-1")
     assert int(tok.split(".")[1]) > time.time()
+
+
+async def test_broker_takes_items_from_other_threads_and_replays_them_to_a_late_reader():
+    import asyncio
+    import threading
+
+    from activities.live import LiveBroker
+
+    b = LiveBroker()
+    b.step("r", 0, {"type": "ignored"})  # not bound yet: nothing is kept
+    b.bind(asyncio.get_running_loop())
+    try:
+
+        def workflow_thread() -> None:
+            b.step("r", 0, {"type": "run_started"})
+            b.step("r", 1, {"type": "model_started"})
+            b.step("r", 1, {"type": "model_started"})  # a retried task hands it again
+            b.delta("r", {"type": "text_delta", "turn": 1, "delta": "Hi", "pos": 0})
+
+        t = threading.Thread(target=workflow_thread)
+        t.start()
+        t.join()
+        await asyncio.sleep(0.05)
+        assert not b.watched("r")
+        items = b.subscribe("r", 1)
+        got = [await anext(items), await anext(items)]
+        assert b.watched("r")
+        assert [(g["type"], g.get("offset"), g.get("live")) for g in got] == [
+            ("model_started", 1, None),
+            ("text_delta", None, True),
+        ]
+        b.step("r", 2, {"type": "model_finished"})
+        assert (await anext(items))["offset"] == 2
+        await items.aclose()
+        assert not b.watched("r")
+    finally:
+        b.bind(None)
