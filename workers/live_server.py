@@ -28,6 +28,7 @@ import structlog
 from aiohttp import web
 
 from activities.live import BROKER, verify_token
+from activities.private_files import private_file
 from workers.config import Settings
 from workers.metrics_server import split_address
 
@@ -59,15 +60,11 @@ def live_secret(settings: Settings) -> bytes:
     """
     if settings.live_secret:
         return settings.live_secret.encode()
-    path = Path(settings.state_dir).expanduser() / SECRET_FILE
-    with contextlib.suppress(FileNotFoundError):
-        old = path.read_text().strip()
-        if old:
-            return old.encode()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(secrets.token_urlsafe(32))
+    path = private_file(Path(settings.state_dir).expanduser() / SECRET_FILE)  # mode 0600
+    old = path.read_text().strip()
+    if old:
+        return old.encode()
+    path.write_text(secrets.token_urlsafe(32))
     return path.read_text().strip().encode()
 
 

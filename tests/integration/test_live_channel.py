@@ -15,6 +15,7 @@ import aiohttp
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
+from activities.live import sign_token
 from tests.integration.test_live_serve import AUTH, TOKEN, events_of, read_sse
 from tests.integration.test_live_stream import step_texts
 from tests.support.harness import Harness
@@ -163,6 +164,12 @@ async def test_console_on_another_address_streams_the_workers_deltas(
                 http.get(f"{h.live.url}/live/{run_id}") as bare,
             ):
                 refused = bare.status
+            other = {"Authorization": f"Bearer {sign_token(SECRET, 'another-run')}"}
+            forged = {"Authorization": f"Bearer {sign_token(b'not-the-secret', run_id)}"}
+            async with aiohttp.ClientSession() as http:
+                for headers in (other, forged):
+                    async with http.get(f"{h.live.url}/live/{run_id}", headers=headers) as r:
+                        assert r.status == 401
         finally:
             await runner.cleanup()
         signals, updates = await counts(client, run_id)
