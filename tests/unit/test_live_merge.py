@@ -6,7 +6,7 @@ import time
 from typing import Any
 
 from activities.live import sign_token, verify_token
-from workers.live_reader import _Merge  # pyright: ignore[reportPrivateUsage]
+from workers.live_reader import _Merge
 
 
 def step(offset: int, type: str, turn: int = 1, **kw: Any) -> dict[str, Any]:
