@@ -155,9 +155,10 @@ class LiveBroker:
     ) -> AsyncGenerator[dict[str, Any], None]:
         """The run's kept step items from ``from_offset`` and the newest step's deltas, then live.
 
-        Yields dicts (step items with ``offset``, live deltas with ``live``); ends when the
-        subscriber lagged :data:`QUEUE_ITEMS` behind (it should reconnect). Must run on the
-        bound loop.
+        Yields first ``{"hello": true, "first": F, "end": E}`` (the offsets of the oldest step item
+        kept and the one after the newest, None when none is kept), then dicts (step items with
+        ``offset``, live deltas with ``live``); ends when the subscriber lagged
+        :data:`QUEUE_ITEMS` behind (it should reconnect). Must run on the bound loop.
         """
         run = self._runs.get(run_id)
         if run is None:
@@ -166,7 +167,10 @@ class LiveBroker:
         q: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue(QUEUE_ITEMS)
         backlog = [s for s in run.steps if int(s["offset"]) >= from_offset] + list(run.deltas)
         run.subscribers.add(q)
+        first = int(run.steps[0]["offset"]) if run.steps else None
+        end = int(run.steps[-1]["offset"]) + 1 if run.steps else None
         try:
+            yield {"hello": True, "first": first, "end": end}
             for item in backlog:
                 yield item
             while True:

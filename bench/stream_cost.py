@@ -13,6 +13,8 @@ receiving it (p50/p95 over every chunk of every streamed step):
 * ``unwatched``: nobody watches (the worker serves its live channel, as by default);
 * ``watched, live channel``: a watcher reads :func:`workers.live_reader.run_events` (the
   worker's live channel, ``AGENT_LIVE_ADDRESS``): deltas outside the history;
+* ``..., reconnecting``: the same, but the watcher's connection drops in the middle of every
+  reply and it resumes 0.2 s later from its last offset (and characters);
 * ``watched, stream polls B s`` (``--batches``): the worker serves no live channel
   (``AGENT_LIVE_ADDRESS=off``), the watcher reads :func:`workers.client.follow`: each poll an
   Update, each batch of deltas (every ``B`` s) a Signal (before issue #38, the only way).
@@ -136,20 +138,34 @@ async def _watch(
     from workers.live_reader import ReaderStats, run_events
 
     stats = ReaderStats()
-    events = (
-        run_events(client, run_id, secret=SECRET, stats=stats)
-        if mode == "live"
-        else rc.follow(client, run_id)
-    )
     chars: dict[int, int] = {}
-    async for ev in events:
-        if ev["type"] == "model_retry":
-            chars[ev["turn"]] = 0
-        elif ev["type"] == "text_delta" and ev.get("delta"):
-            turn = int(ev["turn"])
-            chars[turn] = chars.get(turn, 0) + len(ev["delta"])
-            got.append((time.monotonic(), turn, chars[turn], ev["delta"]))
-    return {"reader_queries": stats.queries, "fallback": stats.fallback}
+    offset, skip, started, drops = 0, 0, 0, 0
+    while True:
+        events = (
+            rc.follow(client, run_id)
+            if mode == "polls"
+            else run_events(client, run_id, offset, secret=SECRET, stats=stats, skip_chars=skip)
+        )
+        dropped = False
+        async for ev in events:
+            offset, skip = ev["offset"] + 1, int(ev.get("chars") or 0)
+            if ev["type"] == "model_retry":
+                chars[ev["turn"]] = 0
+            elif ev["type"] == "text_delta" and ev.get("delta"):
+                turn = int(ev["turn"])
+                chars[turn] = chars.get(turn, 0) + len(ev["delta"])
+                got.append((time.monotonic(), turn, chars[turn], ev["delta"]))
+                if mode == "reconnect" and drops < started and chars[turn] > 100:
+                    dropped = True  # the watcher's connection drops mid-reply, once a step
+                    break
+            elif ev["type"] == "model_started":
+                started += 1
+        await events.aclose()
+        if not dropped:
+            break
+        drops += 1
+        await asyncio.sleep(0.2)
+    return {"reader_queries": stats.queries, "fallback": stats.fallback, "reconnects": drops}
 
 
 async def _one(
@@ -191,7 +207,11 @@ async def _one(
     events = hist.events
     actions = billable_actions(list(events))
     lat = _latencies(model, got)
-    names = {"unwatched": "unwatched", "live": "watched, live channel"}
+    names = {
+        "unwatched": "unwatched",
+        "live": "watched, live channel",
+        "reconnect": "watched, live channel, reconnecting mid-reply every step",
+    }
     name = names.get(mode) or f"watched, stream polls {batch or 0:g} s"
     size = sum(e.ByteSize() for e in events)
     total_actions = actions["total"] + counter.queries
@@ -224,7 +244,11 @@ async def main_async(args: argparse.Namespace, log: Any = print) -> list[dict[st
     """
     env = await start_local_env()
     out: list[dict[str, Any]] = []
-    configs: list[tuple[str, float | None]] = [("unwatched", None), ("live", None)]
+    configs: list[tuple[str, float | None]] = [
+        ("unwatched", None),
+        ("live", None),
+        ("reconnect", None),
+    ]
     configs += [("polls", b) for b in args.batches]
     try:
         with tempfile.TemporaryDirectory() as tmp:

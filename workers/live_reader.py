@@ -390,7 +390,11 @@ async def run_events(
                 kind, value = await asyncio.wait_for(queue.get(), wait)
             out: list[dict[str, Any]] = []
             if kind == "item":
-                if value.get("live"):
+                if value.get("hello"):
+                    first, end = value.get("first"), value.get("end")
+                    if first is not None and end is not None and first <= m.next <= end:
+                        expect_at = None  # this channel holds the run from where we are
+                elif value.get("live"):
                     stats.live_deltas += 1
                     out = m.live(value)
                 else:

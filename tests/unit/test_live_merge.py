@@ -124,6 +124,7 @@ async def test_broker_takes_items_from_other_threads_and_replays_them_to_a_late_
         await asyncio.sleep(0.05)
         assert not b.watched("r")
         items = b.subscribe("r", 1)
+        assert await anext(items) == {"hello": True, "first": 0, "end": 2}
         got = [await anext(items), await anext(items)]
         assert b.watched("r")
         assert [(g["type"], g.get("offset"), g.get("live")) for g in got] == [
