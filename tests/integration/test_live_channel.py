@@ -269,3 +269,35 @@ async def test_live_reader_follows_continue_as_new(client: Client, tmp_path: Pat
     assert [e["offset"] for e in steps] == list(range(len(steps)))
     assert step_texts(seen) == [*texts, "all done"]
     assert not stats.fallback
+
+
+async def test_reader_dropped_mid_reply_resumes_without_repeating_or_losing_text(
+    client: Client, tmp_path: Path
+):
+    model = ScriptedModel([text(ANSWER).with_chunk_delay(0.05)], chunk_chars=3)
+    async with Harness(client, tmp_path, model, live=WORKER_ADDRESS, live_secret=SECRET) as h:
+        handle = await h.start("answer")
+        first: list[dict[str, Any]] = []
+        async for ev in run_events(client, handle.id, secret=SECRET):
+            first.append(ev)
+            if ev.get("live") and ev.get("chars", 0) > 20:
+                break  # the connection drops in the middle of the reply
+        await asyncio.sleep(0.3)  # the model goes on writing meanwhile
+        last, stats = first[-1], ReaderStats()
+        rest = [
+            ev
+            async for ev in run_events(
+                client,
+                handle.id,
+                last["offset"] + 1,
+                secret=SECRET,
+                skip_chars=last["chars"],
+                stats=stats,
+            )
+        ]
+        await handle.result()
+    assert step_texts(first + rest) == [ANSWER]
+    assert any(e.get("live") for e in rest), "the rest of the reply came live"
+    steps = step_items(first + rest)
+    assert [e["offset"] for e in steps] == list(range(len(steps)))
+    assert stats.queries == 0, "the worker's channel had everything from the last offset"
