@@ -60,12 +60,16 @@ def live_secret(settings: Settings) -> bytes:
     """
     if settings.live_secret:
         return settings.live_secret.encode()
-    path = private_file(Path(settings.state_dir).expanduser() / SECRET_FILE)  # mode 0600
-    old = path.read_text().strip()
-    if old:
-        return old.encode()
-    path.write_text(secrets.token_urlsafe(32))
-    return path.read_text().strip().encode()
+    path = Path(settings.state_dir).expanduser() / SECRET_FILE
+    if not path.exists():  # made aside, then linked: a console and a worker starting together
+        tmp = private_file(path.with_name(f".{SECRET_FILE}.{os.getpid()}.{secrets.token_hex(4)}"))
+        try:
+            tmp.write_text(secrets.token_urlsafe(32))
+            with contextlib.suppress(FileExistsError):  # the other one won: its secret it is
+                os.link(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
+    return private_file(path).read_text().strip().encode()
 
 
 def identity_with(url: str) -> str:
