@@ -90,7 +90,8 @@ class LiveServer:
     Args:
         address: ``host:port`` to listen on (``AGENT_LIVE_ADDRESS``; port 0: a free one).
         secret: the token secret (:func:`live_secret`).
-        advertise: ``host:port`` or URL others reach it at (None: the bound address).
+        advertise: ``host:port`` or URL others reach it at (None: the bound address; the
+            machine's name when bound to every interface).
     """
 
     def __init__(self, address: str, secret: bytes, advertise: str | None = None) -> None:
@@ -129,7 +130,7 @@ class LiveServer:
             adv = self._advertise
             self.url = adv if adv.startswith(("http://", "https://")) else f"http://{adv}"
         else:
-            shown = host or socket.gethostname()
+            shown = host if host not in (None, "0.0.0.0", "::") else socket.getfqdn()
             self.url = f"http://{f'[{shown}]' if ':' in shown else shown}:{bound}"
         BROKER.bind(asyncio.get_running_loop())
         log.info("live_serving", url=self.url)
