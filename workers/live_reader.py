@@ -267,24 +267,33 @@ async def _history(client: Client, run_id: str, out: asyncio.Queue[tuple[str, An
     each run of the chain.
     """
     while True:
-        handle = client.get_workflow_handle(run_id)
-        desc = await handle.describe()
-        known = desc.history_length
-        handle = client.get_workflow_handle(run_id, run_id=desc.run_id)
-        cont = False
-        async for ev in handle.fetch_history_events(wait_new_event=True, skip_archival=True):
-            et = ev.event_type
-            if et == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED:
-                await out.put(("worker", ev.workflow_task_started_event_attributes.identity))
-            elif et == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
-                await out.put(("worker", ev.activity_task_started_event_attributes.identity))
-            elif et == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED and ev.event_id > known:
-                await out.put(("task", None))
-            elif et == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW:
-                cont = True
+        cont, seen = False, 0
+        try:
+            desc = await client.get_workflow_handle(run_id).describe()
+            known = desc.history_length
+            handle = client.get_workflow_handle(run_id, run_id=desc.run_id)
+            async for ev in handle.fetch_history_events(wait_new_event=True, skip_archival=True):
+                seen = ev.event_id
+                cont = await _history_event(ev, known, out) or cont
+        except RPCError as e:  # the server went away a moment: read this run again
+            log.info("live_history_interrupted", run_id=run_id, error=e.message, at=seen)
+            await asyncio.sleep(1.0)
+            continue
         await out.put(("closed", cont))
         if not cont:
             return
+
+
+async def _history_event(ev: Any, known: int, out: asyncio.Queue[tuple[str, Any]]) -> bool:
+    """Put what ``ev`` tells the reader (see :func:`_history`); True at continue-as-new."""
+    et = ev.event_type
+    if et == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED:
+        await out.put(("worker", ev.workflow_task_started_event_attributes.identity))
+    elif et == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
+        await out.put(("worker", ev.activity_task_started_event_attributes.identity))
+    elif et == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED and ev.event_id > known:
+        await out.put(("task", None))
+    return et == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW
 
 
 async def _query(client: Client, run_id: str, from_offset: int) -> list[dict[str, Any]]:
