@@ -101,7 +101,7 @@ def _latencies(model: ScriptedModel, got: list[tuple[float, int, int, str]]) -> 
     every ``text_delta`` the watcher received (after a ``model_retry`` the count restarts).
     """
     sent: dict[int, list[tuple[float, str]]] = {}
-    for n, t, piece in model.sent_text_chunks:
+    for n, t, piece in model.chunk_log.entries():
         sent.setdefault(n, []).append((t, piece))
     held: dict[int, list[tuple[float, int]]] = {}
     text_of: dict[int, str] = {}
@@ -204,9 +204,23 @@ async def _one(
         if live is not None:
             await live.stop()
         streaming.BATCH_SECONDS = 0.25
-    events = hist.events
-    actions = billable_actions(list(events))
-    lat = _latencies(model, got)
+    return (
+        _row(mode, batch, res, wall, list(hist.events), counter.queries, _latencies(model, got))
+        | reader
+    )
+
+
+def _row(
+    mode: str,
+    batch: float | None,
+    res: Any,
+    wall: float,
+    events: list[Any],
+    queries: int,
+    lat: list[float],
+) -> dict[str, Any]:
+    """One configuration's figures (see the module docstring)."""
+    actions = billable_actions(events)
     names = {
         "unwatched": "unwatched",
         "live": "watched, live channel",
@@ -214,7 +228,7 @@ async def _one(
     }
     name = names.get(mode) or f"watched, stream polls {batch or 0:g} s"
     size = sum(e.ByteSize() for e in events)
-    total_actions = actions["total"] + counter.queries
+    total_actions = actions["total"] + queries
     return {
         "config": name,
         "status": res.status,
@@ -225,7 +239,7 @@ async def _one(
         "events_per_turn": round(len(events) / res.turns, 1),
         "actions": total_actions,
         "actions_in_history": actions["total"],
-        "queries": counter.queries,
+        "queries": queries,
         "signals": actions.get("signal", 0),
         "updates": actions.get("update", 0),
         "actions_per_turn": round(total_actions / res.turns, 2),
@@ -233,7 +247,6 @@ async def _one(
         "delta_latency_ms_p50": _pct(lat, 50),
         "delta_latency_ms_p95": _pct(lat, 95),
         "chunks_timed": len(lat),
-        **reader,
     }
 
 

@@ -297,9 +297,8 @@ class Settings(BaseSettings):
     live_advertise_address: str | None = _env(
         "AGENT_LIVE_ADVERTISE_ADDRESS",
         None,
-        "host:port (or http://host:port) others reach the live channel at, published in the "
-        "worker's identity (default: the address it is bound to; set it when the worker listens "
-        "on 0.0.0.0 or behind NAT)",
+        "host:port (or URL) others reach the live channel at, put in the worker's identity "
+        "(default: the bound address; set it behind NAT or a Service)",
     )
     live_secret: str | None = _env(
         "AGENT_LIVE_SECRET",

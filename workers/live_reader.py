@@ -359,91 +359,132 @@ async def run_events(
         async for ev in rc.follow(client, run_id, from_offset):
             yield ev
         return
-    m = _Merge(from_offset, skip_chars)
-    queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
-    tasks: dict[str, asyncio.Task[None]] = {}
-    watcher = asyncio.ensure_future(_history(client, run_id, queue))
-    expect_at: float | None = time.monotonic() + gap_seconds if desc.history_length > 3 else None
-    closed_at = None if desc.status == WorkflowExecutionStatus.RUNNING else time.monotonic()
-    rediscover_at = time.monotonic() + REDISCOVER_SECONDS
-
-    def connect(url: str) -> None:
-        if url not in tasks or tasks[url].done():
-            stats.channels += 1
-            tasks[url] = asyncio.ensure_future(_channel(url, run_id, m.next, secret, queue))
-
-    async def fill() -> list[dict[str, Any]]:
-        stats.queries += 1
-        try:
-            items = await _query(client, run_id, m.next)
-        except RPCError as e:
-            log.info("live_fill_failed", run_id=run_id, error=e.message)
-            return []
-        out: list[dict[str, Any]] = []
-        for it in items:
-            out.extend(m.step(it))
-        return out
-
+    reader = _Reader(client, run_id, desc, secret, _Merge(from_offset, skip_chars), stats)
+    reader.gap = gap_seconds
     try:
         for url in urls or ():  # none polls yet: the history names the ones that come
-            connect(url)
-        while not m.finished:
-            now = time.monotonic()
-            deadlines = [d for d in (expect_at, closed_at, rediscover_at) if d is not None]
-            if m.pending:
-                deadlines.append(m.step_at + gap_seconds)
-            wait = max(0.0, min(deadlines) - now) if deadlines else None
-            kind: str | None = None
-            value: Any = None
-            with contextlib.suppress(TimeoutError):
-                kind, value = await asyncio.wait_for(queue.get(), wait)
-            out: list[dict[str, Any]] = []
-            if kind == "item":
-                if value.get("hello"):
-                    first, end = value.get("first"), value.get("end")
-                    if first is not None and end is not None and first <= m.next <= end:
-                        expect_at = None  # this channel holds the run from where we are
-                elif value.get("live"):
-                    stats.live_deltas += 1
-                    out = m.live(value)
-                else:
-                    stats.step_items += 1
-                    out = m.step(value)
-                    expect_at = None
-            elif kind == "worker":
-                url = _identity_urls(str(value))
-                if url:
-                    connect(url)
-            elif kind == "task":
-                if time.monotonic() - m.step_at > 3.0:  # nothing came with it: wait a little
-                    expect_at = time.monotonic() + gap_seconds
-            elif kind == "closed":
-                closed_at = time.monotonic() + gap_seconds
-                if value:  # continued as new: keep reading the next run
-                    watcher = asyncio.ensure_future(_history(client, run_id, queue))
-                    closed_at = None
-            now = time.monotonic()
-            late = (expect_at is not None and now >= expect_at) or (
-                m.pending and now >= m.step_at + gap_seconds
-            )
-            if late:
-                expect_at = None
-                out.extend(await fill())
-            ended = False
-            if closed_at is not None and now >= closed_at and not m.finished:
-                out.extend(await fill())
-                ended = not m.finished  # closed without run_finished (terminated, timed out)
-            if now >= rediscover_at and not ended:
-                rediscover_at = now + REDISCOVER_SECONDS
-                for url in await _pollers(client, desc.task_queue) or ():
-                    connect(url)
+            reader.connect(url)
+        while not reader.merge.finished:
+            out, ended = await reader.next_batch()
             for ev in out:
                 yield ev
             if ended:
                 return
     finally:
-        for t in [watcher, *tasks.values()]:
+        await reader.close()
+
+
+class _Reader:
+    """:func:`run_events` past its start: channels, the history's long poll, deadlines, fills."""
+
+    def __init__(
+        self,
+        client: Client,
+        run_id: str,
+        desc: Any,
+        secret: bytes,
+        merge: _Merge,
+        stats: ReaderStats,
+    ) -> None:
+        self.client = client
+        self.run_id = run_id
+        self.secret = secret
+        self.merge = merge
+        self.stats = stats
+        self.task_queue: str = desc.task_queue
+        self.gap = GAP_SECONDS
+        self.queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+        self.tasks: dict[str, asyncio.Task[None]] = {}
+        self.watchers = [asyncio.ensure_future(_history(client, run_id, self.queue))]
+        now = time.monotonic()
+        # a run with tasks done: items are expected from a channel soon, else from the stream
+        self.expect_at: float | None = now + self.gap if desc.history_length > 3 else None
+        running = desc.status == WorkflowExecutionStatus.RUNNING
+        self.closed_at: float | None = None if running else now
+        self.rediscover_at = now + REDISCOVER_SECONDS
+
+    def connect(self, url: str) -> None:
+        """Read ``url``'s live channel (again, if the last connection ended)."""
+        if url not in self.tasks or self.tasks[url].done():
+            self.stats.channels += 1
+            self.tasks[url] = asyncio.ensure_future(
+                _channel(url, self.run_id, self.merge.next, self.secret, self.queue)
+            )
+
+    async def fill(self) -> list[dict[str, Any]]:
+        """What the stream holds from the first offset missing (one query a page)."""
+        self.stats.queries += 1
+        try:
+            items = await _query(self.client, self.run_id, self.merge.next)
+        except RPCError as e:
+            log.info("live_fill_failed", run_id=self.run_id, error=e.message)
+            return []
+        out: list[dict[str, Any]] = []
+        for it in items:
+            out.extend(self.merge.step(it))
+        return out
+
+    def _wait(self) -> float | None:
+        deadlines = [d for d in (self.expect_at, self.closed_at, self.rediscover_at) if d]
+        if self.merge.pending:
+            deadlines.append(self.merge.step_at + self.gap)
+        return max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
+
+    def _take(self, kind: str | None, value: Any) -> list[dict[str, Any]]:
+        """Handle one message of the queue; returns the events to give."""
+        m = self.merge
+        if kind == "item" and value.get("hello"):
+            first, end = value.get("first"), value.get("end")
+            if first is not None and end is not None and first <= m.next <= end:
+                self.expect_at = None  # this channel holds the run from where we are
+        elif kind == "item" and value.get("live"):
+            self.stats.live_deltas += 1
+            return m.live(value)
+        elif kind == "item":
+            self.stats.step_items += 1
+            self.expect_at = None
+            return m.step(value)
+        elif kind == "worker":
+            url = _identity_urls(str(value))
+            if url:
+                self.connect(url)
+        elif kind == "task" and time.monotonic() - m.step_at > 3.0:
+            self.expect_at = time.monotonic() + self.gap  # nothing came with it: wait a little
+        elif kind == "closed" and value:  # continued as new: read the next run's history
+            self.watchers.append(
+                asyncio.ensure_future(_history(self.client, self.run_id, self.queue))
+            )
+        elif kind == "closed":
+            self.closed_at = time.monotonic() + self.gap
+        return []
+
+    async def next_batch(self) -> tuple[list[dict[str, Any]], bool]:
+        """The next events to give (maybe none), and whether the run ended without more."""
+        kind: str | None = None
+        value: Any = None
+        with contextlib.suppress(TimeoutError):
+            kind, value = await asyncio.wait_for(self.queue.get(), self._wait())
+        out = self._take(kind, value)
+        m, now = self.merge, time.monotonic()
+        gap = bool(m.pending) and now >= m.step_at + self.gap
+        if gap or (self.expect_at is not None and now >= self.expect_at):
+            self.expect_at = None
+            out.extend(await self.fill())
+        ended = False
+        if self.closed_at is not None and now >= self.closed_at and not m.finished:
+            out.extend(await self.fill())
+            ended = not m.finished  # closed without run_finished (terminated, timed out)
+        if now >= self.rediscover_at and not ended:
+            self.rediscover_at = now + REDISCOVER_SECONDS
+            for url in await _pollers(self.client, self.task_queue) or ():
+                self.connect(url)
+        return out, ended
+
+    async def close(self) -> None:
+        """Stop reading the channels and the history."""
+        tasks = [*self.watchers, *self.tasks.values()]
+        for t in tasks:
             t.cancel()
-        for t in [watcher, *tasks.values()]:
+        for t in tasks:
             with contextlib.suppress(BaseException):
                 await t

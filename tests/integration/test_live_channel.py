@@ -8,6 +8,7 @@ would. The histories are checked for what watching must not add: no Signal, no p
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
 from activities.live import sign_token
-from tests.integration.test_live_serve import AUTH, TOKEN, events_of, read_sse
+from tests.integration.test_live_serve import AUTH, TOKEN, events_of
 from tests.integration.test_live_stream import step_texts
 from tests.support.harness import Harness
 from workers import client as rc
@@ -38,6 +39,38 @@ def script() -> list[Any]:
         ).with_chunk_delay(0.03),
         text(ANSWER).with_chunk_delay(0.03),
     ]
+
+
+def approval_first(reply: str) -> list[Any]:
+    """A call that waits for approval, then ``reply`` written slowly.
+
+    The reader approves, so it is surely watching when the reply's step starts (a step that
+    starts before anyone watches is not streamed: its text comes when it ends).
+    """
+    return [tool_call("deploy", {"target": "staging"}), text(reply).with_chunk_delay(0.03)]
+
+
+async def read_sse_approving(
+    resp: aiohttp.ClientResponse, client: Client, run_id: str
+) -> list[tuple[str | None, str, str]]:
+    """:func:`read_sse`, approving each approval request as it comes."""
+    out: list[tuple[str | None, str, str]] = []
+    ev_id, event, data = None, "message", []
+    async for raw in resp.content:
+        line = raw.decode().rstrip("\n")
+        if line.startswith("id: "):
+            ev_id = line[4:]
+        elif line.startswith("event: "):
+            event = line[7:]
+        elif line.startswith("data: "):
+            data.append(line[6:])
+        elif not line and data:
+            out.append((ev_id, event, "\n".join(data)))
+            item = json.loads(out[-1][2])
+            if item.get("type") == "approval_requested":
+                await rc.decide(client, run_id, item["tool_call_id"], "approve", "alice")
+            ev_id, event, data = None, "message", []
+    return out
 
 
 def step_items(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -144,7 +177,7 @@ async def test_reconnecting_reader_loses_no_step_event_across_a_worker_restart(
 async def test_console_on_another_address_streams_the_workers_deltas(
     client: Client, tmp_path: Path
 ):
-    model = ScriptedModel([text(ANSWER).with_chunk_delay(0.03)], chunk_chars=3)
+    model = ScriptedModel(approval_first(ANSWER), chunk_chars=3)
     async with Harness(client, tmp_path, model, live=WORKER_ADDRESS, live_secret=SECRET) as h:
         runner, url = await start_server(
             client, "127.0.0.1", 0, lambda r: f"http://ui/{r}", auth=AUTH, live_secret=SECRET
@@ -157,7 +190,7 @@ async def test_console_on_another_address_streams_the_workers_deltas(
                 aiohttp.ClientSession(headers=bearer) as http,
                 http.get(f"{url}/runs/{run_id}/events") as resp,
             ):
-                msgs = await read_sse(resp)
+                msgs = await read_sse_approving(resp, client, run_id)
             # the worker's channel refuses a reader without a token for the run
             async with (
                 aiohttp.ClientSession() as http,
@@ -175,11 +208,11 @@ async def test_console_on_another_address_streams_the_workers_deltas(
         signals, updates = await counts(client, run_id)
     evs = events_of(msgs)
     assert msgs[-1][1] == "end" and evs[-1]["type"] == "run_finished"
-    assert step_texts(evs) == [ANSWER]
+    assert step_texts(evs) == ["", ANSWER]
     live_ids = [i for i, e, d in msgs if e == "message" and '"live": true' in d]
     assert len(live_ids) > 3 and all(i is not None and "." in i for i in live_ids)
     assert refused == 401
-    assert (signals, updates) == (0, 0)
+    assert (signals, updates) == (0, 1)  # the approval's update, no poll
 
 
 async def test_live_reader_falls_back_to_the_stream_without_a_channel(
@@ -213,7 +246,7 @@ async def test_worker_killed_mid_stream_gives_model_retry_then_the_right_text(
     monkeypatch.setenv("AGENT_LIVE_SECRET", SECRET.decode())
     monkeypatch.setenv("AGENT_LIVE_ADDRESS", "127.0.0.2:0")
     model = ScriptedModel(
-        [text(LONG).with_chunk_delay(0.05), text(LONG).with_chunk_delay(0.01)], chunk_chars=3
+        [*approval_first(LONG)[:1], text(LONG).with_chunk_delay(0.05), text(LONG)], chunk_chars=3
     )
     async with Harness(client, tmp_path, model, worker=False) as h:
         log = tmp_path / "worker.log"
@@ -225,6 +258,8 @@ async def test_worker_killed_mid_stream_gives_model_retry_then_the_right_text(
             stats = ReaderStats()
             async for ev in run_events(client, handle.id, secret=SECRET, stats=stats):
                 events.append(ev)
+                if ev["type"] == "approval_requested":
+                    await rc.decide(client, handle.id, ev["tool_call_id"], "approve", "alice")
                 if ev["type"] == "text_delta" and ev.get("live") and w2 is None:
                     os.killpg(w1.pid, signal.SIGKILL)  # mid-stream: the process is gone
                     w1.wait()
@@ -243,7 +278,7 @@ async def test_worker_killed_mid_stream_gives_model_retry_then_the_right_text(
         e["delta"] for e in events[: events.index(retries[0])] if e["type"] == "text_delta"
     )
     assert before and LONG.startswith(before) and before != LONG  # partial text, then void
-    assert step_texts(events) == [LONG]
+    assert step_texts(events) == ["", LONG]
     steps = step_items(events)
     assert [e["offset"] for e in steps] == list(range(len(steps)))
 
@@ -274,12 +309,14 @@ async def test_live_reader_follows_continue_as_new(client: Client, tmp_path: Pat
 async def test_reader_dropped_mid_reply_resumes_without_repeating_or_losing_text(
     client: Client, tmp_path: Path
 ):
-    model = ScriptedModel([text(ANSWER).with_chunk_delay(0.05)], chunk_chars=3)
+    model = ScriptedModel(approval_first(ANSWER), chunk_chars=3)
     async with Harness(client, tmp_path, model, live=WORKER_ADDRESS, live_secret=SECRET) as h:
         handle = await h.start("answer")
         first: list[dict[str, Any]] = []
         async for ev in run_events(client, handle.id, secret=SECRET):
             first.append(ev)
+            if ev["type"] == "approval_requested":
+                await rc.decide(client, handle.id, ev["tool_call_id"], "approve", "alice")
             if ev.get("live") and ev.get("chars", 0) > 20:
                 break  # the connection drops in the middle of the reply
         await asyncio.sleep(0.3)  # the model goes on writing meanwhile
@@ -296,7 +333,7 @@ async def test_reader_dropped_mid_reply_resumes_without_repeating_or_losing_text
             )
         ]
         await handle.result()
-    assert step_texts(first + rest) == [ANSWER]
+    assert step_texts(first + rest) == ["", ANSWER]
     assert any(e.get("live") for e in rest), "the rest of the reply came live"
     steps = step_items(first + rest)
     assert [e["offset"] for e in steps] == list(range(len(steps)))

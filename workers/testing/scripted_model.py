@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from workers.testing._chunk_log import ChunkLog
 from workers.testing._loop_thread import LoopThread
 from workers.testing._sse import completion_chunks, write_event_stream
 from workers.testing.scripted_replies import (
@@ -186,25 +187,8 @@ class ScriptedModel:
         self._consumed = 0
         self._port: int | None = None
         self._loop_thread = LoopThread("ScriptedModel")
-        self._sent: list[tuple[int, float, str]] = []
+        self.chunk_log = ChunkLog()  # when each streamed text chunk was written
         self._runner: web.AppRunner | None = None
-
-    def _chunk_sent(self, completion: int, chunk: dict[str, Any]) -> None:
-        choices = chunk.get("choices") or []
-        content = (choices[0].get("delta") or {}).get("content") if choices else None
-        if content:
-            with self._lock:
-                self._sent.append((completion, time.monotonic(), content))
-
-    @property
-    def sent_text_chunks(self) -> list[tuple[int, float, str]]:
-        """``(completion number, time.monotonic() once written, text)`` of every streamed text chunk.
-
-        The completion number counts this server's answers from 1; ``make bench`` measures the
-        delay from here to a watcher with it (bench/stream_cost.py).
-        """
-        with self._lock:
-            return list(self._sent)
 
     # ---- lifecycle ---------------------------------------------------------------------------
 
@@ -440,14 +424,8 @@ class ScriptedModel:
                 payload, self.chunk_chars, self.stream_usage and bool(options.get("include_usage"))
             )
             delay = self.chunk_delay if reply.chunk_delay is None else reply.chunk_delay
-            return write_event_stream(
-                request,
-                chunks,
-                delay,
-                headers,
-                cut_after=reply.cut_after,
-                on_sent=lambda c, n=n: self._chunk_sent(n, c),
-            )
+            hook = self.chunk_log.hook(n)
+            return write_event_stream(request, chunks, delay, headers, reply.cut_after, hook)
         if reply.cut_after is not None:
             raw = json.dumps(payload).encode()[: reply.cut_after]
             return web.Response(
