@@ -8,7 +8,6 @@ would. The histories are checked for what watching must not add: no Signal, no p
 from __future__ import annotations
 
 import asyncio
-import json
 from pathlib import Path
 from typing import Any
 
@@ -17,15 +16,17 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
 from activities.live import sign_token
-from tests.integration.test_live_serve import AUTH, TOKEN, events_of
-from tests.integration.test_live_stream import step_texts
 from tests.support.harness import Harness
+from tests.support.live import events_of, read_sse_approving, step_texts
 from workers import client as rc
+from workers.console.auth import Authenticator
 from workers.console.serve import start_server
 from workers.live_reader import ReaderStats, run_events
 from workers.testing.scripted_model import ScriptedModel, text, tool_call, tool_calls
 
 SECRET = b"live-channel-test-secret"
+TOKEN = "live-channel-console-token"
+AUTH = Authenticator(token=TOKEN)
 WORKER_ADDRESS = "127.0.0.2:0"
 FIRST = "Reading the file and deploying it to staging now."
 ANSWER = "The file says the answer is 42, and the deploy to staging went through."
@@ -48,29 +49,6 @@ def approval_first(reply: str) -> list[Any]:
     starts before anyone watches is not streamed: its text comes when it ends).
     """
     return [tool_call("deploy", {"target": "staging"}), text(reply).with_chunk_delay(0.03)]
-
-
-async def read_sse_approving(
-    resp: aiohttp.ClientResponse, client: Client, run_id: str
-) -> list[tuple[str | None, str, str]]:
-    """:func:`read_sse`, approving each approval request as it comes."""
-    out: list[tuple[str | None, str, str]] = []
-    ev_id, event, data = None, "message", []
-    async for raw in resp.content:
-        line = raw.decode().rstrip("\n")
-        if line.startswith("id: "):
-            ev_id = line[4:]
-        elif line.startswith("event: "):
-            event = line[7:]
-        elif line.startswith("data: "):
-            data.append(line[6:])
-        elif not line and data:
-            out.append((ev_id, event, "\n".join(data)))
-            item = json.loads(out[-1][2])
-            if item.get("type") == "approval_requested":
-                await rc.decide(client, run_id, item["tool_call_id"], "approve", "alice")
-            ev_id, event, data = None, "message", []
-    return out
 
 
 def step_items(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
