@@ -402,6 +402,7 @@ class _Reader:
         running = desc.status == WorkflowExecutionStatus.RUNNING
         self.closed_at: float | None = None if running else now
         self.rediscover_at = now + REDISCOVER_SECONDS
+        self.channel_at = 0.0  # when a channel last gave a step item
 
     def connect(self, url: str) -> None:
         """Read ``url``'s live channel (again, if the last connection ended)."""
@@ -442,13 +443,13 @@ class _Reader:
             return m.live(value)
         elif kind == "item":
             self.stats.step_items += 1
-            self.expect_at = None
+            self.expect_at, self.channel_at = None, time.monotonic()
             return m.step(value)
         elif kind == "worker":
             url = _identity_urls(str(value))
             if url:
                 self.connect(url)
-        elif kind == "task" and time.monotonic() - m.step_at > 3.0:
+        elif kind == "task" and time.monotonic() - self.channel_at > 3.0:
             self.expect_at = time.monotonic() + self.gap  # nothing came with it: wait a little
         elif kind == "closed" and value:  # continued as new: read the next run's history
             self.watchers.append(

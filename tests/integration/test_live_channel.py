@@ -316,3 +316,28 @@ async def test_reader_dropped_mid_reply_resumes_without_repeating_or_losing_text
     steps = step_items(first + rest)
     assert [e["offset"] for e in steps] == list(range(len(steps)))
     assert stats.queries == 0, "the worker's channel had everything from the last offset"
+
+
+async def test_a_channel_out_of_reach_still_gives_every_step_event(client: Client, tmp_path: Path):
+    """The worker advertises an address nobody answers at: the stream's queries give it all."""
+    model = ScriptedModel(approval_first(ANSWER), chunk_chars=3)
+    async with Harness(
+        client,
+        tmp_path,
+        model,
+        live=WORKER_ADDRESS,
+        live_secret=SECRET,
+        live_advertise="127.0.0.1:9",  # discard port: refused
+    ) as h:
+        handle = await h.start("deploy and answer")
+        stats = ReaderStats()
+        events: list[dict[str, Any]] = []
+        async for ev in run_events(client, handle.id, secret=SECRET, stats=stats):
+            events.append(ev)
+            if ev["type"] == "approval_requested":
+                await rc.decide(client, handle.id, ev["tool_call_id"], "approve", "alice")
+        await handle.result()
+        full = [ev async for ev in rc.follow(client, handle.id)]
+    assert not stats.fallback and stats.queries >= 1
+    assert [(e["type"], e["offset"]) for e in events] == [(e["type"], e["offset"]) for e in full]
+    assert step_texts(events) == ["", ANSWER]

@@ -81,11 +81,13 @@ class Harness:
         settings: dict[str, Any] | None = None,
         live: str | None = None,
         live_secret: bytes = b"test-live-secret",
+        live_advertise: str | None = None,
     ) -> None:
         self.client = client
         self.live_address = live
         """Where the worker serves its live channel (``host:port``; None: no live channel)."""
         self.live_secret = live_secret
+        self.live_advertise = live_advertise
         self.live: Any = None
         """The running ``workers.live_server.LiveServer`` (its ``url``), while the worker runs."""
         self.model = model
@@ -132,7 +134,7 @@ class Harness:
         if self.live_address is not None:
             from workers.live_server import LiveServer
 
-            self.live = LiveServer(self.live_address, self.live_secret)
+            self.live = LiveServer(self.live_address, self.live_secret, self.live_advertise)
             live_url = await self.live.start()
         self._worker, *self._model_workers = build_workers(
             self.client, self.settings, runtime=self._runtime, live_url=live_url
