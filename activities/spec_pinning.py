@@ -146,13 +146,14 @@ _NEW_SPEC_DEFAULTS: dict[str, Any] = {
     "plan": PlanSettings().model_dump(mode="json"),
     "code_mode": None,
     "local_tools_in_model_step": True,
+    "guardrails": None,
 }
 _NEW_TOOL_DEFAULTS: dict[str, Any] = {"agent": None, "kind": "tool"}
 
 
 _NEW_NESTED_DEFAULTS: dict[str, dict[str, Any]] = {
     "limits": {"max_sandbox_seconds": None},
-    "pricing": {"sandbox_per_second": 0.0},
+    "pricing": {"sandbox_per_second": 0.0, "cached_prompt_per_mtok": None},
 }
 
 

@@ -81,6 +81,12 @@ class Pricing(BaseModel):
 
     prompt_per_mtok: float = Field(default=0.0, description="USD per million prompt tokens")
     completion_per_mtok: float = Field(default=0.0, description="USD per million completion tokens")
+    cached_prompt_per_mtok: float | None = Field(
+        default=None,
+        ge=0,
+        description="USD per million prompt tokens served from the endpoint's prompt cache "
+        "(OpenAI bills them at a discount); unset: priced as prompt_per_mtok",
+    )
     sandbox_per_second: float = Field(
         default=0.0, ge=0, description="US dollars per second of sandboxed tool time"
     )

@@ -31,6 +31,7 @@ from bench.feature_tables import (
 )
 from bench.infra import jsonable
 from bench.machine import machine_info
+from bench.prompt_cache import table_prompt_cache
 from bench.scenarios import SCENARIOS
 from bench.summary import machine_table, summary_table
 from bench.tables import (
@@ -47,7 +48,7 @@ from bench.tables import (
 
 DEFAULT_ORDER = [
     "peers", "history", "overhead", "throughput", "cpu", "crash", "tuning", "fairness", "rate_limit", "evals",
-    "encryption", "memory", "memory_e2e", "sandbox", "code_mode", "cli", "watch",
+    "encryption", "memory", "memory_e2e", "sandbox", "code_mode", "cli", "prompt_cache", "watch",
 ]  # fmt: skip
 console = Console()
 
@@ -69,6 +70,7 @@ TABLES = {
     "code_mode": table_code_mode,
     "evals": table_evals,
     "cli": table_cli,
+    "prompt_cache": table_prompt_cache,
     "watch": table_watch,
 }
 

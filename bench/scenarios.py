@@ -18,6 +18,7 @@ from bench.memory_e2e import scenario_memory_e2e
 from bench.models import scenario_fairness, scenario_rate_limit
 from bench.overhead import scenario_overhead
 from bench.peers import scenario_peers
+from bench.prompt_cache import scenario_prompt_cache
 from bench.sandbox import scenario_sandbox
 from bench.stream_cost import scenario_watch
 from bench.throughput import scenario_throughput, scenario_tuning
@@ -41,4 +42,5 @@ SCENARIOS = {
     "evals": scenario_evals,
     "watch": scenario_watch,
     "cli": scenario_cli,
+    "prompt_cache": scenario_prompt_cache,
 }

@@ -35,6 +35,9 @@ from activities.search_attributes import namespace_has_search_attributes
 from activities.signing import decision_message, sign_decision
 from workers.config import Settings, load_settings, temporal_connect_config
 from workers.payloads.converter import build_data_converter
+from workers.run_memo import MEMO_INPUT_CHARS as MEMO_INPUT_CHARS
+from workers.run_memo import MEMO_REQUEST as MEMO_REQUEST
+from workers.run_memo import request_memo as request_memo
 from workers.telemetry import temporal_plugins
 from workflows.events import TOPIC as EVENTS_TOPIC
 from workflows.models import (
@@ -192,7 +195,9 @@ async def start_run(
 
     Search attributes are set at start only when the namespace has them registered, with
     ``AgentStatus`` ``running`` (a revision-4 run then needs no upsert until something changes,
-    docs/throughput.md); the run keeps them current from then on.
+    docs/throughput.md); the run keeps them current from then on. The memo
+    :data:`MEMO_REQUEST` holds the start of the request, for listings (a start-time field: no
+    workflow command, no event of its own).
     """
     from workflows.render import static_details, static_summary
     from workflows.state import SA_AGENT, SA_PRINCIPAL, SA_STATUS, SA_TENANT
@@ -222,6 +227,7 @@ async def start_run(
         static_summary=static_summary(req),
         static_details=static_details(req),
         search_attributes=sa,  # None: the default (the namespace lacks them)
+        memo={MEMO_REQUEST: request_memo(req)},
     )
     return cast("WorkflowHandle[AgentRun, RunResult]", h)
 
@@ -414,11 +420,19 @@ async def send_message(client: Client, run_id: str, content: str, principal_id: 
 
 
 def list_query(
-    agent: str | None = None, status: str | None = None, tenant: str | None = None
+    agent: str | None = None,
+    status: str | None = None,
+    tenant: str | None = None,
+    principal: str | None = None,
 ) -> str:
-    """Visibility query over the run's search attributes (the same one ``agentctl list`` uses)."""
+    """Visibility query over the run's search attributes (the same one ``agentctl list`` uses).
+
+    Each given value narrows by equality: ``AgentName``, ``AgentStatus``, ``TenantId``,
+    ``PrincipalId``; values are quoted (a quote or backslash in one cannot end the string).
+    """
     parts = [f"WorkflowType = '{WORKFLOW_NAME}'"]
-    for key, value in (("AgentName", agent), ("AgentStatus", status), ("TenantId", tenant)):
+    named = (("AgentName", agent), ("AgentStatus", status), ("TenantId", tenant))
+    for key, value in (*named, ("PrincipalId", principal)):
         if value:
             parts.append(f"{key} = '{_quote(value)}'")
     return " AND ".join(parts)

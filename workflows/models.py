@@ -13,14 +13,28 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from temporalio.contrib.workflow_streams import WorkflowStreamState
 
 from activities.contracts import StepToolCall, Usage
+from activities.guardrail_models import GuardrailTrip
 from activities.spec import PinnedSpec
 from activities.spec_settings import MAX_RUN_SECONDS
 
 RunStatus = Literal[
-    "completed", "interrupted", "max_turns", "timeout", "loop_detected", "budget_exceeded", "failed"
+    "completed",
+    "interrupted",
+    "max_turns",
+    "timeout",
+    "loop_detected",
+    "budget_exceeded",
+    "failed",
+    "guardrail",
 ]
 LiveStatus = Literal[
-    "starting", "running", "awaiting_approval", "paused", "waiting_for_message", "budget_paused"
+    "starting",
+    "running",
+    "awaiting_approval",
+    "paused",
+    "waiting_for_message",
+    "budget_paused",
+    "guardrail_paused",
 ]
 ToolCallStatus = Literal[
     "ok", "error", "rejected", "denied", "timed_out", "pending", "running", "cancelled"
@@ -164,6 +178,10 @@ class RunResult(BaseModel):
         default_factory=list, description="agents the run was handed to, in order (handoffs)"
     )
     plan: PlanView | None = None
+    guardrails: list[GuardrailTrip] = Field(
+        default_factory=list[GuardrailTrip],
+        description="every guardrail that tripped, in order (docs/guardrails.md)",
+    )
     model_steps: list[dict[str, Any]] = Field(default_factory=list[dict[str, Any]])
     """One ``{"turn", "model", "duration_ms", "usage"}`` per model step, naming the model that
     answered (a fallback's name when the primary failed); ``duration_ms`` is the answering call's
@@ -357,6 +375,7 @@ class RunState(BaseModel):
     children: list[ChildRecord] = Field(default_factory=list[ChildRecord])
     lineage: list[str] = Field(default_factory=list)
     plan: PlanView | None = None
+    guardrails: list[GuardrailTrip] = Field(default_factory=list[GuardrailTrip])
 
 
 class RunData(BaseModel):
@@ -421,6 +440,10 @@ class RunData(BaseModel):
         description="revision 4: search attribute name -> the value listings show (set at start "
         "or upserted); an upsert carries only what differs from it",
     )
+    guardrails: list[GuardrailTrip] = Field(
+        default_factory=list[GuardrailTrip],
+        description="guardrails that tripped, in order (details never hold what they found)",
+    )
     tools_in_step: bool = Field(
         default=False,
         description="patch tools-in-model-step: allowed local tools' calls ride the next model "
@@ -442,6 +465,12 @@ class RunData(BaseModel):
     verdicts: dict[str, Decision] = Field(default_factory=dict, exclude=True)
     interrupt: InterruptSignal | None = Field(default=None, exclude=True)
     budget_paused: bool = Field(default=False, exclude=True)
+    guardrail_blocked: GuardrailTrip | None = Field(
+        default=None, exclude=True, description="a block not acted on yet (workflows/guardrails.py)"
+    )
+    guardrail_paused: bool = Field(
+        default=False, exclude=True, description="paused by a block, for a person"
+    )
     parse_failures: int = Field(default=0, exclude=True)
     token_counts: list[int] = Field(
         default_factory=list[int], exclude=True, description="exact tokens of messages[:len(...)]"

@@ -157,7 +157,7 @@ async def test_console_shows_a_run_live_and_approves_with_a_click(client: Client
                     "Run completed: the model answered", timeout=20_000
                 )
                 await expect(page.locator("#timeline .step .text").last).to_have_text(ANSWER)
-                await expect(page.locator("#runs li.current")).to_have_count(1, timeout=10_000)
+                await expect(page.locator("#runs tr.current")).to_have_count(1, timeout=10_000)
                 await browser.close()
         finally:
             await runner.cleanup()

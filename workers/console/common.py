@@ -17,7 +17,7 @@ from typing import TypeVar
 from aiohttp import web
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pydantic import BaseModel, ValidationError
-from temporalio.client import Client, WorkflowUpdateFailedError
+from temporalio.client import Client, WorkflowExecutionDescription, WorkflowUpdateFailedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from workers import client as rc
@@ -113,6 +113,14 @@ def _no_such_run(run_id: str) -> web.HTTPNotFound:
 async def _own_run(request: web.Request) -> str:
     """The path's run id, once it is known to be a run (``AgentRun``) of the person's tenants.
 
+    As :func:`_own_run_described`, without the description.
+    """
+    return (await _own_run_described(request))[0]
+
+
+async def _own_run_described(request: web.Request) -> tuple[str, WorkflowExecutionDescription]:
+    """The path's run id and its description (latest execution), once it is the person's.
+
     Raises:
         web.HTTPNotFound: ``{"error": "no such run: <id>"}``, the same status and body whether
             the id is missing, another tenant's run or another workflow type (no existence
@@ -130,7 +138,7 @@ async def _own_run(request: web.Request) -> str:
     tenant = ((desc.search_attributes or {}).get("TenantId") or ["default"])[0]
     if desc.workflow_type != WORKFLOW_NAME or not ident.may_see(str(tenant)):
         raise _no_such_run(run_id)
-    return run_id
+    return run_id, desc
 
 
 def _tenant_filter(ident: ca.Identity) -> str:

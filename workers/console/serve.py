@@ -7,13 +7,14 @@ An aiohttp application (:func:`build_app`) on ``127.0.0.1:8235`` by default:
   Events: ``id`` is the item's offset, ``data`` its JSON; a ``Last-Event-ID`` header (sent by a
   browser's ``EventSource`` when it reconnects) or ``?from=N`` resumes; an ``end`` event follows
   ``run_finished``; a comment line keeps idle connections open every :data:`KEEPALIVE_SECONDS`.
-* ``GET /api/runs`` -- recent runs (visibility query, newest first); ``GET /runs/{run_id}`` --
-  the ``state`` query.
+* ``GET /api/runs`` -- recent runs (visibility query, newest first; filters ``status``, ``agent``,
+  ``principal``, ``parent``); ``GET /runs/{run_id}`` -- the run's page: the ``state`` query, or
+  its history when it is closed or no worker answers (:mod:`workers.console.run_view`).
 * ``POST /runs`` (``{"input", "agent"?, "mode"?, "principal_id"?, "tenant_id"?}``) starts a run;
   ``POST /runs/{run_id}/approve`` and ``/reject`` (``{"tool_call_id", "principal_id", "reason"?,
   "comment"?, "arguments"?}``) decide a pending call through the update ``decide``;
-  ``POST /runs/{run_id}/interrupt`` (``{"principal_id", "reason"?}``) and ``/messages``
-  (``{"content", "principal_id"}``) send those signals.
+  ``POST /runs/{run_id}/interrupt`` (``{"principal_id", "reason"?}``), ``/pause``, ``/resume``
+  (``{"principal_id"?}``) and ``/messages`` (``{"content", "principal_id"}``) send those signals.
 
 * ``GET /api/memory?tenant=T&q=...`` -- what runs remember about you (your ``user:`` scope);
   ``POST /api/memory/{item_id}/delete`` deletes one of your items for real (audited).
@@ -79,6 +80,7 @@ from workers.console.runs import (
     _decider,
     _interrupt,
     _message,
+    _pauser,
     _runs,
     _start,
     _state,
@@ -155,6 +157,8 @@ def build_app(
     app.router.add_post("/runs/{run_id}/reject", _decider("reject"))
     app.router.add_post("/runs/{run_id}/interrupt", _interrupt)
     app.router.add_post("/runs/{run_id}/messages", _message)
+    app.router.add_post("/runs/{run_id}/pause", _pauser("pause"))
+    app.router.add_post("/runs/{run_id}/resume", _pauser("resume"))
     app.router.add_get("/api/memory", _memory)
     app.router.add_post("/api/memory/{item_id}/delete", _memory_delete)
     app.router.add_get("/api/suites", _suites)
