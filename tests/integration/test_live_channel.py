@@ -341,3 +341,24 @@ async def test_a_channel_out_of_reach_still_gives_every_step_event(client: Clien
     assert not stats.fallback and stats.queries >= 1
     assert [(e["type"], e["offset"]) for e in events] == [(e["type"], e["offset"]) for e in full]
     assert step_texts(events) == ["", ANSWER]
+
+
+async def test_output_guardrails_keep_a_watched_steps_text_whole(client: Client, tmp_path: Path):
+    """Text an ``output`` guardrail checks is never sent live, even to a channel's watcher."""
+    card = "4111 1111 1111 1111"
+    model = ScriptedModel(approval_first(f"Your card is {card}."), chunk_chars=3)
+    agents = {"default": {"guardrails": {"output": ["pii"]}}}
+    async with Harness(
+        client, tmp_path, model, agents=agents, live=WORKER_ADDRESS, live_secret=SECRET
+    ) as h:
+        handle = await h.start("what is my card?")
+        events: list[dict[str, Any]] = []
+        async for ev in run_events(client, handle.id, secret=SECRET):
+            events.append(ev)
+            if ev["type"] == "approval_requested":
+                await rc.decide(client, handle.id, ev["tool_call_id"], "approve", "alice")
+        res = await handle.result()
+    assert res.output == "Your card is [REDACTED]."
+    assert not [e for e in events if e.get("live")]
+    assert model.requests[-1].body.get("stream") is not True
+    assert step_texts(events) == ["", res.output]
