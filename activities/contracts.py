@@ -12,6 +12,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from activities.client_tools import CLIENT_TOOL_TIMEOUT_SECONDS as CLIENT_TOOL_TIMEOUT_SECONDS
+from activities.client_tools import ClientToolDef
 from activities.guardrail_models import GuardrailTrip, StageGuardrails
 from activities.usage import Usage as Usage  # re-exported: its home before it had one
 
@@ -370,10 +372,16 @@ class ToolInfo(BaseModel):
     Temporal Cloud counts all local activities of one workflow task as one action). Never with
     ``task_queue`` or ``mcp``."""
     mcp: McpTarget | None = None
-    kind: Literal["tool", "subagent", "handoff", "code"] = "tool"
+    kind: Literal["tool", "subagent", "handoff", "code", "client"] = "tool"
     """``subagent``: ``ask_<agent>`` starts a child run; ``handoff``: ``handoff_to_<agent>`` hands
     the run to another agent; neither is a ``tool.invoke`` activity (activities/subagents.py).
-    ``code``: the Code Mode tool, a script over the agent's tools (workflows/code_mode.py)."""
+    ``code``: the Code Mode tool, a script over the agent's tools (workflows/code_mode.py).
+    ``client``: the client runs it; the run waits for update ``tool_result`` up to
+    ``timeout_seconds`` (workflows/client_tools.py, docs/tools.md)."""
+    callback: bool = False
+    """The tool may hand an outside system a callback URL (``ToolContext.callback_url``) and
+    finish later through ``POST /callbacks/{token}``: its activity has no heartbeat timeout (the
+    outside system cannot heartbeat), only ``timeout_seconds``."""
     agent: str | None = None
     """The agent a ``subagent`` or ``handoff`` tool names."""
 
@@ -399,6 +407,9 @@ class ResolveSpecInput(BaseModel):
     history records which behaviour it started with (0: a workflow before revision 3)."""
     tools: list[str] | None = None
     """Offer only these of the agent's tools (``RunRequest.tools``); None: all of them."""
+    client_tools: list[ClientToolDef] | None = None
+    """Tools the client runs, sent with the request (``RunRequest.client_tools``): pinned
+    beside the spec's own (a name the agent already has is refused)."""
 
 
 class CountTokensInput(BaseModel):

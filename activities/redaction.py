@@ -39,7 +39,7 @@ from temporalio.worker import (
 )
 
 REDACTED = "[REDACTED]"
-ALWAYS_SECRET = ("OPENAI_API_KEY", "TEMPORAL_API_KEY")
+ALWAYS_SECRET = ("OPENAI_API_KEY", "TEMPORAL_API_KEY", "AGENT_CALLBACK_KEY")
 """Environment variables whose values are always secret."""
 MIN_SECRET_CHARS = 4
 

@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import sys
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
@@ -21,6 +21,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
 from activities import metrics
+from activities.callbacks import CallbackSigner
 from activities.code_mode import code_tool
 from activities.contracts import (
     ERR_MCP_UNAVAILABLE,
@@ -57,6 +58,7 @@ from activities.spec import (
     resolve_agent,
     spec_hash,
 )
+from activities.spec_tools import check_guardrail_names, client_tools, only_tools
 from activities.subagents import agent_tools
 from activities.tools import REGISTRY, ToolContext, ToolRegistry, UnknownToolError
 
@@ -81,6 +83,9 @@ class RuntimeActivities:
             workspace anywhere else stays an error that says how to create it.
         mcp_pool: the worker's MCP connections (a new pool when omitted); :meth:`aclose` stops
             its stdio servers.
+        callbacks: signs the callback URLs of tools finished later
+            (``ToolContext.callback_url``, activities/callbacks.py); None: such tools get a
+            ``ToolError`` when they ask for one.
 
     Secrets are redacted from everything an activity returns, raises, heartbeats or logs by
     :class:`activities.redaction.RedactingInterceptor`, which ``build_worker`` installs; tool
@@ -95,6 +100,7 @@ class RuntimeActivities:
         always_secret: tuple[str, ...] = ALWAYS_SECRET,
         own_dirs: tuple[str | Path, ...] = (),
         mcp_pool: McpPool | None = None,
+        callbacks: CallbackSigner | None = None,
     ) -> None:
         self._spec_file = spec_file
         self._default_model = default_model
@@ -103,6 +109,7 @@ class RuntimeActivities:
         self._search_attributes: bool | None = None  # the namespace's answer, once known
         self._own_dirs = tuple(Path(d).expanduser().resolve() for d in own_dirs)
         self.mcp_pool = mcp_pool or McpPool()
+        self.callbacks = callbacks
 
     async def aclose(self) -> None:
         """Stop the MCP stdio servers this worker started."""
@@ -125,6 +132,7 @@ class RuntimeActivities:
             tools = await self._pin_tools(spec)
             tools += self._agent_tools(path, spec, tools)
             tools += self._code_tool(spec, tools)
+            tools += client_tools(spec, tools, req.client_tools)
             tools = only_tools(tools, req.tools, spec.name)
             check_guardrail_names(spec)
         except (SpecError, UnknownToolError, McpToolsError) as e:
@@ -355,11 +363,24 @@ class RuntimeActivities:
             principal_id=req.principal_id,
             idempotency_key=idempotency_key(req),
             run_files=dict(req.run_files),
+            callback=self._callback_maker(req),
         )
         if req.mcp is not None:
             return invoke_mcp(self.mcp_pool, req, timeout=None)
         return self._registry.invoke(
             req.name, req.arguments, ctx, max_output_chars=req.max_output_chars
+        )
+
+    def _callback_maker(self, req: InvokeToolInput) -> Callable[[], str] | None:
+        """What makes the call's callback URL: None without a signer or outside an activity."""
+        signer = self.callbacks
+        if signer is None or not activity.in_activity():
+            return None
+        info = activity.info()
+        if info.is_local or info.activity_type != TOOL_INVOKE:  # not its own activity
+            return None
+        return lambda: signer.for_current_activity(
+            req.run_id, req.call_id, req.name, req.max_output_chars
         )
 
     async def run_first(self, calls: list[StepToolCall]) -> list[ToolOutcome]:
@@ -445,42 +466,3 @@ def _bound_log(req: InvokeToolInput) -> Any:
         call_id=req.call_id,
         tenant_id=req.tenant_id,
     )
-
-
-def check_guardrail_names(spec: AgentSpec) -> None:
-    """Every guardrail the spec names is built in or registered with ``@guardrail`` here.
-
-    Raises:
-        SpecError: names one that is neither (the message lists those this worker has).
-    """
-    if spec.guardrails is None:
-        return
-    from activities.guardrails import BUILTINS, GUARDRAILS, unknown_guardrails
-
-    for stage in ("input", "tool_results", "output"):
-        entries = spec.guardrails.stage(stage)
-        unknown = unknown_guardrails(entries)
-        if unknown:
-            i = next(n for n, e in enumerate(entries) if e.name == unknown[0])
-            raise SpecError(
-                f"agents.{spec.name}.guardrails.{stage}.{i}: unknown guardrail {unknown[0]!r}; "
-                f"built in: {', '.join(BUILTINS)}; registered with @guardrail on this worker: "
-                f"{', '.join(GUARDRAILS.names()) or 'none'} (from tool_modules)"
-            )
-
-
-def only_tools(tools: list[ToolInfo], names: list[str] | None, agent: str) -> list[ToolInfo]:
-    """``tools`` restricted to ``names`` (``RunRequest.tools``), in the spec's order; None: all.
-
-    Raises:
-        SpecError: a name is not one of the agent's tools.
-    """
-    if names is None:
-        return tools
-    have = {t.name for t in tools}
-    missing = [n for n in names if n not in have]
-    if missing:
-        raise SpecError(
-            f"agents.{agent}: the run asks for tool(s) {', '.join(missing)} the agent does not have"
-        )
-    return [t for t in tools if t.name in set(names)]

@@ -13,7 +13,7 @@ import uuid
 import weakref
 from collections.abc import AsyncGenerator, Callable, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
 from temporalio.client import (
     Client,
@@ -30,10 +30,12 @@ from temporalio.contrib.workflow_streams import WorkflowStreamClient
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.contracts import fairness_key
+from activities.contracts import ClientToolDef, fairness_key
 from activities.search_attributes import namespace_has_search_attributes
 from activities.signing import decision_message, sign_decision
 from workers.config import Settings, load_settings, temporal_connect_config
+from workers.listing import list_query as list_query
+from workers.listing import list_runs as list_runs
 from workers.payloads.converter import build_data_converter
 from workers.run_memo import MEMO_INPUT_CHARS as MEMO_INPUT_CHARS
 from workers.run_memo import MEMO_REQUEST as MEMO_REQUEST
@@ -52,12 +54,16 @@ from workflows.models import (
     RunRequest,
     RunResult,
     RunState,
+    ToolResultAnswer,
+    ToolResultUpdate,
 )
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
     from workflows.agent_run import AgentRun
+
+R = TypeVar("R")
 
 # The run is addressed by its names (docs/contract.md), not through ``workflows.agent_run``: that
 # module pulls in every step of the workflow, which a command such as ``agentctl status`` does not
@@ -67,6 +73,7 @@ if TYPE_CHECKING:
 QUERY_STATE = "state"
 QUERY_TRANSCRIPT = "transcript"
 UPDATE_DECIDE = "decide"
+UPDATE_TOOL_RESULT = "tool_result"
 SIGNAL_APPROVE = "approve"
 SIGNAL_REJECT = "reject"
 SIGNAL_INTERRUPT = "interrupt"
@@ -354,13 +361,13 @@ async def decide(
                 upd.roles,
             ),
         )
-    return await _decide_when_recorded(handle(client, run_id), upd)
+    return await _when_recorded(handle(client, run_id), UPDATE_DECIDE, upd, DecideResult)
 
 
-async def _decide_when_recorded(
-    h: WorkflowHandle[Any, RunResult], upd: DecideUpdate
-) -> DecideResult:
-    """Send update ``decide`` to ``h``; a ``DecisionNotYetRecorded`` refusal is retried 0.25 s apart.
+async def _when_recorded(
+    h: WorkflowHandle[Any, RunResult], name: str, upd: Any, result_type: type[R]
+) -> R:
+    """Send update ``name`` to ``h``; a ``DecisionNotYetRecorded`` refusal is retried 0.25 s apart.
 
     Retries for up to :data:`NOT_IN_HISTORY_RETRY_SECONDS`, then re-raises that refusal.
 
@@ -370,7 +377,7 @@ async def _decide_when_recorded(
     deadline = asyncio.get_running_loop().time() + NOT_IN_HISTORY_RETRY_SECONDS
     while True:
         try:
-            return await h.execute_update(UPDATE_DECIDE, upd, result_type=DecideResult)
+            return await h.execute_update(name, upd, result_type=result_type)
         except WorkflowUpdateFailedError as e:
             from workflows.handlers import DECISION_NOT_YET_RECORDED
 
@@ -381,6 +388,19 @@ async def _decide_when_recorded(
             if not not_yet or asyncio.get_running_loop().time() > deadline:
                 raise
         await asyncio.sleep(0.25)
+
+
+async def tool_result(
+    client: Client, run_id: str, upd: ToolResultUpdate | dict[str, Any]
+) -> ToolResultAnswer:
+    """Send update ``tool_result``: the result of a client tool's call (docs/tools.md).
+
+    Raises:
+        temporalio.client.WorkflowUpdateFailedError: refused (``ToolResultRefused``: unknown or
+            finished call, bad payload, unauthorised principal; the message says which). A
+            call published outside a workflow task is retried as for ``decide``.
+    """
+    return await _when_recorded(handle(client, run_id), UPDATE_TOOL_RESULT, upd, ToolResultAnswer)
 
 
 async def approve_signal(client: Client, run_id: str, sig: ApproveSignal) -> None:
@@ -412,42 +432,16 @@ async def resume(client: Client, run_id: str, principal_id: str) -> None:
     await handle(client, run_id).signal(SIGNAL_RESUME, PrincipalSignal(principal_id=principal_id))
 
 
-async def send_message(client: Client, run_id: str, content: str, principal_id: str) -> None:
-    """Send signal ``send_message``."""
-    await handle(client, run_id).signal(
-        SIGNAL_SEND_MESSAGE, MessageSignal(content=content, principal_id=principal_id)
-    )
-
-
-def list_query(
-    agent: str | None = None,
-    status: str | None = None,
-    tenant: str | None = None,
-    principal: str | None = None,
-) -> str:
-    """Visibility query over the run's search attributes (the same one ``agentctl list`` uses).
-
-    Each given value narrows by equality: ``AgentName``, ``AgentStatus``, ``TenantId``,
-    ``PrincipalId``; values are quoted (a quote or backslash in one cannot end the string).
-    """
-    parts = [f"WorkflowType = '{WORKFLOW_NAME}'"]
-    named = (("AgentName", agent), ("AgentStatus", status), ("TenantId", tenant))
-    for key, value in (*named, ("PrincipalId", principal)):
-        if value:
-            parts.append(f"{key} = '{_quote(value)}'")
-    return " AND ".join(parts)
-
-
-def _quote(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("'", "\\'")
-
-
-async def list_runs(client: Client, query: str, limit: int = 50) -> Sequence[Any]:
-    """Executions matching a visibility query, newest first (at most ``limit``)."""
-    out = []
-    async for wf in client.list_workflows(query, limit=limit):
-        out.append(wf)
-    return out
+async def send_message(
+    client: Client,
+    run_id: str,
+    content: str,
+    principal_id: str,
+    client_tools: list[ClientToolDef] | None = None,
+) -> None:
+    """Send signal ``send_message`` (``client_tools``: offered from this message on)."""
+    sig = MessageSignal(content=content, principal_id=principal_id, client_tools=client_tools)
+    await handle(client, run_id).signal(SIGNAL_SEND_MESSAGE, sig)
 
 
 async def follow(

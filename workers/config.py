@@ -20,6 +20,8 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from workers import live_settings as live_doc
+
 LOCAL_MODEL_NAME = "qwen2.5-coder-1.5b-instruct"
 """Name under which the embedded local model is served (``llama-server --alias``)."""
 
@@ -286,27 +288,11 @@ class Settings(BaseSettings):
         allow_inf_nan=False,
     )
 
-    live_address: str = _env(
-        "AGENT_LIVE_ADDRESS",
-        "127.0.0.1:0",
-        "host:port where a worker serves its live channel (GET /live/RUN_ID: the text deltas and "
-        "events of the runs it executes, as Server-Sent Events, for the console and AG-UI; "
-        "workers/live_server.py); port 0 picks a free one; off: not served, and watchers then "
-        "read through the run's Workflow Stream (Updates and Signals; docs/live-runs.md)",
-    )
+    live_address: str = _env("AGENT_LIVE_ADDRESS", "127.0.0.1:0", live_doc.ADDRESS)
     live_advertise_address: str | None = _env(
-        "AGENT_LIVE_ADVERTISE_ADDRESS",
-        None,
-        "host:port (or URL) others reach the live channel at, put in the worker's identity "
-        "(default: the bound address; set it behind NAT or a Service)",
+        "AGENT_LIVE_ADVERTISE_ADDRESS", None, live_doc.ADVERTISE
     )
-    live_secret: str | None = _env(
-        "AGENT_LIVE_SECRET",
-        None,
-        "shared secret signing the live channel's tokens (HMAC-SHA256); the console and every "
-        "worker need the same (default: a random one in <state_dir>/live-secret, mode 0600, "
-        "which serves one machine)",
-    )
+    live_secret: str | None = _env("AGENT_LIVE_SECRET", None, live_doc.SECRET)
 
     console_auth: Literal["token", "oidc", "proxy"] = _env(
         "AGENT_CONSOLE_AUTH",
@@ -363,6 +349,19 @@ class Settings(BaseSettings):
         "encryption; "
         "unset: <state_dir>/encryption-keys when that file exists (make demo creates it), "
         "else no encryption",
+    )
+
+    callback_url: str = _env(
+        "AGENT_CALLBACK_URL",
+        "http://127.0.0.1:8235",
+        "where outside systems reach `agentctl serve` to finish tool calls later: callback "
+        "URLs are <this>/callbacks/<token> (docs/tools.md)",
+    )
+    callback_key: str | None = _env(
+        "AGENT_CALLBACK_KEY",
+        None,
+        "the HMAC key of callback tokens, base64 of at least 32 bytes, the same for workers and "
+        "`agentctl serve` (never logged); unset: <state_dir>/callback-key, created on first use",
     )
 
     memory_url: str | None = _env(

@@ -203,10 +203,18 @@ def runtime_activities(settings: Settings) -> RuntimeActivities:
 
     A spec's workspace inside the runtime's own state folder (``AGENT_STATE_DIR``, ``AGENT_HOME``
     or the checkout's ``.agent-runtime``) is created on first use, so the default agent runs on a
-    fresh clone (or a fresh install) before ``make demo`` has filled its workspace.
+    fresh clone (or a fresh install) before ``make demo`` has filled its workspace. Callback URLs
+    are signed with the callback key (:mod:`workers.callback_keys`).
     """
+    from workers import callback_keys
+
     own = (settings.state_dir, settings.home, STATE_DIR_DEFAULT)
-    return RuntimeActivities(settings.spec_file, settings.default_model, own_dirs=own)
+    return RuntimeActivities(
+        settings.spec_file,
+        settings.default_model,
+        own_dirs=own,
+        callbacks=callback_keys.signer(settings),
+    )
 
 
 def local_activities(runtime: RuntimeActivities) -> list[Any]:

@@ -56,7 +56,11 @@ def spec_resolve(
     ``workflow_rev`` is echoed into the pinned spec, so the run's history records it.
     """
     inp = ResolveSpecInput(
-        agent=req.agent, spec_file=req.spec_file, workflow_rev=workflow_rev, tools=req.tools
+        agent=req.agent,
+        spec_file=req.spec_file,
+        workflow_rev=workflow_rev,
+        tools=req.tools,
+        client_tools=req.client_tools or None,
     )
     return inp, {
         "start_to_close_timeout": timedelta(seconds=30),
@@ -266,6 +270,8 @@ def tool_invoke(
     }
     if info is not None and info.task_queue:
         options["task_queue"] = info.task_queue
+    if info is not None and info.callback:  # finished by an outside system: it cannot heartbeat
+        del options["heartbeat_timeout"]
     return inp, options
 
 

@@ -36,6 +36,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.memory.consolidation import HANDOFF, HandoffInput, scopes_for
     from workflows.approvals import Decisions
     from workflows.children import ChildStep
+    from workflows.client_tools import ClientTools
     from workflows.compaction_step import CompactionStep
     from workflows.events import RunEvents
     from workflows.guardrails import GuardrailStep
@@ -92,7 +93,10 @@ class AgentRun(RunHandlers):
         self._handoffs = HandoffStep(ctx)
         self._guard = GuardrailStep(ctx)
         self._model = ModelStep(ctx, self._guard)
-        self._tools = ToolStep(ctx, self._children, self._handoffs, self._decisions, self._guard)
+        self._client = ClientTools(ctx)
+        self._tools = ToolStep(
+            ctx, self._children, self._handoffs, self._decisions, self._guard, self._client
+        )
         self._model.first = self._first = ToolsFirst(ctx, self._tools)
         self._compaction = CompactionStep(ctx)
         self._plan = PlanStep(ctx, self._model, self._tools)
@@ -172,7 +176,7 @@ class AgentRun(RunHandlers):
         ctx = self._ctx
         # before the spec's local activity (a patch marker after one in the same workflow task
         # fails replay), in the same task as its marker: no action of its own (docs/throughput.md)
-        in_step, resolve_local = Versions.at_start()
+        in_step, resolve_local, model_arguments = Versions.at_start()
         try:
             if resolve_local:
                 inp, opts = options.spec_resolve(req, WORKFLOW_REV)
@@ -187,6 +191,7 @@ class AgentRun(RunHandlers):
         s = ctx.s
         s.pinned = pinned
         s.tools_in_step = in_step
+        s.model_arguments = model_arguments
         if pinned.search_attributes is not None:
             # The spec activity asked the namespace (a bare client sets none at start); results
             # recorded before it did so carry None and keep the start-time gate (replay).
@@ -338,6 +343,8 @@ class AgentRun(RunHandlers):
         s = self._ctx.s
         while s.inbox:
             m = s.inbox.pop(0)
+            if m.client_tools:
+                self._client.offer(m.client_tools, m.principal_id)
             text, trips = await self._guard.check_input(m.content)
             s.messages.append({"role": "user", "content": text})
             self._guard.note(trips)

@@ -37,16 +37,21 @@ with workflow.unsafe.imports_passed_through():
         RaiseBudgetSignal,
         RejectSignal,
         RunState,
+        ToolResultAnswer,
+        ToolResultUpdate,
     )
 
 if TYPE_CHECKING:
     from workflows.approvals import Decisions
     from workflows.children import ChildStep
+    from workflows.client_tools import ClientTools
     from workflows.run_context import RunContext
 
 M = TypeVar("M", bound=BaseModel)
 DECISION_REFUSED = "DecisionRefused"
 """Error type of a ``decide`` the validator refused: not retryable, the message says why."""
+TOOL_RESULT_REFUSED = "ToolResultRefused"
+"""Error type of a ``tool_result`` the validator refused: not retryable, the message says why."""
 DECISION_NOT_YET_RECORDED = "DecisionNotYetRecorded"
 """Error type of a ``decide`` for a request made outside a workflow task: retry (client.decide does)."""
 
@@ -68,6 +73,7 @@ class RunHandlers:
     _ctx: RunContext
     _children: ChildStep
     _decisions: Decisions
+    _client: ClientTools
 
     def _payload(self, args: tuple[Any, ...], model: type[M], signal: str) -> M | None:
         """Decode a signal's payload; an invalid one is recorded as ignored (returns None)."""
@@ -141,6 +147,28 @@ class RunHandlers:
         ) or decisions.signature_problem(upd)
         if problem:
             raise _refused(problem)
+
+    @workflow.update(name="tool_result")
+    def tool_result(self, *args: Any) -> ToolResultAnswer:
+        """The result of a call of a tool the client runs: :class:`ToolResultUpdate`."""
+        upd = decode_args(args, ToolResultUpdate, "update tool_result")
+        if isinstance(upd, Invalid):  # refused by the validator before it gets here
+            raise ApplicationError(upd.problem, type="InvalidPayload", non_retryable=True)
+        return self._client.take(upd)
+
+    @tool_result.validator
+    def _validate_tool_result(self, *args: Any) -> None:
+        upd = decode_args(args, ToolResultUpdate, "update tool_result")
+        if isinstance(upd, Invalid):
+            raise ApplicationError(upd.problem, type=TOOL_RESULT_REFUSED, non_retryable=True)
+        if self._client.unconfirmed(upd.tool_call_id):
+            raise ApplicationError(
+                f"tool call {upd.tool_call_id} is not recorded in the run's history yet; retry",
+                type=DECISION_NOT_YET_RECORDED,
+            )
+        problem = self._client.problem(upd)
+        if problem:
+            raise ApplicationError(problem, type=TOOL_RESULT_REFUSED, non_retryable=True)
 
     @workflow.signal(name="interrupt")
     def interrupt(self, *args: Any) -> None:

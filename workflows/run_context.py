@@ -308,7 +308,7 @@ class RunContext:
                     self.observe()
                     or task.done()
                     or self.s.interrupt is not None
-                    or (d.done() and not self.s.pending)
+                    or (d.done() and not self.s.pending and not self.s.client_waiting)
                 )
             )
             if task.done():

@@ -18,11 +18,14 @@ from temporalio.exceptions import ActivityError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
     import workflows.activity_options as options
+    import workflows.render as render
     import workflows.turn as turn
     from activities.contracts import ToolCallRequest, ToolInfo, ToolOutcome, Usage
+    from activities.evals.contracts import Recording
     from activities.interfaces import tool_invoke
     from workflows.approvals import Decisions
     from workflows.children import ChildStep
+    from workflows.client_tools import NOT_SUPPORTED, ClientTools
     from workflows.code_mode import run_script
     from workflows.handoff import HandoffStep
     from workflows.models import PendingApproval, ToolCallRecord
@@ -45,13 +48,17 @@ class ToolStep:
         handoffs: HandoffStep,
         decisions: Decisions,
         guard: GuardrailStep | None = None,
+        client: ClientTools | None = None,
     ) -> None:
         """Work on ``ctx``; ``ask_*`` calls go to ``children``, ``handoff_to_*`` to ``handoffs``.
 
-        ``decisions`` records an approval that timed out; ``guard`` what results tripped.
+        ``decisions`` records an approval that timed out; ``guard`` what results tripped;
+        ``client`` waits for the results of tools the client runs (workflows/client_tools.py).
         """
         self.ctx = ctx
         self.guard = guard
+        self.client = client or ClientTools(ctx)
+        self._client_ok: bool | None = None  # patch client-tools, once asked
         self._decisions = decisions
         self._children = children
         self._handoffs = handoffs
@@ -84,6 +91,10 @@ class ToolStep:
         """
         ctx = self.ctx
         tools = {t.name: t for t in ctx.pinned().tools}
+        if self._client_ok is None and any(
+            (t := tools.get(c.name)) is not None and t.kind == "client" for c in calls
+        ):  # before any command of these calls (a marker after a local activity fails replay)
+            self._client_ok = ctx.versions.client_tools()
         records, outcomes = self.apply_policy(calls, tools)
         running: dict[str, asyncio.Future[ToolOutcome | str]] = {}
         for call, rec in zip(calls, records, strict=True):
@@ -101,7 +112,7 @@ class ToolStep:
                 settled = turn.settle_by_verdict(verdict)
                 if settled is None and verdict is not None:
                     if verdict.arguments is not None:
-                        rec.arguments = verdict.arguments
+                        self.ran_with(rec, verdict.arguments)
                     running[call.id] = asyncio.ensure_future(
                         self.invoke(call, rec, tools.get(call.name))
                     )
@@ -216,21 +227,29 @@ class ToolStep:
         ``announce``: emit ``tool_started`` (not for a call announced when it was held,
         workflows/tools_first.py).
         """
+        recording = self.ctx.req().recorded_tools
+        if recording is not None and (info is None or info.kind in ("tool", "subagent")):
+            answered = self._from_recording(call, rec, recording)
+            if answered is not None:
+                return answered
         if info is not None and info.kind == "code":  # a Code Mode script
             return await run_script(self, call, rec, info)
+        if info is not None and info.kind == "client":  # the client runs it
+            return await self._invoke_client(call, rec, info)
         if info is not None and info.kind != "tool":  # ask_<NAME>, handoff_to_<NAME>
             return await self._invoke_agent(call, rec, info)
         ctx = self.ctx
         rec.status = "running"
-        arguments: str | dict[str, Any] = (
-            rec.arguments if isinstance(rec.arguments, dict) else call.arguments
-        )
+        ran_with = turn.ran_with(rec)
+        arguments: str | dict[str, Any] = ran_with if isinstance(ran_with, dict) else call.arguments
         inp, opts = options.tool_invoke(
             ctx.pinned(), ctx.req(), ctx.s.turn, call, arguments, info, ctx.s.run_files
         )
+        if rec.run_arguments is not None:  # a person's edit: the Web UI shows what the model asked
+            opts["summary"] = render.tool_summary(call.name, rec.arguments, "(edited at approval)")
         opts = ctx.with_deadline(opts)
         if announce:  # not again for a call announced when it was held for the model step
-            ctx.emit("tool_started", tool_call_id=call.id, name=call.name, arguments=rec.arguments)
+            ctx.emit("tool_started", tool_call_id=call.id, name=call.name, **turn.shown(rec))
         try:
             if ctx.versions.local_tool_activities and options.runs_local(info):
                 out = await options.execute_local(tool_invoke, inp, opts)
@@ -269,22 +288,84 @@ class ToolStep:
         if out.files:
             self.ctx.s.run_files.update(out.files)
         if out.arguments is not None:
-            rec.arguments = out.arguments
+            self.ran_with(rec, out.arguments)
         if announce:
             self.finished(rec, out.content)
         if out.guardrails and self.guard is not None:  # acted on when the turn's calls settled
             self.guard.note(out.guardrails, rec.id)
+
+    def ran_with(self, rec: ToolCallRecord, arguments: dict[str, Any]) -> None:
+        """Record the arguments the call runs with (a person's edit, the tool's validated ones).
+
+        Runs that took patch ``model-arguments`` keep the model's in ``arguments`` and these in
+        ``run_arguments`` when they differ; older runs replace ``arguments``.
+        """
+        if self.ctx.s.model_arguments:
+            rec.run_arguments = arguments if arguments != rec.arguments else None
+        else:
+            rec.arguments = arguments
+
+    def _from_recording(
+        self, call: ToolCallRequest, rec: ToolCallRecord, recording: Recording
+    ) -> ToolOutcome | str | None:
+        """A replay: the call answered from ``recording`` instead of running (no activity).
+
+        Matched by tool and the model's arguments (:meth:`Recording.match`); its record says
+        ``recorded: answered``. Unmatched: a tool error (``recorded: unmatched``), or None when
+        the recording lets such calls run live (``recorded: live``).
+        """
+        s = self.ctx.s
+        index = recording.match(call.name, rec.arguments, s.replayed)
+        if index is None:
+            rec.recorded = "live" if recording.unmatched == "live" else "unmatched"
+            if rec.recorded == "live":
+                return None
+            rec.status = "error"
+            text = (
+                f"Error: this is a replay of a recorded run, and it made no {call.name} call "
+                "with these arguments, so there is no result for it. Use the results you have."
+            )
+            self.ctx.emit("tool_started", tool_call_id=call.id, name=call.name, **turn.shown(rec))
+            self.finished(rec, text)
+            return text
+        if index not in s.replayed:
+            s.replayed.append(index)
+        got = recording.calls[index]
+        rec.recorded = "answered"
+        self.ctx.emit("tool_started", tool_call_id=call.id, name=call.name, **turn.shown(rec))
+        out = ToolOutcome(
+            call_id=call.id,
+            name=call.name,
+            status="ok" if got.status == "ok" else "error",
+            content=got.result,
+            output_chars=len(got.result),
+            arguments=got.run_arguments,
+        )
+        self.record(rec, out, None)
+        return out
 
     async def _invoke_agent(
         self, call: ToolCallRequest, rec: ToolCallRecord, info: ToolInfo
     ) -> str:
         """An ``ask_*`` or ``handoff_to_*`` call: a child run, or a handoff noted for the turn's end."""
         agent = info.agent or info.name
-        self.ctx.emit("tool_started", tool_call_id=call.id, name=call.name, arguments=rec.arguments)
+        self.ctx.emit("tool_started", tool_call_id=call.id, name=call.name, **turn.shown(rec))
         if info.kind == "handoff":
             text = self._handoffs.ask(rec, agent)
         else:
             text = await self._children.ask(call, rec, info, self._ask_share)
+        self.finished(rec, text)
+        return text
+
+    async def _invoke_client(
+        self, call: ToolCallRequest, rec: ToolCallRecord, info: ToolInfo
+    ) -> str:
+        """A client tool's call: published, then its ``tool_result`` awaited (or its timeout)."""
+        if not self._client_ok:  # a history recorded without patch client-tools (none exists)
+            rec.status = "error"
+            text = NOT_SUPPORTED
+        else:
+            text = await self.client.run(call, rec, info)
         self.finished(rec, text)
         return text
 
@@ -304,10 +385,11 @@ class ToolStep:
             "tool_finished",
             tool_call_id=rec.id,
             name=rec.name,
-            arguments=rec.arguments,
+            **turn.shown(rec),
             status=rec.status,
             duration_ms=rec.duration_ms,
             result=result,
+            **({"recorded": rec.recorded} if rec.recorded is not None else {}),
         )
 
     async def _await_approvals(self) -> None:

@@ -96,6 +96,12 @@ class EventPrinter:
             )
         elif kind == "approval_requested":
             self._approval(ev)
+        elif kind == "client_tool_requested":
+            self._line(
+                f"[yellow]waiting for the client[/yellow] {ev.get('tool_call_id')}: "
+                f"{ev.get('name')} {_short(ev.get('arguments'))} "
+                "(agentctl tool-result RUN_ID CALL_ID --content TEXT)"
+            )
         elif kind == "approval_decided":
             self._plain(
                 f"  {ev.get('decision')} by {ev.get('principal_id')}: {ev.get('tool_call_id')}"

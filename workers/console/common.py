@@ -22,6 +22,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from workers import client as rc
 from workers.console import auth as ca
+from workers.listing import quote
 from workflows.inbound import validation_problems
 from workflows.models import WORKFLOW_NAME
 
@@ -144,7 +145,7 @@ async def _own_run_described(request: web.Request) -> tuple[str, WorkflowExecuti
 def _tenant_filter(ident: ca.Identity) -> str:
     if "*" in ident.tenants:
         return ""
-    names = ", ".join(f"'{rc._quote(t)}'" for t in sorted(ident.tenants))  # noqa: SLF001
+    names = ", ".join(f"'{quote(t)}'" for t in sorted(ident.tenants))
     return f" AND TenantId IN ({names})"
 
 

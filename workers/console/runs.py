@@ -1,4 +1,4 @@
-"""The console's run handlers: list, page, start, decide, interrupt, pause / resume, message.
+"""The console's run handlers: list, page, start, decide, tool result, interrupt, pause, message.
 
 Routes in :func:`workers.console.serve.build_app`; every handler acts as the authenticated person,
 on their tenants' runs only. :mod:`workers.console.serve` re-exports the body models.
@@ -26,7 +26,8 @@ from workers.console.common import (
     _tenant_filter,
     _who,
 )
-from workflows.models import RunRequest
+from workers.listing import quote
+from workflows.models import RunRequest, ToolResultUpdate
 
 __all__ = [
     "MAX_FILTER_CHARS",
@@ -35,6 +36,7 @@ __all__ = [
     "MessageBody",
     "PauseBody",
     "StartBody",
+    "ToolResultBody",
     "list_filter",
 ]
 
@@ -57,6 +59,15 @@ class DecideBody(BaseModel):
     reason: str | None = None
     comment: str | None = None
     arguments: dict[str, Any] | None = None
+
+
+class ToolResultBody(BaseModel):
+    """``POST /runs/{id}/tool-result``: the result of a client tool's call."""
+
+    tool_call_id: str = Field(min_length=1)
+    content: str = ""
+    is_error: bool = False
+    principal_id: str | None = None
 
 
 class InterruptBody(BaseModel):
@@ -105,7 +116,7 @@ def list_filter(query: Mapping[str, str]) -> str:
         out += rv.status_filter(query["status"])
     parent = query.get("parent")
     if parent:
-        out += f" AND ParentWorkflowId = '{rc._quote(parent)}'"  # noqa: SLF001
+        out += f" AND ParentWorkflowId = '{quote(parent)}'"
     else:
         out += " AND ParentWorkflowId IS NULL"
     return out + " AND ExecutionStatus != 'ContinuedAsNew'"
@@ -182,6 +193,21 @@ def _decider(decision: str) -> Callable[[web.Request], Awaitable[web.Response]]:
         return web.json_response(res.model_dump(mode="json"))
 
     return decide
+
+
+async def _tool_result(request: web.Request) -> web.Response:
+    """Update ``tool_result`` as the authenticated person (refused: 409 with the reason)."""
+    body = await _body(request, ToolResultBody)
+    ident = _who(request, body.principal_id)
+    upd = ToolResultUpdate(
+        tool_call_id=body.tool_call_id,
+        content=body.content,
+        is_error=body.is_error,
+        principal_id=ident.principal_id,
+        roles=sorted(ident.roles),
+    )
+    res = await rc.tool_result(request.app[CLIENT_KEY], await _own_run(request), upd)
+    return web.json_response(res.model_dump(mode="json"))
 
 
 async def _interrupt(request: web.Request) -> web.Response:

@@ -14,13 +14,18 @@ An aiohttp application (:func:`build_app`) on ``127.0.0.1:8235`` by default:
   ``POST /runs/{run_id}/approve`` and ``/reject`` (``{"tool_call_id", "principal_id", "reason"?,
   "comment"?, "arguments"?}``) decide a pending call through the update ``decide``;
   ``POST /runs/{run_id}/interrupt`` (``{"principal_id", "reason"?}``), ``/pause``, ``/resume``
-  (``{"principal_id"?}``) and ``/messages`` (``{"content", "principal_id"}``) send those signals.
+  (``{"principal_id"?}``) and ``/messages`` (``{"content", "principal_id"}``) send those signals;
+  ``POST /runs/{run_id}/tool-result`` (``{"tool_call_id", "content", "is_error"?}``) gives a
+  client tool's result through the update ``tool_result``.
 
 * ``GET /api/memory?tenant=T&q=...`` -- what runs remember about you (your ``user:`` scope);
   ``POST /api/memory/{item_id}/delete`` deletes one of your items for real (audited).
 * ``GET /api/suites`` -- recent evaluation suites; ``GET /api/suites/{suite_id}`` -- a suite's report
   so far (the JSON of ``agentctl eval report --json``); ``GET /suites/{suite_id}`` -- the suite's
   live view (``workers/console/static/suite.html``: per variant, the paired comparison, per case).
+* ``POST /callbacks/{token}`` -- an outside system finishes a tool call that handed it a
+  callback URL (``{"result": ...}`` or ``{"error": "..."}``; :mod:`workers.console.callbacks`).
+  No login: the signed token is the credential; rate and size limited.
 * ``GET /api/session`` -- who you are (``principal_id``, ``roles``, ``tenants``) and the
   ``csrf_token`` the page sends back as ``X-CSRF-Token``.
 
@@ -47,6 +52,7 @@ builds the application and serves it, and re-exports the public names of the oth
 from __future__ import annotations
 
 import asyncio
+import secrets
 import sys
 from collections.abc import Callable
 
@@ -54,9 +60,11 @@ from aiohttp import web
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from temporalio.client import Client
 
-from workers import decision_keys
+from activities.callbacks import CallbackSigner
+from workers import callback_keys, decision_keys
 from workers.config import Settings, load_settings
 from workers.console import auth as ca
+from workers.console.callbacks import CALLBACKS_KEY, CallbackState, _callback
 from workers.console.common import (
     AUTH_KEY,
     CLIENT_KEY,
@@ -77,6 +85,7 @@ from workers.console.runs import (
     InterruptBody,
     MessageBody,
     StartBody,
+    ToolResultBody,
     _decider,
     _interrupt,
     _message,
@@ -84,6 +93,7 @@ from workers.console.runs import (
     _runs,
     _start,
     _state,
+    _tool_result,
 )
 from workers.console.suites import _suite, _suite_page, _suites
 from workers.metrics_server import MetricsEndpoint
@@ -102,6 +112,7 @@ __all__ = [
     "MemoryDeleteBody",
     "MessageBody",
     "StartBody",
+    "ToolResultBody",
     "build_app",
     "run_server",
     "start_server",
@@ -127,15 +138,18 @@ def build_app(
     *,
     gate: ca.Gate,
     signer: Ed25519PrivateKey | None = None,
+    callbacks: CallbackSigner | None = None,
     live_secret: bytes | None = None,
 ) -> web.Application:
     """The application: routes above, ``client`` for Temporal, ``web_ui_url(run_id)`` for links.
 
     ``task_queue`` is where ``POST /runs`` starts runs (None: ``AGENT_TASK_QUEUE``); ``gate``
     says who may use it (:mod:`workers.console.auth`); ``signer`` signs its decisions (None:
-    a fresh key, whose signatures only a spec listing its public key accepts); ``live_secret``
-    reads runs' events from the workers' live channels (:mod:`workers.live_reader`; None: through
-    the runs' Workflow Streams, Update polls).
+    a fresh key, whose signatures only a spec listing its public key accepts); ``callbacks``
+    holds the key callback tokens are checked with (None: a fresh key, which no worker signs
+    with: every callback is refused as forged); ``live_secret`` reads runs' events from the
+    workers' live channels (:mod:`workers.live_reader`; None: through the runs' Workflow Streams,
+    Update polls).
     """
     app = web.Application(
         middlewares=[_no_framing, ca.guard(gate), _errors], client_max_size=1024 * 1024
@@ -146,6 +160,9 @@ def build_app(
     app[WEB_UI_KEY] = web_ui_url
     app[QUEUE_KEY] = task_queue or ""
     app[LIVE_SECRET_KEY] = live_secret or b""
+    app[CALLBACKS_KEY] = CallbackState(
+        callbacks or CallbackSigner(secrets.token_bytes(32), "http://127.0.0.1")
+    )
     app.router.add_get("/", _index)
     app.router.add_static("/static/", STATIC)
     app.router.add_get("/api/session", _session)
@@ -155,10 +172,12 @@ def build_app(
     app.router.add_get("/runs/{run_id}/events", _events)
     app.router.add_post("/runs/{run_id}/approve", _decider("approve"))
     app.router.add_post("/runs/{run_id}/reject", _decider("reject"))
+    app.router.add_post("/runs/{run_id}/tool-result", _tool_result)
     app.router.add_post("/runs/{run_id}/interrupt", _interrupt)
     app.router.add_post("/runs/{run_id}/messages", _message)
     app.router.add_post("/runs/{run_id}/pause", _pauser("pause"))
     app.router.add_post("/runs/{run_id}/resume", _pauser("resume"))
+    app.router.add_post("/callbacks/{token}", _callback)
     app.router.add_get("/api/memory", _memory)
     app.router.add_post("/api/memory/{item_id}/delete", _memory_delete)
     app.router.add_get("/api/suites", _suites)
@@ -215,6 +234,7 @@ async def start_server(
             task_queue,
             gate=gate,
             signer=decision_keys.load_or_create(settings.state_dir),
+            callbacks=callback_keys.signer(settings),
             live_secret=live_secret or _live_secret(settings),
         ),
         access_log=None,

@@ -254,6 +254,34 @@ function approvalCard(ev) {
   $("approvals").append(card);
 }
 
+// A client tool's call (client_tool_requested): the person gives its result (POST tool-result).
+function clientToolCard(ev) {
+  const card = el("div", "approval client-tool");
+  card.id = "client-" + ev.tool_call_id;
+  card.append(el("div", "", `Waiting for the client: ${ev.name} (${ev.tool_call_id})`),
+    el("pre", "", pretty(ev.arguments)));
+  const input = el("textarea", "");
+  input.rows = 3;
+  input.placeholder = "the result the model reads";
+  const row = el("div", "row");
+  const ok = el("button", "approve", "Send result");
+  const bad = el("button", "reject", "Send as error");
+  const send = async (isError) => {
+    ok.disabled = bad.disabled = true;
+    try {
+      await call("POST", `/runs/${encodeURIComponent(current)}/tool-result`, {
+        tool_call_id: ev.tool_call_id, content: input.value, is_error: isError,
+      });
+      showError(null);
+    } catch (e) { showError(e); ok.disabled = bad.disabled = false; }
+  };
+  ok.onclick = () => send(false);
+  bad.onclick = () => send(true);
+  row.append(ok, bad);
+  card.append(input, row);
+  $("approvals").append(card);
+}
+
 function onEvent(ev) {
   const tl = $("timeline");
   switch (ev.type) {
@@ -293,6 +321,8 @@ function onEvent(ev) {
       break;
     }
     case "tool_finished": {
+      const waiting = $("client-" + ev.tool_call_id);
+      if (waiting) waiting.remove();
       const card = toolCards[ev.tool_call_id] || tl.appendChild(el("div", "tool"));
       card.firstChild.textContent =
         `tool ${ev.name} (${ev.tool_call_id}) → ${ev.status} · ${Math.round(ev.duration_ms || 0)} ms`;
@@ -301,6 +331,15 @@ function onEvent(ev) {
       break;
     }
     case "approval_requested": approvalCard(ev); break;
+    case "client_tool_requested": {
+      const card = el("div", "tool");
+      card.append(el("div", "", `client tool ${ev.name} (${ev.tool_call_id}) waiting…`),
+        el("pre", "", pretty(ev.arguments)));
+      toolCards[ev.tool_call_id] = card;
+      tl.append(card);
+      clientToolCard(ev);
+      break;
+    }
     case "approval_decided": {
       const card = $("approval-" + ev.tool_call_id);
       if (card) card.remove();
