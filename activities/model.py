@@ -5,7 +5,8 @@ classified by :func:`classify_error` into an ``ApplicationError`` that Temporal 
 The activity heartbeats while it waits, so a dead worker is noticed within the heartbeat timeout,
 and it honours cancellation (an interrupt cancels the in-flight HTTP request).
 
-A step someone watches (``CallModelInput.stream``) is streamed (``stream=True``, usage requested
+A step someone watches (``CallModelInput.stream``, or a subscriber of the run on this worker's
+live channel, :data:`activities.live.BROKER`) is streamed (``stream=True``, usage requested
 with ``stream_options``) and assembled by :class:`activities.streaming.ReplyAssembler`; while the
 run is watched, the text is published to the run's event stream as it arrives
 (:class:`activities.streaming.DeltaPublisher`), and ``ModelReply.streamed_chars`` tells the
@@ -49,6 +50,7 @@ from activities.contracts import (
 )
 from activities.heartbeat import await_with_heartbeats
 from activities.judge import POLICY_JUDGE, JudgeInput, JudgeVerdict, ask_judge
+from activities.live import BROKER
 from activities.model_attempts import (
     COUNT_KEY,
     Returned,
@@ -169,8 +171,10 @@ class ModelActivities:
         started = time.perf_counter()
         try:
             memory = await self._with_memory(req, kwargs)
-            async with DeltaPublisher(req.turn, live=req.stream) as publisher:
-                reply = await self._exchange(kwargs, req, publisher, beat)
+            # watched here (the live channel); text an output guardrail checks goes out whole
+            live = req.stream or (req.guardrails is None and BROKER.watched(req.run_id))
+            async with DeltaPublisher(req.turn, live=live) as publisher:
+                reply = await self._exchange(kwargs, req, publisher, beat, live)
             reply.streamed_chars = publisher.streamed
         except asyncio.CancelledError:
             bound.info("model_step_cancelled")
@@ -291,8 +295,9 @@ class ModelActivities:
         req: CallModelInput,
         publisher: DeltaPublisher,
         beat: dict[str, Any],
+        live: bool,
     ) -> ModelReply:
-        """The HTTP exchange of one attempt, streamed or not, heartbeating ``beat`` while it waits.
+        """The HTTP exchange of one attempt, streamed (``live``) or not, heartbeating ``beat``.
 
         The exchange ends within :func:`activities.model_limits.attempt_seconds` (the backstop) or,
         sooner, the limit the server's measured speed sizes (:mod:`activities.model_pace`); the
@@ -307,7 +312,7 @@ class ModelActivities:
         timings: list[object] = []
         work = (
             self._stream(kwargs, req, publisher, timings)
-            if req.stream
+            if live
             else self._plain(kwargs, req, timings)
         )
         seconds = attempt_seconds(activity.info())

@@ -6,12 +6,14 @@ their ``index`` (id and name from the first chunk that has them, ``arguments`` c
 usage from the final chunk (``stream_options={"include_usage": true}``) or, when the server sends
 none, estimated at 4 characters a token.
 
-:class:`DeltaPublisher` publishes the text of one attempt as ``text_delta`` items on the run's
-event stream (``workflows.events``), in batches every :data:`BATCH_SECONDS`, but only while
-someone watches the run (query ``__agent_events_watched``, asked at most every
-:data:`WATCH_CHECK_SECONDS`): each batch is a Signal, i.e. an event in the run's history, and a
-run nobody watches should not pay for it. A retry attempt first publishes ``model_retry`` so
-subscribers drop the earlier attempt's partial text.
+:class:`DeltaPublisher` publishes the text of one attempt as ``text_delta`` items. On a worker
+that serves its live channel (:data:`activities.live.BROKER`, docs/live-runs.md) they go there
+every :data:`LIVE_BATCH_SECONDS`, outside the history (no action, no event), and the workflow's
+own ``text_delta`` at the step's end carries the whole reply. On a worker without one they go to
+the run's event stream (``workflows.events``) in batches every :data:`BATCH_SECONDS`, but only
+while someone watches the run (query ``__agent_events_watched``, asked at most every
+:data:`WATCH_CHECK_SECONDS`): each batch is a Signal, i.e. an event in the run's history. A retry
+attempt first publishes ``model_retry`` so subscribers drop the earlier attempt's partial text.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from temporalio.contrib.workflow_streams import WorkflowStreamClient
 
 from activities import redaction
 from activities.contracts import ModelReply, ToolCallRequest, Usage
+from activities.live import BROKER
 from activities.model_reply import cached_prompt_count, token_count, without_lone_surrogates
 from activities.rules import clip
 
@@ -45,6 +48,9 @@ BATCH_SECONDS = 0.25
 second)."""
 WATCH_CHECK_SECONDS = 1.0
 """How often the activity asks the workflow whether anyone watches."""
+LIVE_BATCH_SECONDS = 0.05
+"""Interval between two text batches handed to the worker's live channel (no action, no event:
+only the delta latency budget of 250 ms, docs/live-runs.md, sizes it)."""
 CHARS_PER_TOKEN = 4
 """Estimate of characters a token when the server reports no usage."""
 
@@ -211,7 +217,12 @@ class ReplyAssembler:
 
 
 class DeltaPublisher:
-    """Publishes one model attempt's text to the run's event stream while the run is watched.
+    """Publishes one model attempt's text to the worker's live channel, or to the run's stream.
+
+    With the live channel (:attr:`activities.live.LiveBroker.serving`), every
+    :data:`LIVE_BATCH_SECONDS` a ``text_delta`` with ``pos`` (characters before it) and
+    ``attempt``; :attr:`streamed` stays 0 (nothing of it is in the run's stream). Without it, as
+    follows.
 
     Use as ``async with DeltaPublisher(turn) as pub:``, feed :meth:`add`, and read
     :attr:`streamed` after the block: the characters of the redacted reply text published
@@ -237,7 +248,9 @@ class DeltaPublisher:
     ) -> None:
         self._turn = turn
         self._live = live
-        self._batch = BATCH_SECONDS if batch_seconds is None else batch_seconds
+        self._channel = BROKER.serving  # the worker's live channel: deltas stay out of history
+        default = LIVE_BATCH_SECONDS if self._channel else BATCH_SECONDS
+        self._batch = default if batch_seconds is None else batch_seconds
         self._watch_every = WATCH_CHECK_SECONDS if watch_seconds is None else watch_seconds
         self._text: redaction.PieceRedactor | None = None
         self._dirty = False
@@ -247,6 +260,8 @@ class DeltaPublisher:
         self._checked_at = -1e9
         self._broken = False
         self._client: WorkflowStreamClient | None = None
+        self._run_id = ""
+        self._attempt = 1
         self._task: asyncio.Task[None] | None = None
         self._stop = asyncio.Event()
 
@@ -254,6 +269,13 @@ class DeltaPublisher:
         info = activity.info()
         if not info.workflow_id or (not self._live and info.attempt == 1):
             self._broken = True  # nothing to publish: no stream client
+            return self
+        if self._channel:
+            self._run_id, self._attempt = info.workflow_id, info.attempt
+            if info.attempt > 1:
+                self._retry_notice_live(info.attempt, info.heartbeat_details)
+            if self._live:
+                self._task = asyncio.create_task(self._run())
             return self
         self._client = WorkflowStreamClient.from_within_activity(
             batch_interval=timedelta(hours=1), max_retry_duration=timedelta(seconds=30)
@@ -271,6 +293,10 @@ class DeltaPublisher:
                 self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+        if self._channel:
+            if exc_type is None and self._text is not None:
+                self._send_live(final=True)
+            return
         if exc_type is None and self.streamed > 0:
             await self._send(final=True)  # the rest of a step that was streamed
 
@@ -288,11 +314,40 @@ class DeltaPublisher:
         self._publish({"type": "model_retry", "attempt": attempt, "error": error})
         await self._flush()
 
+    def _retry_notice_live(self, attempt: int, details: Any) -> None:
+        error = "the previous attempt did not finish (worker lost or timed out)"
+        if details and isinstance(details[0], dict) and details[0].get("error"):
+            error = str(details[0]["error"])
+        item = {"type": "model_retry", "turn": self._turn, "at": _now()}
+        item.update(attempt=attempt, error=error)
+        BROKER.delta(self._run_id, redaction.current().value(item))
+
+    def _send_live(self, final: bool = False) -> None:
+        """Hand the text not handed yet to the live channel (what is safe now, or all of it).
+
+        ``streamed`` stays 0: these deltas are not in the run's stream, whose ``text_delta``
+        at the step's end carries the whole reply.
+        """
+        if self._text is None:
+            return
+        self._dirty = False
+        piece = self._text.take(final)
+        if not piece:
+            return
+        item = {"type": "text_delta", "turn": self._turn, "at": _now(), "delta": piece}
+        item.update(pos=self._text.sent_chars, attempt=self._attempt)
+        BROKER.delta(self._run_id, item)  # already redacted by the PieceRedactor
+        self._text.sent(piece)
+        self.batches += 1
+
     async def _run(self) -> None:
         while not self._stop.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stop.wait(), self._batch)
             if self._stop.is_set() or not self._dirty or self._broken:
+                continue
+            if self._channel:
+                self._send_live()
                 continue
             if time.monotonic() - self._checked_at >= self._watch_every:
                 self._checked_at = time.monotonic()

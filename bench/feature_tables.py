@@ -101,3 +101,18 @@ def table_code_mode(r: dict[str, Any]) -> Table:
                   str(d.get("tokens")), _v(d.get("wall_s_p50"), " s", 3),
                   str(d.get("history_events")))  # fmt: skip
     return t
+
+
+def table_watch(r: dict[str, Any]) -> Table:
+    """Watching a run: actions, history and delta latency, watched and unwatched (issue #38)."""
+    t = Table("run", "actions", "history events", "history bytes / turn", "x unwatched",
+              "delta latency p50 / p95",
+              title=f"Watching a run ({r.get('turns')} turns, {r.get('chars')}-character replies "
+                    "at ~33 tokens/s; bench/stream_cost.py; target: <= 1.25x, p95 <= 250 ms)")  # fmt: skip
+    for row in r.get("rows", []):
+        x = "-" if "x_actions" not in row else f"{row['x_actions']}x / {row['x_events']}x"
+        p50, p95 = row.get("delta_latency_ms_p50"), row.get("delta_latency_ms_p95")
+        lat = "-" if p95 is None else f"{p50} / {p95} ms"
+        t.add_row(row["config"], str(row["actions"]), str(row["history_events"]),
+                  f"{row['bytes_per_turn']:,}", x, lat)  # fmt: skip
+    return t

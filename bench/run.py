@@ -27,6 +27,7 @@ from bench.feature_tables import (
     table_memory,
     table_memory_e2e,
     table_sandbox,
+    table_watch,
 )
 from bench.infra import jsonable
 from bench.judge import table_judge
@@ -49,6 +50,7 @@ from bench.tables import (
 DEFAULT_ORDER = [
     "peers", "history", "overhead", "throughput", "cpu", "crash", "tuning", "fairness", "rate_limit", "evals",
     "judge", "encryption", "memory", "memory_e2e", "sandbox", "code_mode", "cli", "prompt_cache",
+    "watch",
 ]  # fmt: skip
 console = Console()
 
@@ -72,6 +74,7 @@ TABLES = {
     "judge": table_judge,
     "cli": table_cli,
     "prompt_cache": table_prompt_cache,
+    "watch": table_watch,
 }
 
 

@@ -21,6 +21,7 @@ from bench.overhead import scenario_overhead
 from bench.peers import scenario_peers
 from bench.prompt_cache import scenario_prompt_cache
 from bench.sandbox import scenario_sandbox
+from bench.stream_cost import scenario_watch
 from bench.throughput import scenario_throughput, scenario_tuning
 
 SCENARIOS = {
@@ -41,6 +42,7 @@ SCENARIOS = {
     "code_mode": scenario_code_mode,
     "evals": scenario_evals,
     "judge": scenario_judge,
+    "watch": scenario_watch,
     "cli": scenario_cli,
     "prompt_cache": scenario_prompt_cache,
 }

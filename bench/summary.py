@@ -53,7 +53,22 @@ def summary_table(s: dict[str, Any]) -> Table:
             "8. worker CPU per 5-turn run", f"hand-written loop: {_cpu(s, 'hand')}", _cpu(s, "ours"),
             _cpu(s, "plugin"),
         )  # fmt: skip
+    if "watch" in s:
+        t.add_row("watching a run", "<= 1.25x actions and events,\ndelta p95 <= 250 ms",
+                  _watch(s), "-")  # fmt: skip
     return t
+
+
+def _watch(s: dict[str, Any]) -> str:
+    """Scenario ``watch``: the live channel's ratios to the unwatched run and its delta p95."""
+    r = s["watch"]
+    if _err(r):
+        return _err(r) or ""
+    for row in r.get("rows", []):
+        if row.get("config") == "watched, live channel":
+            return (f"{row.get('x_actions')}x actions, {row.get('x_events')}x events,\n"
+                    f"p95 {row.get('delta_latency_ms_p95')} ms")  # fmt: skip
+    return "-"
 
 
 def _history(s: dict[str, Any], impl: str) -> str:

@@ -20,6 +20,8 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from workers import live_settings as live_doc
+
 LOCAL_MODEL_NAME = "qwen2.5-coder-1.5b-instruct"
 """Name under which the embedded local model is served (``llama-server --alias``)."""
 
@@ -285,6 +287,12 @@ class Settings(BaseSettings):
         ge=0,
         allow_inf_nan=False,
     )
+
+    live_address: str = _env("AGENT_LIVE_ADDRESS", "127.0.0.1:0", live_doc.ADDRESS)
+    live_advertise_address: str | None = _env(
+        "AGENT_LIVE_ADVERTISE_ADDRESS", None, live_doc.ADVERTISE
+    )
+    live_secret: str | None = _env("AGENT_LIVE_SECRET", None, live_doc.SECRET)
 
     console_auth: Literal["token", "oidc", "proxy"] = _env(
         "AGENT_CONSOLE_AUTH",

@@ -174,20 +174,28 @@ def build_workers(
     *,
     tools_only: bool = False,
     runtime: RuntimeActivities | None = None,
+    live_url: str | None = None,
 ) -> list[Worker]:
     """Every worker a worker process runs: :func:`build_worker`, then :func:`build_model_workers`.
 
     A tools-only worker serves no model queue. With ``settings.eval_worker`` a second worker of
     the same code polls ``<task queue>.eval``, where evaluation suites run their children.
+    ``live_url``: where this process's live channel is reached (``LiveServer.url``), published
+    in every worker's identity (:func:`workers.live_server.identity_with`).
     """
-    main = build_worker(client, settings, tools_only=tools_only, runtime=runtime)
+    extra: dict[str, Any] = {}
+    if live_url:
+        from workers.live_server import identity_with
+
+        extra["identity"] = identity_with(live_url)
+    main = build_worker(client, settings, tools_only=tools_only, runtime=runtime, **extra)
     if tools_only:
         return [main]
     evals = []
     if settings.eval_worker:
         queue = settings.task_queue + EVAL_QUEUE_SUFFIX
-        evals = [build_worker(client, settings, runtime=runtime, task_queue=queue)]
-    return [main, *build_model_workers(client, settings), *evals]
+        evals = [build_worker(client, settings, runtime=runtime, task_queue=queue, **extra)]
+    return [main, *build_model_workers(client, settings, **extra), *evals]
 
 
 def runtime_activities(settings: Settings) -> RuntimeActivities:
@@ -371,8 +379,31 @@ async def _serve(
     metrics: MetricsEndpoint | None,
 ) -> None:
     """Poll until ``stop`` is set or a signal comes; ``metrics.health`` follows the workers."""
+    from workers.live_server import LiveServer  # aiohttp: where it is used
+
     runtime = runtime_activities(settings)
-    workers = build_workers(client, settings, tools_only=tools_only, runtime=runtime)
+    live = LiveServer.from_settings(settings)  # the live channel (docs/live-runs.md)
+    live_url = await live.start() if live is not None else None
+    try:
+        await _poll(settings, client, tools_only, stop, metrics, runtime, live_url)
+    finally:
+        if live is not None:
+            await live.stop()
+
+
+async def _poll(
+    settings: Settings,
+    client: Client,
+    tools_only: bool,
+    stop: asyncio.Event,
+    metrics: MetricsEndpoint | None,
+    runtime: RuntimeActivities,
+    live_url: str | None,
+) -> None:
+    """:func:`_serve`'s polling, with the live channel (if any) reached at ``live_url``."""
+    workers = build_workers(
+        client, settings, tools_only=tools_only, runtime=runtime, live_url=live_url
+    )
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
@@ -385,6 +416,7 @@ async def _serve(
         spec_file=settings.spec_file,
         model_queues=[w.task_queue for w in workers[1:]],
         metrics=metrics.url if metrics is not None else None,
+        live=live_url,
     )
     try:
         async with contextlib.AsyncExitStack() as stack:

@@ -14,6 +14,11 @@ of text deltas from the activity is a Signal. The activity publishes deltas only
 nobody watched, the workflow emits the reply text as one ``text_delta`` when the step ends, so the
 deltas of every step add up to its reply text either way.
 
+Each item is also handed, outside replay, to the live channel of the worker running the task
+(:data:`activities.live.BROKER`, no command): readers of the channel (``workers.live_reader``)
+get the items without a poll, and the model activity of a worker that serves a channel sends its
+text there instead of signalling it (docs/live-runs.md).
+
 The retained items are bounded: within a run by :data:`MAX_RETAINED_ITEMS` and
 :data:`MAX_RETAINED_BYTES`, and :meth:`RunEvents.carry` hands at most :data:`MAX_CARRIED_ITEMS` /
 :data:`MAX_CARRIED_BYTES` of the newest to the next run on continue-as-new (its input is stored in
@@ -33,9 +38,12 @@ with workflow.unsafe.imports_passed_through():
     from temporalio.contrib.workflow_streams import (
         PollInput,
         PollResult,
+        PublishInput,
         WorkflowStream,
         WorkflowStreamState,
     )
+
+    from activities.live import BROKER
 
 TOPIC = "events"
 """The stream topic every run publishes on."""
@@ -72,6 +80,22 @@ class _WatchedStream(WorkflowStream):
             self.polls_in_flight -= 1
             self.last_poll_at = workflow.now().timestamp()
 
+    def _on_publish(self, payload: PublishInput) -> None:
+        """Take a publish signal (an activity's items) and hand the new items to the live channel."""
+        start = self.end()
+        super()._on_publish(payload)
+        if BROKER.serving and not workflow.unsafe.is_replaying():
+            run_id = workflow.info().workflow_id
+            convert = workflow.payload_converter()
+            for i, item in enumerate(self._log[start - self._base_offset :]):
+                value = convert.from_payload(item.data)
+                if isinstance(value, dict):
+                    BROKER.step(run_id, start + i, value)  # pyright: ignore[reportUnknownArgumentType]
+
+    def end(self) -> int:
+        """The offset the next item will get."""
+        return self._base_offset + len(self._log)
+
     def retained(self) -> tuple[int, int, list[int]]:
         """(base offset, end offset, payload bytes of each retained item)."""
         sizes = [item.data.ByteSize() for item in self._log]
@@ -105,8 +129,20 @@ class RunEvents:
         """
         item = {"type": type, "turn": turn, "at": workflow.now().isoformat()}
         item.update(clip(fields))
-        self._topic.publish(item)
+        self._publish(item)
         self._bound(MAX_RETAINED_ITEMS, MAX_RETAINED_BYTES)
+
+    def _publish(self, item: dict[str, Any]) -> None:
+        """Append ``item`` to the stream and hand it to the worker's live channel.
+
+        The hand-over (:data:`activities.live.BROKER`) is no command and happens only outside
+        replay; a workflow task that is retried hands the same offsets again, which the broker
+        drops.
+        """
+        offset = self._stream.end()
+        self._topic.publish(item)
+        if BROKER.serving and not workflow.unsafe.is_replaying():
+            BROKER.step(workflow.info().workflow_id, offset, item)
 
     def status(self, turn: int, status: str) -> None:
         """Emit ``status`` when it differs from the last one emitted."""
@@ -129,7 +165,7 @@ class RunEvents:
         """
         rest = (text or "")[streamed:]
         if rest:
-            self._topic.publish(
+            self._publish(
                 {
                     "type": "text_delta",
                     "turn": turn,

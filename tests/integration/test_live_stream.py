@@ -165,10 +165,12 @@ LONG = (
 
 
 async def test_worker_killed_mid_stream_yields_model_retry_and_the_right_text(
-    client: Client, dev_server_address: str, tmp_path: Path
+    client: Client, dev_server_address: str, tmp_path: Path, monkeypatch
 ):
+    """Workers without a live channel publish through the run's stream (Signals)."""
     from tests.support.harness import spawn_worker_process
 
+    monkeypatch.setenv("AGENT_LIVE_ADDRESS", "off")
     model = ScriptedModel(
         [text(LONG).with_chunk_delay(0.05), text(LONG).with_chunk_delay(0.01)], chunk_chars=3
     )

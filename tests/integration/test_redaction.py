@@ -136,3 +136,31 @@ async def test_a_key_the_model_streams_in_pieces_is_redacted_whole(
 
 async def _collect(stream: Any) -> list[dict[str, Any]]:
     return [ev async for ev in stream]
+
+
+async def test_a_key_streamed_through_the_live_channel_is_redacted_whole(
+    client: Client, tmp_path: Path
+) -> None:
+    from workers import client as rc
+    from workers.live_reader import run_events
+
+    secret = b"redaction-live-secret"
+    answer = f"The key is {KEY}, and that is all."
+    # a call that waits for approval first: the reader surely watches when the reply starts
+    script = [tool_call("deploy", {"target": "staging"}), text(answer).with_chunk_delay(0.02)]
+    model = ScriptedModel(script, chunk_chars=5)
+    async with Harness(client, tmp_path, model, live="127.0.0.1:0", live_secret=secret) as h:
+        handle = await h.start("what is the key")
+        events: list[dict[str, Any]] = []
+        async for ev in run_events(client, handle.id, secret=secret):
+            events.append(ev)
+            if ev["type"] == "approval_requested":
+                await rc.decide(client, handle.id, ev["tool_call_id"], "approve", "alice")
+        res = await handle.result()
+    live = [e["delta"] for e in events if e["type"] == "text_delta" and e.get("live")]
+    deltas = [e["delta"] for e in events if e["type"] == "text_delta"]
+    assert model.requests[-1].body.get("stream") is True  # watched on the channel: streamed
+    assert len(live) > 1
+    assert "".join(deltas) == "The key is [REDACTED], and that is all." == res.output
+    for p in pieces(KEY, 4):
+        assert not any(p in d for d in deltas), f"{p!r} of the key was streamed"

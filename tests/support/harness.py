@@ -80,8 +80,17 @@ class Harness:
         worker: bool = True,
         top: dict[str, Any] | None = None,
         settings: dict[str, Any] | None = None,
+        live: str | None = None,
+        live_secret: bytes = b"test-live-secret",
+        live_advertise: str | None = None,
     ) -> None:
         self.client = client
+        self.live_address = live
+        """Where the worker serves its live channel (``host:port``; None: no live channel)."""
+        self.live_secret = live_secret
+        self.live_advertise = live_advertise
+        self.live: Any = None
+        """The running ``workers.live_server.LiveServer`` (its ``url``), while the worker runs."""
         self.model = model
         self.workspace = tmp_path / "ws"
         self.workspace.mkdir(exist_ok=True)
@@ -126,8 +135,14 @@ class Harness:
             self.settings.default_model,
             callbacks=callback_keys.signer(self.settings),
         )
+        live_url = None
+        if self.live_address is not None:
+            from workers.live_server import LiveServer
+
+            self.live = LiveServer(self.live_address, self.live_secret, self.live_advertise)
+            live_url = await self.live.start()
         self._worker, *self._model_workers = build_workers(
-            self.client, self.settings, runtime=self._runtime
+            self.client, self.settings, runtime=self._runtime, live_url=live_url
         )
         self._task = asyncio.ensure_future(self._worker.run())
         self._model_tasks = [asyncio.ensure_future(w.run()) for w in self._model_workers]
@@ -147,6 +162,9 @@ class Harness:
         if self._runtime is not None:
             await self._runtime.aclose()  # stops the MCP stdio servers the worker started
             self._runtime = None
+        if self.live is not None:
+            await self.live.stop()
+            self.live = None
 
     async def __aexit__(self, *exc: object) -> None:
         await self.stop_worker()

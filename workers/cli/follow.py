@@ -1,8 +1,9 @@
 """Printing a run live from its event stream: ``agentctl follow`` and ``agentctl run --follow``.
 
 Text is written as the model writes it (``text_delta``), tool calls as they start and end, and an
-approval request with the commands that answer it. The stream comes from
-:func:`workers.client.follow`; a dropped connection is resumed from the last offset seen.
+approval request with the commands that answer it. The events come from
+:func:`workers.live_reader.run_events` (the workers' live channels, else the run's stream); a
+dropped connection is resumed from the last offset seen (and the step's characters already shown).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from workers import client as rc
+from workers.config import Settings, load_settings
 from workflows.models import RunResult
 
 RECONNECTS = 5
@@ -151,21 +153,32 @@ async def follow_run(
     interactive: bool = False,
     from_offset: int = 0,
     as_json: bool = False,
+    settings: Settings | None = None,
 ) -> RunResult:
     """Print the run's events until it ends; returns its :class:`RunResult`.
 
     With ``interactive`` (a terminal), an approval request prompts approve/reject/skip. With
-    ``as_json`` every event is printed as one JSON line instead.
+    ``as_json`` every event is printed as one JSON line instead. The events are read by
+    :func:`workers.live_reader.run_events` with the live channel's secret from ``settings``
+    (default :func:`workers.config.load_settings`): the workers' live channels when they are in
+    reach, else the run's stream (Update polls).
 
     Raises:
         temporalio.service.RPCError: no such run, or the server stays unreachable.
     """
+    from workers.live_reader import run_events
+    from workers.live_server import live_secret
+
+    try:
+        secret: bytes | None = live_secret(settings or load_settings())
+    except OSError:
+        secret = None  # no state folder to keep it in: the stream's polls
     printer = EventPrinter(console, run_id, principal)
-    offset, drops = from_offset, 0
+    offset, skip, drops = from_offset, 0, 0
     while True:
         try:
-            async for ev in rc.follow(client, run_id, offset):
-                offset = ev["offset"] + 1
+            async for ev in run_events(client, run_id, offset, secret=secret, skip_chars=skip):
+                offset, skip = ev["offset"] + 1, int(ev.get("chars") or 0)
                 if as_json:
                     console.file.write(json.dumps(ev) + "\n")
                     console.file.flush()

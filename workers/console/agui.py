@@ -51,6 +51,7 @@ from workers.console import auth as ca
 from workers.console.agui_events import APPROVAL_PREFIX, APPROVAL_TOOL, AguiStream, text_of
 from workers.console.common import (
     CLIENT_KEY,
+    LIVE_SECRET_KEY,
     NO_FRAMING_HEADERS,
     QUEUE_KEY,
     SIGNER_KEY,
@@ -222,7 +223,7 @@ class _Act:
             await ev.waiting_calls(out, self.existing)
             await ev.finish(out)
             return
-        await ev.follow(client, out, offset)
+        await ev.follow(client, out, offset, self.request.app[LIVE_SECRET_KEY] or None)
 
 
 def _decision(m: Any) -> Decision:

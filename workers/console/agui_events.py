@@ -20,6 +20,7 @@ from temporalio.client import WorkflowUpdateFailedError
 from temporalio.service import RPCError
 
 from workers import client as rc
+from workers.live_reader import run_events
 
 if TYPE_CHECKING:
     from ag_ui.core import BaseEvent
@@ -210,9 +211,15 @@ async def error(out: AguiStream, e: BaseException, code: str | None = None) -> N
     await out.send(RunErrorEvent(message=msg, code=code or type(e).__name__))
 
 
-async def _events(client: Any, wf_id: str, offset: int) -> AsyncIterator[dict[str, Any] | None]:
-    """The run's events from ``offset``; None after :data:`IDLE_CHECK_SECONDS` without one."""
-    events = rc.follow(client, wf_id, offset)
+async def _events(
+    client: Any, wf_id: str, offset: int, live_secret: bytes | None
+) -> AsyncIterator[dict[str, Any] | None]:
+    """The run's events from ``offset``; None after :data:`IDLE_CHECK_SECONDS` without one.
+
+    Read as the console reads them (:func:`workers.live_reader.run_events`: text from the workers'
+    live channels when ``live_secret`` is given, step events from the run's stream).
+    """
+    events = run_events(client, wf_id, offset, secret=live_secret)
     nxt: asyncio.Future[dict[str, Any]] | None = None
     try:
         while True:
@@ -330,10 +337,10 @@ class _Follower:
             await error(self.out, RuntimeError(f"the run ended {status}: {reason}"), str(status))
 
 
-async def follow(client: Any, out: AguiStream, offset: int) -> None:
+async def follow(client: Any, out: AguiStream, offset: int, live_secret: bytes | None) -> None:
     """Translate the run's events from ``offset`` until it waits for the front end or ends."""
     f = _Follower(client, out)
-    async for ev in _events(client, out.workflow_id, offset):
+    async for ev in _events(client, out.workflow_id, offset, live_secret):
         if await (f.idle() if ev is None else f.on(ev)):
             return
     await finish(out)

@@ -45,6 +45,8 @@ WEB_UI_KEY = web.AppKey[Callable[[str], str]](
     "web_ui"
 )  # a Callable is no class: typed by subscript
 QUEUE_KEY = web.AppKey("task_queue", str)
+LIVE_SECRET_KEY = web.AppKey("live_secret", bytes)
+"""The workers' live channel secret (b"": none; the events are read through Update polls)."""
 AUTH_KEY = web.AppKey("auth", ca.Authenticator)
 SIGNER_KEY = web.AppKey("signer", Ed25519PrivateKey)
 

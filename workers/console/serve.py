@@ -65,13 +65,14 @@ from temporalio.client import Client
 
 from activities.callbacks import CallbackSigner
 from workers import callback_keys, decision_keys
-from workers.config import load_settings
+from workers.config import Settings, load_settings
 from workers.console import auth as ca
 from workers.console.agui import _agui
 from workers.console.callbacks import CALLBACKS_KEY, CallbackState, _callback
 from workers.console.common import (
     AUTH_KEY,
     CLIENT_KEY,
+    LIVE_SECRET_KEY,
     QUEUE_KEY,
     SIGNER_KEY,
     STATIC,
@@ -142,6 +143,7 @@ def build_app(
     gate: ca.Gate,
     signer: Ed25519PrivateKey | None = None,
     callbacks: CallbackSigner | None = None,
+    live_secret: bytes | None = None,
 ) -> web.Application:
     """The application: routes above, ``client`` for Temporal, ``web_ui_url(run_id)`` for links.
 
@@ -149,7 +151,9 @@ def build_app(
     says who may use it (:mod:`workers.console.auth`); ``signer`` signs its decisions (None:
     a fresh key, whose signatures only a spec listing its public key accepts); ``callbacks``
     holds the key callback tokens are checked with (None: a fresh key, which no worker signs
-    with: every callback is refused as forged).
+    with: every callback is refused as forged); ``live_secret`` reads runs' events from the
+    workers' live channels (:mod:`workers.live_reader`; None: through the runs' Workflow Streams,
+    Update polls).
     """
     app = web.Application(
         middlewares=[_no_framing, ca.guard(gate), _errors], client_max_size=1024 * 1024
@@ -159,6 +163,7 @@ def build_app(
     app[CLIENT_KEY] = client
     app[WEB_UI_KEY] = web_ui_url
     app[QUEUE_KEY] = task_queue or ""
+    app[LIVE_SECRET_KEY] = live_secret or b""
     app[CALLBACKS_KEY] = CallbackState(
         callbacks or CallbackSigner(secrets.token_bytes(32), "http://127.0.0.1")
     )
@@ -186,6 +191,20 @@ def build_app(
     return app
 
 
+def _live_secret(settings: Settings) -> bytes | None:
+    """The live channel's secret from ``settings`` (None when it cannot be read or made)."""
+    from workers.live_server import live_secret
+
+    try:
+        return live_secret(settings)
+    except OSError as e:
+        print(
+            f"live channel secret unavailable ({e}): events read through Update polls",
+            file=sys.stderr,
+        )
+        return None
+
+
 async def start_server(
     client: Client,
     host: str,
@@ -193,10 +212,12 @@ async def start_server(
     web_ui_url: Callable[[str], str],
     task_queue: str | None = None,
     auth: ca.Authenticator | None = None,
+    live_secret: bytes | None = None,
 ) -> tuple[web.AppRunner, str]:
     """Start serving; returns the runner (``await runner.cleanup()`` stops it) and the base URL.
 
     ``auth`` None: as the settings say (``AGENT_CONSOLE_AUTH``, the local token by default).
+    ``live_secret`` None: the settings' (``AGENT_LIVE_SECRET`` or ``<state_dir>/live-secret``).
 
     Raises:
         OSError: the address is in use or cannot be bound.
@@ -219,6 +240,7 @@ async def start_server(
             gate=gate,
             signer=decision_keys.load_or_create(settings.state_dir),
             callbacks=callback_keys.signer(settings),
+            live_secret=live_secret or _live_secret(settings),
         ),
         access_log=None,
         shutdown_timeout=1.0,

@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
+import time
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
@@ -66,11 +69,12 @@ async def write_event_stream(
     delay: float,
     headers: dict[str, str] | None = None,
     cut_after: int | None = None,
+    on_sent: Callable[[dict[str, Any]], None] | None = None,
 ) -> web.StreamResponse:
     """Send ``chunks`` as SSE ``data:`` lines, ``delay`` seconds apart, then ``data: [DONE]``.
 
     ``cut_after``: a fault; the connection is closed after that many chunks, with no
-    ``finish_reason`` chunk and no ``[DONE]``.
+    ``finish_reason`` chunk and no ``[DONE]``. ``on_sent``: called with each chunk once written.
     """
     resp = web.StreamResponse(
         status=200,
@@ -86,8 +90,35 @@ async def write_event_stream(
             await resp.write_eof()
             return resp
         await resp.write(f"data: {json.dumps(c)}\n\n".encode())
+        if on_sent is not None:
+            on_sent(c)
         if delay > 0:
             await asyncio.sleep(delay)
     await resp.write(b"data: [DONE]\n\n")
     await resp.write_eof()
     return resp
+
+
+class ChunkLog:
+    """Thread-safe record of ``(completion number, time.monotonic() once written, text)``."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._entries: list[tuple[int, float, str]] = []
+
+    def hook(self, completion: int) -> Callable[[dict[str, Any]], None]:
+        """The ``on_sent`` callback of completion number ``completion`` (counted from 1)."""
+
+        def sent(chunk: dict[str, Any]) -> None:
+            choices = chunk.get("choices") or []
+            text = (choices[0].get("delta") or {}).get("content") if choices else None
+            if text:
+                with self._lock:
+                    self._entries.append((completion, time.monotonic(), text))
+
+        return sent
+
+    def entries(self) -> list[tuple[int, float, str]]:
+        """Every streamed text chunk so far, in the order written."""
+        with self._lock:
+            return list(self._entries)

@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from workers.testing._loop_thread import LoopThread
-from workers.testing._sse import completion_chunks, write_event_stream
+from workers.testing._sse import ChunkLog, completion_chunks, write_event_stream
 from workers.testing.prefix_cache import PrefixCache
 from workers.testing.scripted_replies import (
     RecordedRequest,
@@ -74,9 +74,7 @@ from workers.testing.scripted_replies import (
 from workers.testing.scripted_replies import (
     _approx_tokens as _approx_tokens,  # re-exported: tests size prompts with them
 )
-from workers.testing.scripted_replies import (
-    _message_chars as _message_chars,
-)
+from workers.testing.scripted_replies import _message_chars as _message_chars
 
 if TYPE_CHECKING:  # pragma: no cover
     import openai
@@ -188,6 +186,7 @@ class ScriptedModel:
         self._consumed = 0
         self._port: int | None = None
         self._loop_thread = LoopThread("ScriptedModel")
+        self.chunk_log = ChunkLog()  # when each streamed text chunk was written
         self._runner: web.AppRunner | None = None
 
     # ---- lifecycle ---------------------------------------------------------------------------
@@ -425,7 +424,8 @@ class ScriptedModel:
                 payload, self.chunk_chars, self.stream_usage and bool(options.get("include_usage"))
             )
             delay = self.chunk_delay if reply.chunk_delay is None else reply.chunk_delay
-            return write_event_stream(request, chunks, delay, headers, cut_after=reply.cut_after)
+            hook = self.chunk_log.hook(n)
+            return write_event_stream(request, chunks, delay, headers, reply.cut_after, hook)
         if reply.cut_after is not None:
             raw = json.dumps(payload).encode()[: reply.cut_after]
             return web.Response(
