@@ -9,7 +9,9 @@ It starts, by itself and on non-default ports, a dev server on a SQLite file
 ``ToolContext.idempotency_key`` and journals each execution, :mod:`bench.chaos_tools`),
 ``calculator``, ``chaos_effect`` again, then a final answer; every third run also calls the
 client tool ``chaos_ask`` (the driver answers it with update ``tool_result``, as it answers
-approvals; its wait crosses the kills). Approvals are decided through the
+approvals; its wait crosses the kills); every fourth run is of agent ``chaos_judged``, whose
+judge (``policy.judge``, the scripted model) approves its ``write_file`` calls and escalates its
+effects to the driver (:func:`judge_reply`). Approvals are decided through the
 ``decide`` update for even runs and the ``approve``/``reject`` signals for odd ones; every fifth
 run has its first ``chaos_effect`` rejected. Meanwhile one of the two workers is SIGKILLed every
 ``--kill-every`` seconds (and restarted), and the dev server is SIGKILLed and restarted on its
@@ -73,6 +75,9 @@ def responder(request: dict[str, Any]) -> Reply:
     extraction = _extraction(msgs)
     if extraction is not None:
         return extraction
+    verdict = judge_reply(msgs)
+    if verdict is not None:
+        return verdict
     first = next((m for m in msgs if m.get("role") == "user"), {})
     found = _RUN.search(str(first.get("content") or ""))
     i = int(found.group(1)) if found else -1
@@ -89,6 +94,23 @@ def responder(request: dict[str, Any]) -> Reply:
     if done < len(steps):
         return tool_call(*steps[done]).with_delay(MODEL_SECONDS)
     return text(f"chaos run {i} done").with_delay(MODEL_SECONDS)
+
+
+def judge_reply(msgs: list[dict[str, Any]]) -> Reply | None:
+    """The judge's verdict when ``msgs`` ask the judge: approve ``write_file``, escalate the rest."""
+    if not msgs or "security judge" not in str(msgs[0].get("content") or ""):
+        return None
+    asked = str(msgs[-1].get("content") or "")
+    if "tool: write_file" in asked:
+        verdict = {"verdict": "approve", "reason": "writing the run's own file is routine"}
+    else:
+        verdict = {"verdict": "escalate", "reason": "side effects need a person"}
+    return text(json.dumps(verdict)).with_delay(MODEL_SECONDS)
+
+
+def judged(index: int) -> bool:
+    """Whether run ``index`` is of agent ``chaos_judged`` (every fourth run)."""
+    return index % 4 == 3
 
 
 def asks_client(index: int) -> bool:
@@ -133,7 +155,10 @@ def write_spec(workdir: Path) -> Path:
         "limits": {"max_turns": 10, "max_seconds": 7200},
         "model_timeout_seconds": 10,
     }
-    body = {"tool_modules": ["bench.chaos_tools"], "agents": {"chaos": agent}}
+    rubric = "Approve writing the run's own files; escalate anything with side effects."
+    judge = {"model": "scripted", "rubric": rubric, "timeout_seconds": 30}
+    agents = {"chaos": agent, "chaos_judged": {**agent, "policy": {"judge": judge}}}
+    body = {"tool_modules": ["bench.chaos_tools"], "agents": agents}
     path = workdir / "agents.yml"
     path.write_text(yaml.safe_dump(body, sort_keys=False))
     return path
@@ -317,7 +342,8 @@ async def _start_runs(client: Any, tq: str, index: dict[str, int], rate: float) 
     from workflows.models import RunRequest
 
     for wid, i in index.items():
-        req = RunRequest(agent="chaos", input=f"chaos run {i}", principal_id="chaos")
+        agent = "chaos_judged" if judged(i) else "chaos"
+        req = RunRequest(agent=agent, input=f"chaos run {i}", principal_id="chaos")
         while True:
             try:
                 await start_run(client, req, task_queue=tq, workflow_id=wid)

@@ -66,8 +66,18 @@ def _decisions_check(
     outcomes: dict[str, dict[str, Any]],
     effects: Counter[str],
 ) -> tuple[list[str], list[str]]:
-    """(acknowledged decisions missing from their run's result, calls run without approval)."""
+    """(acknowledged decisions missing from their run's result, calls run without approval).
+
+    A call counts as approved when the driver approved it, or when its run recorded the judge's
+    approval (``Decision.via == "judge"``, principal ``judge:<model>``).
+    """
     approved = {f"{w}/{c}" for (w, c), d in decisions.items() if d["decision"] == "approve"}
+    approved |= {
+        f"{o['wid']}/{x.tool_call_id}"
+        for o in outcomes.values()
+        for x in o.get("decisions") or []
+        if x.via == "judge" and x.decision == "approve" and x.principal_id.startswith("judge:")
+    }
     lost, unapproved = [], [k for k in effects if k not in approved]
     for (wid, cid), d in decisions.items():
         o = outcomes[wid]
@@ -109,6 +119,12 @@ async def collect(
         "approvals_lost": sorted(lost),
         "calls_run_without_approval": sorted(set(unapproved)),
         "client_tool_results": len(approver.answered),
+        "judge_decisions": Counter(
+            x.decision
+            for o in outcomes.values()
+            for x in o.get("decisions") or []
+            if x.via == "judge"
+        ),
         "client_tool_results_lost": client_lost,
         "duplicated_side_effects": sorted(k for k, n in effects.items() if n > 1),
         "side_effects": sum(effects.values()),
