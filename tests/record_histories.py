@@ -29,6 +29,7 @@ from typing import Any
 import typer
 from temporalio.client import Client, WorkflowHandle
 
+from activities.evals.contracts import RecordedCall, Recording
 from tests.support.harness import Harness
 from workers import client as rc
 from workers.testing.env import start_local_env
@@ -238,6 +239,36 @@ async def hostile_model_run(h: Harness) -> WorkflowHandle[Any, RunResult]:
     return handle
 
 
+async def replayed_run(h: Harness) -> WorkflowHandle[Any, RunResult]:
+    """(i) A replay (``RunRequest.recorded_tools``, issue #40): ``read_file`` and an approved
+    ``deploy`` answered from the recording (no activity), a ``record`` call the recording lacks
+    (a tool error); the records keep the model's arguments (patch ``model-arguments``)."""
+    h.model.extend(
+        [
+            tool_call("read_file", {"path": "notes.txt"}),
+            tool_calls([("deploy", {"target": "prod"}), ("record", {"label": "new"})]),
+            text("deployed prod"),
+        ]
+    )
+    recording = Recording(
+        run_id="hist-recorded",
+        calls=[
+            RecordedCall(name="read_file", arguments={"path": "notes.txt"}, result="1| ship it"),
+            RecordedCall(name="deploy", arguments={"target": "prod"}, result="deployed to prod"),
+        ],
+    )
+    handle = await rc.start_run(
+        h.client,
+        RunRequest(agent="default", input="[replayed] ship it", recorded_tools=recording),
+        task_queue=h.task_queue,
+        workflow_id="hist-replayed",
+    )
+    st = await _until(handle, lambda s: bool(s.pending_approvals))
+    await rc.decide(h.client, handle.id, st.pending_approvals[0].tool_call_id, "approve", "alice")
+    await handle.result()
+    return handle
+
+
 SCENARIOS: dict[str, Scenario] = {
     "tools": tools_run,
     "approvals": approvals_run,
@@ -247,6 +278,7 @@ SCENARIOS: dict[str, Scenario] = {
     "subagents": subagents_run,
     "code_mode": code_mode_run,
     "hostile_model": hostile_model_run,
+    "replayed": replayed_run,
 }
 
 

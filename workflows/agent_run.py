@@ -169,7 +169,7 @@ class AgentRun(RunHandlers):
         ctx = self._ctx
         # before the spec's local activity (a patch marker after one in the same workflow task
         # fails replay), in the same task as its marker: no action of its own (docs/throughput.md)
-        in_step, resolve_local = Versions.at_start()
+        in_step, resolve_local, model_arguments = Versions.at_start()
         try:
             if resolve_local:
                 inp, opts = options.spec_resolve(req, WORKFLOW_REV)
@@ -184,6 +184,7 @@ class AgentRun(RunHandlers):
         s = ctx.s
         s.pinned = pinned
         s.tools_in_step = in_step
+        s.model_arguments = model_arguments
         if pinned.search_attributes is not None:
             # The spec activity asked the namespace (a bare client sets none at start); results
             # recorded before it did so carry None and keep the start-time gate (replay).

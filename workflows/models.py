@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from temporalio.contrib.workflow_streams import WorkflowStreamState
 
 from activities.contracts import StepToolCall, Usage
+from activities.evals.contracts import Recording
 from activities.spec import PinnedSpec
 from activities.spec_settings import MAX_RUN_SECONDS
 
@@ -80,6 +81,11 @@ class RunRequest(BaseModel):
         default=None,
         description="offer only these of the spec's tools (evaluation cases); None: all",
     )
+    recorded_tools: Recording | None = Field(
+        default=None,
+        description="a replay: tool calls answered from these recorded calls, not run "
+        "(ToolCallRecord.recorded; activities/evals/contracts.py Recording); None: tools run",
+    )
 
 
 class ToolCallRecord(BaseModel):
@@ -91,6 +97,8 @@ class ToolCallRecord(BaseModel):
     id: str
     name: str
     arguments: dict[str, Any] | str = Field(default_factory=dict)
+    """As the model sent them (its raw text if not a JSON object); before patch model-arguments,
+    the tool's validated ones once it ran."""
     status: ToolCallStatus
     turn: int
     duration_ms: float = 0.0
@@ -98,6 +106,12 @@ class ToolCallRecord(BaseModel):
     reason: str | None = None
     result_chars: int = 0
     decided_by: str | None = None
+    run_arguments: dict[str, Any] | None = None
+    """What the tool ran with where it differs from ``arguments`` (validated: defaults filled in,
+    values coerced; or a person's edit at approval). None: the same, or it never ran."""
+    recorded: Literal["answered", "unmatched", "live"] | None = None
+    """A replay (``RunRequest.recorded_tools``): ``answered`` from a recorded call; none matched:
+    ``unmatched`` (a tool error) or ``live`` (it ran, as the recording allows). None: no replay."""
 
 
 class ChildRecord(BaseModel):
@@ -420,6 +434,15 @@ class RunData(BaseModel):
         default_factory=dict,
         description="revision 4: search attribute name -> the value listings show (set at start "
         "or upserted); an upsert carries only what differs from it",
+    )
+    replayed: list[int] = Field(
+        default_factory=list[int],
+        description="a replay: indexes of the RunRequest.recorded_tools calls that answered",
+    )
+    model_arguments: bool = Field(
+        default=False,
+        description="patch model-arguments (ToolCallRecord.run_arguments); carried, so a "
+        "continued run keeps its first run's recording",
     )
     tools_in_step: bool = Field(
         default=False,

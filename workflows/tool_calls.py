@@ -20,6 +20,7 @@ with workflow.unsafe.imports_passed_through():
     import workflows.activity_options as options
     import workflows.turn as turn
     from activities.contracts import ToolCallRequest, ToolInfo, ToolOutcome, Usage
+    from activities.evals.contracts import Recording
     from activities.interfaces import tool_invoke
     from workflows.approvals import Decisions
     from workflows.children import ChildStep
@@ -92,7 +93,7 @@ class ToolStep:
                 settled = turn.settle_by_verdict(verdict)
                 if settled is None and verdict is not None:
                     if verdict.arguments is not None:
-                        rec.arguments = verdict.arguments
+                        self.ran_with(rec, verdict.arguments)
                     running[call.id] = asyncio.ensure_future(
                         self.invoke(call, rec, tools.get(call.name))
                     )
@@ -207,21 +208,25 @@ class ToolStep:
         ``announce``: emit ``tool_started`` (not for a call announced when it was held,
         workflows/tools_first.py).
         """
+        recording = self.ctx.req().recorded_tools
+        if recording is not None and (info is None or info.kind in ("tool", "subagent")):
+            answered = self._from_recording(call, rec, recording)
+            if answered is not None:
+                return answered
         if info is not None and info.kind == "code":  # a Code Mode script
             return await run_script(self, call, rec, info)
         if info is not None and info.kind != "tool":  # ask_<NAME>, handoff_to_<NAME>
             return await self._invoke_agent(call, rec, info)
         ctx = self.ctx
         rec.status = "running"
-        arguments: str | dict[str, Any] = (
-            rec.arguments if isinstance(rec.arguments, dict) else call.arguments
-        )
+        ran_with = turn.ran_with(rec)
+        arguments: str | dict[str, Any] = ran_with if isinstance(ran_with, dict) else call.arguments
         inp, opts = options.tool_invoke(
             ctx.pinned(), ctx.req(), ctx.s.turn, call, arguments, info, ctx.s.run_files
         )
         opts = ctx.with_deadline(opts)
         if announce:  # not again for a call announced when it was held for the model step
-            ctx.emit("tool_started", tool_call_id=call.id, name=call.name, arguments=rec.arguments)
+            ctx.emit("tool_started", tool_call_id=call.id, name=call.name, **turn.shown(rec))
         try:
             if ctx.versions.local_tool_activities and options.runs_local(info):
                 out = await options.execute_local(tool_invoke, inp, opts)
@@ -260,16 +265,66 @@ class ToolStep:
         if out.files:
             self.ctx.s.run_files.update(out.files)
         if out.arguments is not None:
-            rec.arguments = out.arguments
+            self.ran_with(rec, out.arguments)
         if announce:
             self.finished(rec, out.content)
+
+    def ran_with(self, rec: ToolCallRecord, arguments: dict[str, Any]) -> None:
+        """Record the arguments the call runs with (a person's edit, the tool's validated ones).
+
+        Runs that took patch ``model-arguments`` keep the model's in ``arguments`` and these in
+        ``run_arguments`` when they differ; older runs replace ``arguments``.
+        """
+        if self.ctx.s.model_arguments:
+            rec.run_arguments = arguments if arguments != rec.arguments else None
+        else:
+            rec.arguments = arguments
+
+    def _from_recording(
+        self, call: ToolCallRequest, rec: ToolCallRecord, recording: Recording
+    ) -> ToolOutcome | str | None:
+        """A replay: the call answered from ``recording`` instead of running (no activity).
+
+        Matched by tool and the model's arguments (:meth:`Recording.match`); its record says
+        ``recorded: answered``. Unmatched: a tool error (``recorded: unmatched``), or None when
+        the recording lets such calls run live (``recorded: live``).
+        """
+        s = self.ctx.s
+        index = recording.match(call.name, rec.arguments, s.replayed)
+        if index is None:
+            rec.recorded = "live" if recording.unmatched == "live" else "unmatched"
+            if rec.recorded == "live":
+                return None
+            rec.status = "error"
+            text = (
+                f"Error: this is a replay of a recorded run, and it made no {call.name} call "
+                "with these arguments, so there is no result for it. Use the results you have."
+            )
+            self.ctx.emit("tool_started", tool_call_id=call.id, name=call.name, **turn.shown(rec))
+            self.finished(rec, text)
+            return text
+        if index not in s.replayed:
+            s.replayed.append(index)
+        got = recording.calls[index]
+        rec.recorded = "answered"
+        self.ctx.emit("tool_started", tool_call_id=call.id, name=call.name, **turn.shown(rec))
+        out = ToolOutcome(
+            call_id=call.id,
+            name=call.name,
+            status="ok" if got.status == "ok" else "error",
+            content=got.result,
+            output_chars=len(got.result),
+            arguments=got.run_arguments,
+        )
+        self.record(rec, out, None)
+        return out
 
     async def _invoke_agent(
         self, call: ToolCallRequest, rec: ToolCallRecord, info: ToolInfo
     ) -> str:
         """An ``ask_*`` or ``handoff_to_*`` call: a child run, or a handoff noted for the turn's end."""
         agent = info.agent or info.name
-        self.ctx.emit("tool_started", tool_call_id=call.id, name=call.name, arguments=rec.arguments)
+        self.ctx.emit("tool_started", tool_call_id=call.id, name=call.name, **turn.shown(rec))
         if info.kind == "handoff":
             text = self._handoffs.ask(rec, agent)
         else:
@@ -293,10 +348,11 @@ class ToolStep:
             "tool_finished",
             tool_call_id=rec.id,
             name=rec.name,
-            arguments=rec.arguments,
+            **turn.shown(rec),
             status=rec.status,
             duration_ms=rec.duration_ms,
             result=result,
+            **({"recorded": rec.recorded} if rec.recorded is not None else {}),
         )
 
     async def _await_approvals(self) -> None:

@@ -56,7 +56,7 @@ class ToolsFirst:
     def hold(self, calls: list[ToolCallRequest]) -> bool:
         """Hold ``calls`` for the next model step when they may ride it; False: run them now.
 
-        They may when the run took the patch, every call is of a local tool (no queue, MCP
+        They may when the run took the patch, is not a replay (``recorded_tools``), every call is of a local tool (no queue, MCP
         server or sandbox of its own) that the policy allows, the next step goes ahead (no turn
         or budget limit stops the run first), its model runs on the run's own queue, and the
         transcript is far enough under the compaction budget that no count is due.
@@ -65,6 +65,8 @@ class ToolsFirst:
         s, pinned, req = ctx.s, ctx.pinned(), ctx.req()
         spec = pinned.spec
         if not s.tools_in_step or not spec.local_tools_in_model_step or not calls:
+            return False
+        if req.recorded_tools is not None:  # a replay: the tool step answers from the recording
             return False
         tools = {t.name: t for t in pinned.tools}
         if any(not self._may_ride(c, tools.get(c.name)) for c in calls):

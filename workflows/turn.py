@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Container, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from temporalio.api.failure.v1 import Failure
 from temporalio.exceptions import TimeoutError as ActivityTimeoutError
@@ -200,6 +201,19 @@ def settle_by_policy(
         text = f"Tool call denied by policy: {decision.reason}. Do not retry it."
         return rec, Settled("denied", text)
     return rec, None
+
+
+def ran_with(rec: ToolCallRecord) -> dict[str, Any] | str:
+    """The arguments the call runs with: ``run_arguments`` when set, else ``arguments``."""
+    return rec.run_arguments if rec.run_arguments is not None else rec.arguments
+
+
+def shown(rec: ToolCallRecord) -> dict[str, Any]:
+    """The arguments of ``tool_started``/``tool_finished``: ``arguments``, ``run_arguments``."""
+    out: dict[str, Any] = {"arguments": rec.arguments}
+    if rec.run_arguments is not None:
+        out["run_arguments"] = rec.run_arguments
+    return out
 
 
 def settle_by_verdict(verdict: Decision | None) -> Settled | None:

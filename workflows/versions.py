@@ -60,6 +60,13 @@ PATCH_RACE_WAITS = "race-person-waits"
 """A race whose work waited for a person (Code Mode) re-arms the deadline instead of ending."""
 PATCH_SHOWN_STATUS = "parent-status-from-children"
 """A parent upserts ``AgentStatus`` when its children's approvals change the status people see."""
+PATCH_MODEL_ARGUMENTS = "model-arguments"
+"""``ToolCallRecord.arguments`` (the result, the state, the events, the Web UI) keep the
+arguments as the model sent them; those the tool ran with (validated, or edited by a person)
+go to ``ToolCallRecord.run_arguments`` where they differ (issue #40). Before it, ``arguments``
+were replaced by the tool's validated ones. Asked at the start of a run, beside
+:data:`PATCH_TOOLS_IN_STEP` (no action of its own); ``RunData.model_arguments`` carries the
+answer through continue-as-new, so a run keeps one recording."""
 
 
 class Versions:
@@ -76,17 +83,19 @@ class Versions:
     # ------------------------------------------------------------ at the start of a run
 
     @staticmethod
-    def at_start() -> tuple[bool, bool]:
+    def at_start() -> tuple[bool, bool, bool]:
         """Asked once, first thing in a new run (not one continued as new).
 
-        Returns ``(tools_in_step, spec_resolve_local)``: whether the run holds local tools' calls
-        for the next model step (:data:`PATCH_TOOLS_IN_STEP`, asked before the spec's local
-        activity: a marker after one in the same workflow task fails replay) and whether
-        ``spec.resolve`` runs as a local activity pinning :data:`WORKFLOW_REV`
-        (:data:`PATCH_V4`).
+        Returns ``(tools_in_step, spec_resolve_local, model_arguments)``: whether the run holds
+        local tools' calls for the next model step (:data:`PATCH_TOOLS_IN_STEP`, asked before the
+        spec's local activity: a marker after one in the same workflow task fails replay),
+        whether ``spec.resolve`` runs as a local activity pinning :data:`WORKFLOW_REV`
+        (:data:`PATCH_V4`) and whether tool call records keep the model's arguments
+        (:data:`PATCH_MODEL_ARGUMENTS`).
         """
         tools_in_step = workflow.patched(PATCH_TOOLS_IN_STEP)
-        return tools_in_step, workflow.patched(PATCH_V4)
+        resolve_local = workflow.patched(PATCH_V4)
+        return tools_in_step, resolve_local, workflow.patched(PATCH_MODEL_ARGUMENTS)
 
     @staticmethod
     def deprecated() -> None:

@@ -73,7 +73,9 @@ async def test_approve_with_edited_arguments_runs_with_the_new_ones(client: Clie
         res = await handle.result()
         final = await handle.query("state", result_type=RunState)
     assert deployed(h) == ["staging"]
-    assert res.tool_calls[0].arguments == {"target": "staging"}
+    # the model's arguments, and the edited ones it ran with beside them (issue #40)
+    assert res.tool_calls[0].arguments == {"target": "prod"}
+    assert res.tool_calls[0].run_arguments == {"target": "staging"}
     assert final.decisions[0].principal_id == "olga" and final.decisions[0].arguments == {
         "target": "staging"
     }

@@ -143,6 +143,8 @@ def _tool_closed(
         entry.result_chars = int(result.get("output_chars") or 0)
         entry.truncated = bool(result.get("truncated"))
         entry.duration_ms = result.get("duration_ms")
+        content = result.get("content")
+        entry.result = content if isinstance(content, str) else None
         if isinstance(result.get("arguments"), dict):
             entry.arguments = result["arguments"]
     elif status == "cancelled":

@@ -157,6 +157,11 @@ class ToolCallEntry(_Entry):
     duration_ms: float | None = None
     latency_ms: float | None = None
     error: str | None = None
+    result: str | None = Field(
+        default=None,
+        description="the tool message the model was given (ToolOutcome.content, as redacted "
+        "and cut by the tool step) of a call that ran and returned; None otherwise",
+    )
 
 
 class DecisionEntry(_Entry):
