@@ -391,7 +391,9 @@ def _bound_log(req: InvokeToolInput) -> Any:
 
 
 def only_tools(tools: list[ToolInfo], names: list[str] | None, agent: str) -> list[ToolInfo]:
-    """``tools`` restricted to ``names`` (``RunRequest.tools``), in the spec's order; None: all.
+    """``tools`` restricted to ``names`` (``RunRequest.tools``), in the order ``names`` gives
+    them (an evaluation case offers its tools in its own order, as a raw request would: the
+    order is part of the prompt); a repeated name counts once. None: all, in the spec's order.
 
     Raises:
         SpecError: a name is not one of the agent's tools.
@@ -404,4 +406,5 @@ def only_tools(tools: list[ToolInfo], names: list[str] | None, agent: str) -> li
         raise SpecError(
             f"agents.{agent}: the run asks for tool(s) {', '.join(missing)} the agent does not have"
         )
-    return [t for t in tools if t.name in set(names)]
+    by_name = {t.name: t for t in tools}
+    return [by_name[n] for n in dict.fromkeys(names)]

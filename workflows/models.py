@@ -79,7 +79,8 @@ class RunRequest(BaseModel):
     )
     tools: list[str] | None = Field(
         default=None,
-        description="offer only these of the spec's tools (evaluation cases); None: all",
+        description="offer only these of the spec's tools, in this order (evaluation cases); "
+        "None: all, in the spec's order",
     )
     recorded_tools: Recording | None = Field(
         default=None,
