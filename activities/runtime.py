@@ -391,9 +391,10 @@ def _bound_log(req: InvokeToolInput) -> Any:
 
 
 def only_tools(tools: list[ToolInfo], names: list[str] | None, agent: str) -> list[ToolInfo]:
-    """``tools`` restricted to ``names`` (``RunRequest.tools``), in the order ``names`` gives
-    them (an evaluation case offers its tools in its own order, as a raw request would: the
-    order is part of the prompt); a repeated name counts once. None: all, in the spec's order.
+    """``tools`` restricted to ``names`` (``RunRequest.tools``), in the order ``names`` gives.
+
+    An evaluation case offers its tools in its own order, as a raw request would: the order is
+    part of the prompt. A repeated name counts once. ``names`` None: all, in the spec's order.
 
     Raises:
         SpecError: a name is not one of the agent's tools.

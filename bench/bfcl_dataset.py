@@ -51,9 +51,12 @@ PYTHON_HINT = " Note that the provided function is in Python 3 syntax."
 
 
 def _cast(properties: dict[str, Any]) -> dict[str, Any]:
-    """BFCL's ``_cast_to_openai_type``, in place: types mapped (unknown or missing: string), a
-    float also ``format: float`` and " This is a float type value." in its description; nested
-    objects' properties and array items (two levels) mapped the same way."""
+    """BFCL's ``_cast_to_openai_type``, in place; returns ``properties``.
+
+    Types are mapped (unknown or missing: string); a float also gets ``format: float`` and
+    " This is a float type value." in its description; nested objects' properties and array
+    items (two levels) are mapped the same way.
+    """
     for value in properties.values():
         kind = value.get("type")
         if kind is None:
@@ -77,8 +80,10 @@ def _cast(properties: dict[str, Any]) -> dict[str, Any]:
 
 
 def openai_function(f: dict[str, Any]) -> dict[str, Any]:
-    """One BFCL function doc as BFCL offers it to an OpenAI chat-completions model (Python
-    categories): ``{"name", "description", "parameters"}``.
+    """One BFCL function doc as BFCL offers it to an OpenAI chat-completions model.
+
+    Returns ``{"name", "description", "parameters"}`` (BFCL's Python categories); the doc given
+    is left as it was.
 
     What ``bfcl_eval`` does (``utils._func_doc_language_specific_pre_processing``, then
     ``model_handler.utils.convert_to_tool`` with ``GORILLA_TO_OPENAPI``): the description gets
@@ -100,7 +105,8 @@ def openai_function(f: dict[str, Any]) -> dict[str, Any]:
 def json_schema(p: dict[str, Any]) -> dict[str, Any]:
     """A BFCL parameter schema as plain JSON Schema (recursively; BFCL's ``optional`` dropped).
 
-    The conversion this module used before it sent BFCL's own (:func:`openai_function`)."""
+    The conversion this module used before it sent BFCL's own (:func:`openai_function`).
+    """
     out: dict[str, Any] = {}
     for k, v in p.items():
         if k == "type":

@@ -39,7 +39,10 @@ from workers.config import Settings, load_settings
 from workers.eval_client import start_suite
 from workers.worker import build_workers
 
-DATASETS = [ROOT / "evals" / "bfcl" / "cases.jsonl", ROOT / "evals" / "bfcl" / "live_multiple.jsonl"]
+DATASETS = [
+    ROOT / "evals" / "bfcl" / "cases.jsonl",
+    ROOT / "evals" / "bfcl" / "live_multiple.jsonl",
+]
 SPEC = ROOT / "evals" / "bfcl" / "agents.yml"
 AGENT = "bfcl"
 console = Console()
@@ -89,7 +92,9 @@ def gap_rows(
                     "raw": raw_ok,
                     "runtime": run_ok,
                     "raw_why": (r.error or _why(r.scores)) if r else "not run",
-                    "runtime_why": (rec.error or _why(rec.scores) or rec.status) if rec else "not run",
+                    "runtime_why": (rec.error or _why(rec.scores) or rec.status)
+                    if rec
+                    else "not run",
                     "raw_call": r.call if r else None,
                     "runtime_calls": [
                         {k: x.get(k) for k in ("name", "arguments", "status")}
@@ -107,8 +112,10 @@ def gap_rows(
 async def through_runtime(
     client: Client, settings: Settings, cases: list[Case], scorers: ScorerConfig
 ) -> tuple[SuiteProgress, float]:
-    """Run ``cases`` as an ``EvalSuite`` (agent :data:`AGENT`) on workers built from
-    ``settings``; returns the suite's records and its wall time (s)."""
+    """Run ``cases`` as an ``EvalSuite`` of agent :data:`AGENT` on workers from ``settings``.
+
+    Returns the suite's records and its wall time (s).
+    """
     workers = build_workers(client, settings)
     async with contextlib.AsyncExitStack() as stack:
         for w in workers:

@@ -38,9 +38,7 @@ DEFAULT_MAX_TOKENS = 1024
 def load_functions(path: Path = FUNCTIONS) -> dict[str, dict[str, Any]]:
     """Tool name -> ``{"name", "description", "parameters"}`` of every function in ``path``."""
     docs = json.loads(path.read_text(encoding="utf-8"))
-    return {
-        f["name"]: {k: f[k] for k in ("name", "description", "parameters")} for f in docs
-    }
+    return {f["name"]: {k: f[k] for k in ("name", "description", "parameters")} for f in docs}
 
 
 def agent_settings(agent: str, path: Path = AGENTS) -> dict[str, Any]:

@@ -280,7 +280,9 @@ def test_checked_in_bfcl_dataset_loads() -> None:
         "multiple",
     }
     assert all(c.expected_tool_calls and c.metadata["tools"] for c in ds.cases)
-    live = load_dataset(Path(__file__).resolve().parents[2] / "evals" / "bfcl" / "live_multiple.jsonl")
+    live = load_dataset(
+        Path(__file__).resolve().parents[2] / "evals" / "bfcl" / "live_multiple.jsonl"
+    )
     assert len(live.cases) == 15 and {c.metadata["category"] for c in live.cases} == {
         "live_multiple"
     }
