@@ -70,7 +70,8 @@ def gap_rows(
 
     Per category (in the cases' order, then ``all``): ``{category, cases, raw, runtime, gap}``,
     passes counted, ``gap`` = runtime - raw. Per case judged differently by the two paths:
-    ``{case, category, raw, runtime, raw_why, runtime_why, raw_call, runtime_calls}``.
+    ``{case, category, raw, runtime, raw_why, runtime_why, raw_call, raw_calls_in_reply,
+    runtime_calls}``.
     """
     by_raw = {r.case_id: r for r in raw}
     by_run = {r.case_id: r for r in runtime}
@@ -96,6 +97,7 @@ def gap_rows(
                     if rec
                     else "not run",
                     "raw_call": r.call if r else None,
+                    "raw_calls_in_reply": r.calls if r else 0,
                     "runtime_calls": [
                         {k: x.get(k) for k in ("name", "arguments", "status")}
                         for x in (rec.tool_calls if rec else [])

@@ -82,7 +82,12 @@ def raw_request(
 
 @dataclass
 class RawResult:
-    """One case on the raw path: whether it passed, the scores, the first call (or why none)."""
+    """One case on the raw path: whether it passed, the scores, the first call (or why none).
+
+    ``calls`` counts the reply's tool calls: only the first is scored (a server that lets a
+    model write several in one reply gives the raw path a chance the runtime, which records
+    every call, does not get; llama.cpp answers such a reply with HTTP 500).
+    """
 
     case_id: str
     category: str
@@ -92,6 +97,7 @@ class RawResult:
     error: str | None = None
     latency_ms: float = 0.0
     tokens: int = 0
+    calls: int = 0
 
 
 def first_call_facts(completion: Any) -> RunFacts:
@@ -147,6 +153,7 @@ async def run_raw(
                 return RawResult(case.id, category, False, error=f"{type(e).__name__}: {e}")
             ms = (time.perf_counter() - t0) * 1000
         facts = first_call_facts(completion)
+        made = len(completion.choices[0].message.tool_calls or [])
         facts.latency_ms = ms
         scores = score_run(case, facts, cfg)
         return RawResult(
@@ -157,6 +164,7 @@ async def run_raw(
             facts.tool_calls[0] if facts.tool_calls else None,
             latency_ms=round(ms, 1),
             tokens=facts.total_tokens,
+            calls=made,
         )
 
     try:

@@ -14,9 +14,9 @@ from typing import Any
 
 from activities.evals.contracts import Case
 from bench.bfcl_gap import SPEC, compare, load_cases
-from bench.bfcl_raw import agent_settings, load_functions, raw_request
+from bench.bfcl_raw import agent_settings, load_functions, raw_request, run_raw
 from workers.config import Settings
-from workers.testing.scripted_model import ScriptedModel, text, tool_call
+from workers.testing.scripted_model import ScriptedModel, error, text, tool_call, tool_calls
 
 SAMPLING = ("model", "messages", "tools", "temperature", "max_tokens")
 
@@ -74,6 +74,7 @@ async def test_raw_and_runtime_send_the_same_request_and_the_gap_is_counted(
     (d,) = out["differ"]
     assert d["case"] == again and d["raw"] and not d["runtime"]
     assert "2 call(s), expected 1" in d["runtime_why"] and len(d["runtime_calls"]) == 2
+    assert d["raw_call"]["name"] == d["runtime_calls"][0]["name"] and d["raw_calls_in_reply"] == 1
 
     # every case: the runtime's first model request is the raw one
     settings_raw = agent_settings("bfcl", SPEC)
@@ -93,3 +94,32 @@ async def test_raw_and_runtime_send_the_same_request_and_the_gap_is_counted(
         # byte for byte, key order included: the chat template renders the tools as JSON text
         assert json.dumps(run["tools"]) == json.dumps(want["tools"]), case.id
         assert set(run) - set(SAMPLING) <= {"stream", "stream_options"}
+
+
+async def test_raw_path_scores_the_first_call_and_counts_refusals_and_answers_as_failures() -> None:
+    cases, scorers = load_cases(2)
+    cases = cases[::2] + cases[1:2]  # simple_python, multiple, live_multiple, simple_python
+    exp = [(c.expected_tool_calls or [])[0] for c in cases]
+    args = [{k: _literal(v) for k, v in e.arguments.items()} for e in exp]
+    script = {
+        cases[0].input: [tool_call(exp[0].name, {**args[0], "surplus": 1})],  # one too many
+        cases[1].input: [error(500, {"error": {"message": "Failed to parse tool call"}})],
+        cases[2].input: [tool_calls([(exp[2].name, args[2]), ("other", {})])],  # first scored
+        cases[3].input: [text("The area is 25.")],  # an answer, no call
+    }
+    with ScriptedModel(scripts=script) as model:
+        got = await run_raw(cases, model.base_url, "k", "scripted", scorers=scorers)
+        assert model.count == 4
+    assert [r.case_id for r in got] == [c.id for c in cases]
+    assert not got[0].passed and "unexpected argument(s) surplus" in got[0].scores[0].detail
+    assert not got[1].passed and got[1].error and "500" in got[1].error and got[1].call is None
+    assert (
+        got[2].passed and got[2].calls == 2 and got[2].call and got[2].call["name"] == exp[2].name
+    )
+    assert not got[3].passed and got[3].calls == 0 and "0 call(s)" in got[3].scores[0].detail
+    assert [r.category for r in got] == [
+        "simple_python",
+        "multiple",
+        "live_multiple",
+        "simple_python",
+    ]
