@@ -18,6 +18,7 @@ from temporalio.exceptions import ActivityError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
     import workflows.activity_options as options
+    import workflows.render as render
     import workflows.turn as turn
     from activities.contracts import ToolCallRequest, ToolInfo, ToolOutcome, Usage
     from activities.evals.contracts import Recording
@@ -224,6 +225,8 @@ class ToolStep:
         inp, opts = options.tool_invoke(
             ctx.pinned(), ctx.req(), ctx.s.turn, call, arguments, info, ctx.s.run_files
         )
+        if rec.run_arguments is not None:  # a person's edit: the Web UI shows what the model asked
+            opts["summary"] = render.tool_summary(call.name, rec.arguments, "(edited at approval)")
         opts = ctx.with_deadline(opts)
         if announce:  # not again for a call announced when it was held for the model step
             ctx.emit("tool_started", tool_call_id=call.id, name=call.name, **turn.shown(rec))

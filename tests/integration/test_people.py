@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client, WorkflowUpdateFailedError
 
+from tests.integration.test_webui_metadata import activity_summaries
 from tests.support.harness import Harness, until_state
 from tests.support.people import GATED, deployed
 from workers import client as rc
@@ -72,7 +73,12 @@ async def test_approve_with_edited_arguments_runs_with_the_new_ones(client: Clie
         )
         res = await handle.result()
         final = await handle.query("state", result_type=RunState)
+        summaries = [
+            s for kind, s in await activity_summaries(client, handle) if kind == "tool.invoke"
+        ]
     assert deployed(h) == ["staging"]
+    # the Web UI names the call as the model asked it, and says a person edited it
+    assert summaries == ["tool: deploy target=prod (edited at approval)"]
     # the model's arguments, and the edited ones it ran with beside them (issue #40)
     assert res.tool_calls[0].arguments == {"target": "prod"}
     assert res.tool_calls[0].run_arguments == {"target": "staging"}

@@ -407,3 +407,39 @@ def test_a_replayed_approval_is_decided_as_recorded():
     assert as_recorded(rec, "write_file", {"path": "b", "content": "x"}).decision == "approve"  # type: ignore[union-attr]
     assert as_recorded(rec, "deploy", {"target": "dev"}) is None  # not recorded: the dataset's
     assert as_recorded(None, "deploy", {}) is None
+
+
+def test_the_printed_report_says_where_runs_left_the_recording(capsys):
+    from activities.evals.contracts import Score
+    from workers.cli.evals import print_report
+
+    where = "left the recording at call 2 (turn 2): write_file(...), recorded write_file(...)"
+    records = [
+        RunRecord(
+            case_id="run-1",
+            variant=v,
+            repeat=0,
+            run_id=f"s.run-1.{v}.0",
+            status="completed",
+            passed=ok,
+            scores=[Score(name="recording", passed=ok, detail="" if ok else where)],
+        )
+        for v, ok in (("a", True), ("b", False))
+    ]
+    prog = SuiteProgress(
+        suite_id="s",
+        dataset="captured",
+        variants=[Variant(name="a", agent="a"), Variant(name="b", agent="b")],
+        repeat=1,
+        total=2,
+        records=records,
+        done=True,
+    )
+    report = build_report(prog)
+    assert report["variants"]["a"]["cases"]["run-1"]["left_recording"] == []
+    assert report["variants"]["b"]["cases"]["run-1"]["left_recording"] == [where]
+    print_report(report, as_json=False)
+    printed = " ".join(capsys.readouterr().out.split())
+    assert (
+        "where the run left the recording" in printed and "left the recording at call 2" in printed
+    )

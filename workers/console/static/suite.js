@@ -46,7 +46,9 @@ function render(r) {
   for (const id of ids) {
     ct.append(row([id, ...names.map((n) => {
       const cs = (r.variants[n].cases || {})[id];
-      return cs ? `${cs.passed}/${cs.runs}` : "-";
+      if (!cs) return "-";
+      const left = cs.left_recording || []; // a captured case: where runs left the recording
+      return `${cs.passed}/${cs.runs}` + (left.length ? ` · ${left.join("; ")}` : "");
     })]));
   }
 }
