@@ -443,3 +443,22 @@ def test_the_printed_report_says_where_runs_left_the_recording(capsys):
     assert (
         "where the run left the recording" in printed and "left the recording at call 2" in printed
     )
+
+
+def test_bfcl_gap_table_prints_the_gap_per_category_or_why_nothing_was_measured() -> None:
+    from rich.console import Console
+
+    from bench.bfcl_gap import table_bfcl_gap
+
+    def shown(r: dict) -> str:
+        con = Console(width=200, record=True)
+        con.print(table_bfcl_gap(r))
+        return con.export_text()
+
+    rows = [
+        {"category": "multiple", "cases": 4, "raw": 3, "runtime": 2, "gap": -1},
+        {"category": "all", "cases": 4, "raw": 3, "runtime": 2, "gap": -1},
+    ]
+    out = shown({"rows": rows})
+    assert "multiple" in out and "3 (75%)" in out and "2 (50%)" in out and "-1" in out
+    assert "no model server" in shown({"skipped": "no model server at http://x"})
