@@ -12,12 +12,16 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from activities.guardrail_models import GuardrailTrip, StageGuardrails
+from activities.usage import Usage as Usage  # re-exported: its home before it had one
+
 MODEL_COMPLETE = "model.complete"
 TOOL_INVOKE = "tool.invoke"
 SPEC_RESOLVE = "spec.resolve"
 CODE_STEP = "code.step"
 TOKENS_COUNT = "tokens.count"
-ACTIVITY_NAMES = (MODEL_COMPLETE, TOOL_INVOKE, SPEC_RESOLVE, TOKENS_COUNT)
+GUARDRAIL_CHECK = "guardrail.check"
+ACTIVITY_NAMES = (MODEL_COMPLETE, TOOL_INVOKE, SPEC_RESOLVE, TOKENS_COUNT, GUARDRAIL_CHECK)
 
 
 FAIRNESS_KEY_MAX_BYTES = 64
@@ -65,33 +69,6 @@ ERR_MODEL_REQUEST_REJECTED = "ModelRequestRejected"
 ERR_MODEL_UNAVAILABLE = "ModelUnavailable"
 ERR_SPEC_INVALID = "AgentSpecInvalid"
 ERR_MCP_UNAVAILABLE = "McpServerUnavailable"
-
-
-class Usage(BaseModel):
-    """Token usage as reported by the model server, and its cost.
-
-    Token counts are whole tokens; ``cost_usd`` is US dollars computed from the spec's price table.
-    ``cached_prompt_tokens`` is the part of ``prompt_tokens`` the server took from its prompt
-    cache instead of processing again (OpenAI's ``usage.prompt_tokens_details.cached_tokens``;
-    llama.cpp's ``timings.cache_n`` where the usage does not say; 0 when the endpoint says
-    neither). It is priced at the spec's ``pricing.cached_prompt_per_mtok``.
-    """
-
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    total_tokens: int = 0
-    cost_usd: float = 0.0
-    cached_prompt_tokens: int = 0
-
-    def add(self, other: Usage) -> Usage:
-        """Return the sum of two usages (a new object)."""
-        return Usage(
-            prompt_tokens=self.prompt_tokens + other.prompt_tokens,
-            completion_tokens=self.completion_tokens + other.completion_tokens,
-            total_tokens=self.total_tokens + other.total_tokens,
-            cost_usd=round(self.cost_usd + other.cost_usd, 8),
-            cached_prompt_tokens=self.cached_prompt_tokens + other.cached_prompt_tokens,
-        )
 
 
 class ToolCallRequest(BaseModel):
@@ -195,6 +172,9 @@ class CallModelInput(BaseModel):
     """The largest prompt the model takes, in tokens (the spec's ``compaction.context_window``);
     with the server's measured speed it sizes the attempt's own limit (activities/model_pace.py).
     None: :data:`activities.model_pace.DEFAULT_WINDOW_TOKENS`."""
+    guardrails: StageGuardrails | None = None
+    """The spec's ``output`` guardrails: the reply's text is checked before it leaves the activity
+    (``ModelReply.guardrails``); None: no check (docs/guardrails.md)."""
 
 
 class ModelReply(BaseModel):
@@ -226,7 +206,11 @@ class ModelReply(BaseModel):
     model_skipped: bool = False
     """The step ran ``tools_first`` but did not call the model: with their results the transcript
     may be over the compaction budget (``CallModelInput.token_room``). The workflow compacts,
-    then asks the model in a new step; ``content`` is None and ``usage`` zero."""
+    then asks the model in a new step; ``content`` is None and ``usage`` zero. Also set when a
+    held call's result tripped a ``block`` guardrail: the model is not asked with it."""
+    guardrails: list[GuardrailTrip] = Field(default_factory=lambda: list[GuardrailTrip]())
+    """Guardrails the reply's text tripped (``CallModelInput.guardrails``); ``content`` is already
+    what they left of it (redacted, or withheld by a ``block``, whose tool calls are dropped)."""
 
     def assistant_message(self) -> dict[str, Any]:
         """The reply as an OpenAI-format assistant message for the transcript."""
@@ -299,6 +283,9 @@ class InvokeToolInput(BaseModel):
         default_factory=dict,
         description="files earlier sandboxed calls of the run wrote: name -> payload store key",
     )
+    guardrails: StageGuardrails | None = None
+    """The spec's ``tool_results`` guardrails: the result is checked before it leaves the activity
+    (``ToolOutcome.guardrails``); None: no check (docs/guardrails.md)."""
 
 
 class ToolOutcome(BaseModel):
@@ -326,6 +313,9 @@ class ToolOutcome(BaseModel):
     workflow records the call as it records a failed activity."""
     timed_out: bool = False
     """With ``failure``: the last attempt ran out of ``StepToolCall.timeout_seconds``."""
+    guardrails: list[GuardrailTrip] = Field(default_factory=lambda: list[GuardrailTrip]())
+    """Guardrails the result tripped (``InvokeToolInput.guardrails``); ``content`` is already what
+    they left of it (redacted, or withheld by a ``block``)."""
 
 
 def fill_tool_messages(

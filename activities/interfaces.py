@@ -15,6 +15,7 @@ declaration, its options in :mod:`workflows.activity_options` and the implementa
 | :func:`tool_invoke` | :meth:`activities.runtime.RuntimeActivities.tool_invoke` |
 | :func:`tokens_count` | :func:`activities.tokens.tokens_count` |
 | :func:`code_step` | :meth:`activities.code_mode.CodeRunner.code_step` |
+| :func:`guardrail_check` | :meth:`activities.runtime.RuntimeActivities.guardrail_check` |
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from temporalio import activity
 
 from activities.contracts import (
     CODE_STEP,
+    GUARDRAIL_CHECK,
     MODEL_COMPLETE,
     SPEC_RESOLVE,
     TOKENS_COUNT,
@@ -37,6 +39,7 @@ from activities.contracts import (
     TokenCounts,
     ToolOutcome,
 )
+from activities.guardrail_models import GuardrailCheckInput, GuardrailCheckOutput
 from activities.spec import PinnedSpec
 
 _DECLARATION = "declaration only: the worker registers the implementation under this name"
@@ -85,5 +88,11 @@ async def code_step(req: CodeStepInput) -> CodeStepOutput:
     raise NotImplementedError(_DECLARATION)
 
 
-DECLARATIONS = (spec_resolve, model_complete, tool_invoke, tokens_count, code_step)
+@activity.defn(name=GUARDRAIL_CHECK)
+async def guardrail_check(req: GuardrailCheckInput) -> GuardrailCheckOutput:
+    """Check one user message with the spec's ``input`` guardrails (run as a local activity)."""
+    raise NotImplementedError(_DECLARATION)
+
+
+DECLARATIONS = (spec_resolve, model_complete, tool_invoke, tokens_count, code_step, guardrail_check)
 """Every activity the workflow schedules."""

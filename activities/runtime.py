@@ -25,6 +25,7 @@ from activities.code_mode import code_tool
 from activities.contracts import (
     ERR_MCP_UNAVAILABLE,
     ERR_SPEC_INVALID,
+    GUARDRAIL_CHECK,
     SPEC_RESOLVE,
     TOOL_INVOKE,
     InvokeToolInput,
@@ -34,6 +35,7 @@ from activities.contracts import (
     ToolOutcome,
 )
 from activities.extras import install_hint, installed
+from activities.guardrail_models import GuardrailCheckInput, GuardrailCheckOutput
 from activities.heartbeat import await_with_heartbeats
 from activities.mcp.config import referenced_vars
 from activities.mcp.pool import McpPool
@@ -124,6 +126,7 @@ class RuntimeActivities:
             tools += self._agent_tools(path, spec, tools)
             tools += self._code_tool(spec, tools)
             tools = only_tools(tools, req.tools, spec.name)
+            check_guardrail_names(spec)
         except (SpecError, UnknownToolError, McpToolsError) as e:
             raise ApplicationError(str(e), type=ERR_SPEC_INVALID, non_retryable=True) from None
         self._ensure_workspace(req.agent, Path(spec.workspace), path)
@@ -263,7 +266,7 @@ class RuntimeActivities:
         bound = _bound_log(req)
         started = time.perf_counter()
         try:
-            outcome = await await_with_heartbeats(self._run(req), lambda ms: {"running_ms": ms})
+            outcome = await await_with_heartbeats(self._checked(req), lambda ms: {"running_ms": ms})
         except asyncio.CancelledError:
             bound.info("tool_cancelled")
             metrics.tool_call(req.name, "cancelled")
@@ -286,6 +289,60 @@ class RuntimeActivities:
         )
         metrics.tool_call(req.name, outcome.status, outcome.duration_ms)
         return outcome
+
+    async def _checked(self, req: InvokeToolInput) -> ToolOutcome:
+        """:meth:`_run`, its result then through the spec's ``tool_results`` guardrails.
+
+        The result leaves the activity already checked: redacted, or withheld by a ``block``
+        (``ToolOutcome.guardrails`` says which tripped; docs/guardrails.md).
+        """
+        if req.guardrails is None or not req.guardrails.entries:
+            return await self._run(req)
+        from activities.guardrails import GuardrailContext, check
+        from activities.tools.output import keeping_raw
+
+        with keeping_raw() as raw:
+            out = await self._run(req)
+        ctx = GuardrailContext(
+            stage="tool_results", run_id=req.run_id, turn=req.turn, tenant_id=req.tenant_id,
+            tool=req.name,
+        )  # fmt: skip
+        out.content, out.guardrails = await check(
+            out.content, req.guardrails, ctx, raw="\n".join(raw) if raw else None
+        )
+        for trip in out.guardrails:
+            trip.tool_call_id, trip.turn = req.call_id, req.turn
+        if out.guardrails:
+            _bound_log(req).info(
+                "guardrail_tripped",
+                stage="tool_results",
+                guardrails=[(t.guardrail, t.action) for t in out.guardrails],
+            )
+        return out
+
+    @activity.defn(name=GUARDRAIL_CHECK)
+    async def guardrail_check(self, req: GuardrailCheckInput) -> GuardrailCheckOutput:
+        """Check one user message with the spec's ``input`` guardrails (a local activity).
+
+        Returns the text to give the model (redacted, or withheld by a ``block``) and the
+        guardrails it tripped. A ``@guardrail`` that raises has tripped (docs/guardrails.md).
+        """
+        from activities.guardrails import GuardrailContext, check
+
+        ctx = GuardrailContext(
+            stage=req.guardrails.stage, run_id=req.run_id, turn=req.turn, tenant_id=req.tenant_id
+        )
+        text, trips = await check(req.text, req.guardrails, ctx)
+        for trip in trips:
+            trip.turn = req.turn
+        if trips:
+            log.info(
+                "guardrail_tripped",
+                run_id=req.run_id,
+                stage=req.guardrails.stage,
+                guardrails=[(t.guardrail, t.action) for t in trips],
+            )
+        return GuardrailCheckOutput(text=text, guardrails=trips, stage=req.guardrails.stage)
 
     def _run(self, req: InvokeToolInput) -> Coroutine[Any, Any, ToolOutcome]:
         """The call's coroutine: its MCP server's tool or the registry's (no heartbeats)."""
@@ -333,7 +390,7 @@ class RuntimeActivities:
         for attempt in range(1, attempts + 1):
             started = time.perf_counter()
             try:
-                outcome = await asyncio.wait_for(self._run(req), first.timeout_seconds)
+                outcome = await asyncio.wait_for(self._checked(req), first.timeout_seconds)
             except TimeoutError:
                 failure, timed_out = f"timed out after {first.timeout_seconds:g} s", True
             except Exception as exc:  # noqa: BLE001 - retried, then given to the workflow
@@ -388,6 +445,28 @@ def _bound_log(req: InvokeToolInput) -> Any:
         call_id=req.call_id,
         tenant_id=req.tenant_id,
     )
+
+
+def check_guardrail_names(spec: AgentSpec) -> None:
+    """Every guardrail the spec names is built in or registered with ``@guardrail`` here.
+
+    Raises:
+        SpecError: names one that is neither (the message lists those this worker has).
+    """
+    if spec.guardrails is None:
+        return
+    from activities.guardrails import BUILTINS, GUARDRAILS, unknown_guardrails
+
+    for stage in ("input", "tool_results", "output"):
+        entries = spec.guardrails.stage(stage)
+        unknown = unknown_guardrails(entries)
+        if unknown:
+            i = next(n for n, e in enumerate(entries) if e.name == unknown[0])
+            raise SpecError(
+                f"agents.{spec.name}.guardrails.{stage}.{i}: unknown guardrail {unknown[0]!r}; "
+                f"built in: {', '.join(BUILTINS)}; registered with @guardrail on this worker: "
+                f"{', '.join(GUARDRAILS.names()) or 'none'} (from tool_modules)"
+            )
 
 
 def only_tools(tools: list[ToolInfo], names: list[str] | None, agent: str) -> list[ToolInfo]:

@@ -12,6 +12,7 @@ from typing import Any, Literal, cast
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from activities.contracts import ToolInfo
+from activities.guardrail_models import GuardrailsSpec
 from activities.mcp.config import McpServerSpec, check_server_name, tool_name
 from activities.spec_policy import Policy
 from activities.spec_settings import (
@@ -96,6 +97,11 @@ class AgentSpec(BaseModel):
     )
     code_mode: CodeModeSpec | None = Field(
         default=None, description="a tool that runs a Python script over the agent's tools"
+    )
+    guardrails: GuardrailsSpec | None = Field(
+        default=None,
+        description="checks of the user's messages, tool results and the model's text, each "
+        "with an action (block, redact, flag); docs/guardrails.md (none: no checks, no cost)",
     )
     temperature: float = Field(default=0.2, ge=0, le=2, description="sampling temperature, 0-2")
     retry_temperature_step: float = Field(

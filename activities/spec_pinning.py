@@ -146,6 +146,7 @@ _NEW_SPEC_DEFAULTS: dict[str, Any] = {
     "plan": PlanSettings().model_dump(mode="json"),
     "code_mode": None,
     "local_tools_in_model_step": True,
+    "guardrails": None,
 }
 _NEW_TOOL_DEFAULTS: dict[str, Any] = {"agent": None, "kind": "tool"}
 

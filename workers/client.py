@@ -35,6 +35,9 @@ from activities.search_attributes import namespace_has_search_attributes
 from activities.signing import decision_message, sign_decision
 from workers.config import Settings, load_settings, temporal_connect_config
 from workers.payloads.converter import build_data_converter
+from workers.run_memo import MEMO_INPUT_CHARS as MEMO_INPUT_CHARS
+from workers.run_memo import MEMO_REQUEST as MEMO_REQUEST
+from workers.run_memo import request_memo as request_memo
 from workers.telemetry import temporal_plugins
 from workflows.events import TOPIC as EVENTS_TOPIC
 from workflows.models import (
@@ -70,14 +73,6 @@ SIGNAL_INTERRUPT = "interrupt"
 SIGNAL_PAUSE = "pause"
 SIGNAL_RESUME = "resume"
 SIGNAL_SEND_MESSAGE = "send_message"
-
-MEMO_REQUEST = "request"
-"""Memo key a run started by :func:`start_run` carries: ``{"input": <the request, at most
-:data:`MEMO_INPUT_CHARS` characters>, "mode": "task" | "chat"}``, what listings (the console's run
-list) show of what the run was asked. Encoded by the client's data converter (encrypted under
-``AGENT_PAYLOAD_KEYS``, as every payload); the workflow never reads it."""
-MEMO_INPUT_CHARS = 300
-"""Characters of the request kept in the memo (the run's input keeps all of it)."""
 
 
 class ServerUnreachable(RuntimeError):
@@ -235,14 +230,6 @@ async def start_run(
         memo={MEMO_REQUEST: request_memo(req)},
     )
     return cast("WorkflowHandle[AgentRun, RunResult]", h)
-
-
-def request_memo(req: RunRequest) -> dict[str, str]:
-    """The :data:`MEMO_REQUEST` memo of ``req``: its input cut to :data:`MEMO_INPUT_CHARS`."""
-    text = req.input
-    if len(text) > MEMO_INPUT_CHARS:
-        text = text[: MEMO_INPUT_CHARS - 1] + "…"
-    return {"input": text, "mode": req.mode}
 
 
 def handle(client: Client, run_id: str) -> WorkflowHandle[Any, RunResult]:

@@ -204,13 +204,14 @@ def runtime_activities(settings: Settings) -> RuntimeActivities:
 def local_activities(runtime: RuntimeActivities) -> list[Any]:
     """The activities ``AgentRun`` runs as local activities, on the worker of its workflow tasks.
 
-    ``spec.resolve`` and ``tool.invoke`` (for tools marked ``local``; docs/throughput.md).
+    ``spec.resolve``, ``tool.invoke`` (for tools marked ``local``; docs/throughput.md) and
+    ``guardrail.check`` (the user's messages, when the spec has ``input`` guardrails).
 
     A worker for workflow tasks only must still register these, or a run's first workflow task
     fails: ``build_worker(client, settings, activities=local_activities(runtime),
     no_remote_activities=True)`` (the Temporal worker option that polls no activity tasks).
     """
-    return [runtime.spec_resolve, runtime.tool_invoke]
+    return [runtime.spec_resolve, runtime.tool_invoke, runtime.guardrail_check]
 
 
 def _all_activities(settings: Settings, runtime: RuntimeActivities) -> list[Any]:
@@ -234,6 +235,7 @@ def _all_activities(settings: Settings, runtime: RuntimeActivities) -> list[Any]
         model.model_complete,
         runtime.spec_resolve,
         runtime.tool_invoke,
+        runtime.guardrail_check,
         tokens_count,
         code.code_step,
         evals.score,

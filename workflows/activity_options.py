@@ -34,6 +34,7 @@ from activities.contracts import (
     ToolInfo,
     model_task_queue,
 )
+from activities.guardrail_models import GuardrailCheckInput, GuardrailStage, StageGuardrails
 from activities.spec import PinnedSpec
 from workflows.model_choice import tenant_priority
 from workflows.models import RunRequest
@@ -128,6 +129,7 @@ def model_complete(
     """
     spec = pinned.spec
     name = model or spec.model
+    checked = stage_guardrails(pinned, "output") if summary_of is None else None
     inp = CallModelInput(
         run_id=workflow.info().workflow_id,
         turn=turn,
@@ -145,10 +147,11 @@ def model_complete(
         completion_price_per_mtok=spec.pricing.completion_per_mtok,
         cached_prompt_price_per_mtok=spec.pricing.cached_prompt_per_mtok,
         tenant_id=req.tenant_id,
-        stream=stream,
+        stream=stream and checked is None,  # checked text is sent whole, once checked
         memory=memory_request(spec, req) if summary_of is None else None,
         max_attempts=spec.model_max_attempts if summary_of is None else SUMMARY_ATTEMPTS,
         context_window=spec.compaction.context_window,
+        guardrails=checked,
     )
     options: workflow.ActivityConfig = {
         "start_to_close_timeout": timedelta(seconds=spec.model_timeout_seconds),
@@ -249,6 +252,7 @@ def tool_invoke(
         secrets=spec.secrets,
         mcp=info.mcp if info else None,
         run_files=dict(run_files or {}) if info is not None and info.sandboxed else {},
+        guardrails=stage_guardrails(pinned, "tool_results"),
     )
     shown = arguments if isinstance(arguments, dict) else parse_arguments(arguments) or arguments
     options: workflow.ActivityConfig = {
@@ -263,6 +267,38 @@ def tool_invoke(
     if info is not None and info.task_queue:
         options["task_queue"] = info.task_queue
     return inp, options
+
+
+def stage_guardrails(pinned: PinnedSpec, stage: GuardrailStage) -> StageGuardrails | None:
+    """The spec's guardrails of ``stage`` as an activity checks with them; None: none (no cost).
+
+    Only a spec pinned by revision 6 or later can have any (``Versions.guardrails``).
+    """
+    spec = pinned.spec
+    entries = spec.guardrails.stage(stage) if spec.guardrails is not None else []
+    if not entries:
+        return None
+    return StageGuardrails(stage=stage, entries=entries, secrets=list(spec.secrets))
+
+
+def guardrail_check(
+    pinned: PinnedSpec, req: RunRequest, turn: int, text: str, guards: StageGuardrails
+) -> tuple[GuardrailCheckInput, workflow.ActivityConfig]:
+    """Input and options of ``guardrail.check`` (a local activity): 30 s per attempt, 3 attempts."""
+    inp = GuardrailCheckInput(
+        run_id=workflow.info().workflow_id,
+        turn=turn,
+        tenant_id=req.tenant_id,
+        text=text,
+        guardrails=guards,
+    )
+    names = ", ".join(e.name for e in guards.entries)
+    return inp, {
+        "start_to_close_timeout": timedelta(seconds=30),
+        "retry_policy": RetryPolicy(maximum_attempts=3, initial_interval=timedelta(seconds=1)),
+        "summary": f"guardrails: {guards.stage} ({names})",
+        "priority": tenant_priority(req.tenant_id),
+    }
 
 
 def tool_attempts(info: ToolInfo | None) -> int:

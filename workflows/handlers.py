@@ -177,6 +177,7 @@ class RunHandlers:
             return
         s.paused = False
         s.budget_paused = False
+        s.guardrail_paused = False
 
     @workflow.signal(name="send_message")
     def send_message(self, *args: Any) -> None:

@@ -5,23 +5,48 @@ Names and shapes are pinned by ``docs/contract.md``; fields may be added, never 
 
 from __future__ import annotations
 
-import json
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field
 from temporalio.contrib.workflow_streams import WorkflowStreamState
 
 from activities.contracts import StepToolCall, Usage
 from activities.evals.contracts import Recording
+from activities.guardrail_models import GuardrailTrip
 from activities.spec import PinnedSpec
 from activities.spec_settings import MAX_RUN_SECONDS
+from workflows.signals import (  # noqa: F401 - re-exported: the signals' payloads moved there
+    MAX_DECISION_ARGUMENTS_BYTES,  # pyright: ignore[reportUnusedImport]
+    ApproveSignal,
+    DecideResult,  # pyright: ignore[reportUnusedImport]
+    DecideUpdate,  # pyright: ignore[reportUnusedImport]
+    InterruptSignal,
+    MessageSignal,
+    PrincipalSignal,  # pyright: ignore[reportUnusedImport]
+    RaiseBudgetSignal,  # pyright: ignore[reportUnusedImport]
+    RejectSignal,
+    SignedDecision,  # pyright: ignore[reportUnusedImport]
+)
 
 RunStatus = Literal[
-    "completed", "interrupted", "max_turns", "timeout", "loop_detected", "budget_exceeded", "failed"
+    "completed",
+    "interrupted",
+    "max_turns",
+    "timeout",
+    "loop_detected",
+    "budget_exceeded",
+    "failed",
+    "guardrail",
 ]
 LiveStatus = Literal[
-    "starting", "running", "awaiting_approval", "paused", "waiting_for_message", "budget_paused"
+    "starting",
+    "running",
+    "awaiting_approval",
+    "paused",
+    "waiting_for_message",
+    "budget_paused",
+    "guardrail_paused",
 ]
 ToolCallStatus = Literal[
     "ok", "error", "rejected", "denied", "timed_out", "pending", "running", "cancelled"
@@ -179,133 +204,14 @@ class RunResult(BaseModel):
         default_factory=list, description="agents the run was handed to, in order (handoffs)"
     )
     plan: PlanView | None = None
+    guardrails: list[GuardrailTrip] = Field(
+        default_factory=list[GuardrailTrip],
+        description="every guardrail that tripped, in order (docs/guardrails.md)",
+    )
     model_steps: list[dict[str, Any]] = Field(default_factory=list[dict[str, Any]])
     """One ``{"turn", "model", "duration_ms", "usage"}`` per model step, naming the model that
     answered (a fallback's name when the primary failed); ``duration_ms`` is the answering call's
     own time, measured in the activity."""
-
-
-class SignedDecision(BaseModel):
-    """Fields of a decision signed where the spec requires it (activities/signing.py)."""
-
-    signature: str | None = Field(
-        default=None, description="base64 Ed25519 signature of the decision"
-    )
-    signed_at: str | None = Field(
-        default=None, description="ISO-8601 time the signer put in the signature"
-    )
-    roles: list[str] = Field(
-        default_factory=list,
-        description="the decider's roles as their identity provider states them (the console: "
-        "the token's `roles` claim or the proxy's `role:` groups); an approver `role:NAME` "
-        "accepts a decision naming NAME here. Signed with the decision where the spec requires "
-        "signatures; otherwise as trusted as principal_id, i.e. as the namespace's clients",
-    )
-
-
-MAX_DECISION_ARGUMENTS_BYTES = 256 * 1024
-"""Largest edited ``arguments`` (as JSON) a decision may carry: 256 KiB. They go into the tool
-call's activity input; the Temporal server refuses a workflow task whose payloads pass 2 MB (its
-default ``limit.blobSize.error``), so 1 MB of arguments, accepted, failed every task after it."""
-
-
-def _bounded_arguments(value: dict[str, Any] | None) -> dict[str, Any] | None:
-    if value is not None:
-        try:
-            size = len(json.dumps(value, ensure_ascii=False).encode("utf-8", "replace"))
-        except RecursionError:
-            raise ValueError("arguments are nested too deeply") from None
-        if size > MAX_DECISION_ARGUMENTS_BYTES:
-            raise ValueError(
-                f"arguments are {size} bytes of JSON; a decision may carry at most "
-                f"{MAX_DECISION_ARGUMENTS_BYTES}"
-            )
-    return value
-
-
-class ApproveSignal(SignedDecision):
-    """Payload of signal ``approve``: run a call that waits; ``arguments`` replaces the model's.
-
-    ``arguments`` are at most :data:`MAX_DECISION_ARGUMENTS_BYTES` of JSON.
-    """
-
-    tool_call_id: str
-    principal_id: str = "anonymous"
-    arguments: dict[str, Any] | None = None
-    comment: str | None = None
-
-    @field_validator("arguments")
-    @classmethod
-    def _arguments_bounded(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
-        return _bounded_arguments(value)
-
-
-class RejectSignal(SignedDecision):
-    """Payload of signal ``reject``: the call is not run; the model is told why."""
-
-    tool_call_id: str
-    principal_id: str = "anonymous"
-    reason: str = "rejected"
-
-
-class DecideUpdate(SignedDecision):
-    """Payload of update ``decide``: an approval or rejection, answered synchronously.
-
-    ``arguments`` are at most :data:`MAX_DECISION_ARGUMENTS_BYTES` of JSON.
-    """
-
-    tool_call_id: str
-    decision: Literal["approve", "reject"]
-    principal_id: str = "anonymous"
-    arguments: dict[str, Any] | None = None
-    comment: str | None = None
-    reason: str | None = None
-
-    @field_validator("arguments")
-    @classmethod
-    def _arguments_bounded(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
-        return _bounded_arguments(value)
-
-
-class DecideResult(BaseModel):
-    """Answer of update ``decide``."""
-
-    tool_call_id: str
-    decision: Literal["approve", "reject"]
-    accepted: bool = True
-
-
-class InterruptSignal(BaseModel):
-    """Payload of signal ``interrupt``."""
-
-    reason: str = "interrupted"
-    principal_id: str = "anonymous"
-
-
-class PrincipalSignal(BaseModel):
-    """Payload of signals ``pause`` and ``resume``."""
-
-    principal_id: str = "anonymous"
-
-
-class MessageSignal(BaseModel):
-    """Payload of signal ``send_message``."""
-
-    content: str
-    principal_id: str = "anonymous"
-
-
-class RaiseBudgetSignal(BaseModel):
-    """Payload of signal ``raise_budget``: new totals (not increments); ``None`` keeps a limit.
-
-    Each is a finite number above 0: a NaN compared false with every use, so it lifted the limit,
-    and a negative or zero one paused the run at once (a signal naming one is ignored with why).
-    """
-
-    principal_id: str = "anonymous"
-    max_total_tokens: int | None = Field(default=None, ge=1)
-    max_cost_usd: float | None = Field(default=None, gt=0, allow_inf_nan=False)
-    max_sandbox_seconds: float | None = Field(default=None, gt=0, allow_inf_nan=False)
 
 
 class PendingApproval(BaseModel):
@@ -372,6 +278,7 @@ class RunState(BaseModel):
     children: list[ChildRecord] = Field(default_factory=list[ChildRecord])
     lineage: list[str] = Field(default_factory=list)
     plan: PlanView | None = None
+    guardrails: list[GuardrailTrip] = Field(default_factory=list[GuardrailTrip])
 
 
 class RunData(BaseModel):
@@ -445,6 +352,10 @@ class RunData(BaseModel):
         description="patch model-arguments (ToolCallRecord.run_arguments); carried, so a "
         "continued run keeps its first run's recording",
     )
+    guardrails: list[GuardrailTrip] = Field(
+        default_factory=list[GuardrailTrip],
+        description="guardrails that tripped, in order (details never hold what they found)",
+    )
     tools_in_step: bool = Field(
         default=False,
         description="patch tools-in-model-step: allowed local tools' calls ride the next model "
@@ -466,6 +377,12 @@ class RunData(BaseModel):
     verdicts: dict[str, Decision] = Field(default_factory=dict, exclude=True)
     interrupt: InterruptSignal | None = Field(default=None, exclude=True)
     budget_paused: bool = Field(default=False, exclude=True)
+    guardrail_blocked: GuardrailTrip | None = Field(
+        default=None, exclude=True, description="a block not acted on yet (workflows/guardrails.py)"
+    )
+    guardrail_paused: bool = Field(
+        default=False, exclude=True, description="paused by a block, for a person"
+    )
     parse_failures: int = Field(default=0, exclude=True)
     token_counts: list[int] = Field(
         default_factory=list[int], exclude=True, description="exact tokens of messages[:len(...)]"

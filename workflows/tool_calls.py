@@ -11,7 +11,7 @@ back into the transcript in the order the model wrote the calls.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, CancelledError
@@ -31,6 +31,9 @@ with workflow.unsafe.imports_passed_through():
     from workflows.policy import Search, evaluate, re2_search, re_search
     from workflows.run_context import RunContext, Stop, cause_message
 
+if TYPE_CHECKING:
+    from workflows.guardrails import GuardrailStep
+
 __all__ = ["Stop", "ToolStep", "cause_message"]
 
 
@@ -38,13 +41,19 @@ class ToolStep:
     """Carries out tool calls for one run."""
 
     def __init__(
-        self, ctx: RunContext, children: ChildStep, handoffs: HandoffStep, decisions: Decisions
+        self,
+        ctx: RunContext,
+        children: ChildStep,
+        handoffs: HandoffStep,
+        decisions: Decisions,
+        guard: GuardrailStep | None = None,
     ) -> None:
         """Work on ``ctx``; ``ask_*`` calls go to ``children``, ``handoff_to_*`` to ``handoffs``.
 
-        ``decisions`` records an approval that timed out.
+        ``decisions`` records an approval that timed out; ``guard`` what results tripped.
         """
         self.ctx = ctx
+        self.guard = guard
         self._decisions = decisions
         self._children = children
         self._handoffs = handoffs
@@ -271,6 +280,8 @@ class ToolStep:
             self.ran_with(rec, out.arguments)
         if announce:
             self.finished(rec, out.content)
+        if out.guardrails and self.guard is not None:  # acted on when the turn's calls settled
+            self.guard.note(out.guardrails, rec.id)
 
     def ran_with(self, rec: ToolCallRecord, arguments: dict[str, Any]) -> None:
         """Record the arguments the call runs with (a person's edit, the tool's validated ones).

@@ -27,14 +27,16 @@ from temporalio import workflow
 if TYPE_CHECKING:
     from activities.spec import PinnedSpec
 
-WORKFLOW_REV = 5
+WORKFLOW_REV = 6
 """Revision of this code's behaviour, pinned by each run at its start.
 
 Revision 3 takes no decision that changes commands from a ``workflow.now()`` difference, and
 refuses decisions for approval requests not yet in history. Revision 4 (with patch
 :data:`PATCH_V4`) runs tools marked ``local`` as local activities and upserts search attributes
 only when what they show changed (docs/throughput.md). Revision 5 takes the deadline without a
-timer where a timeout does its work (``RunContext.with_deadline``)."""
+timer where a timeout does its work (``RunContext.with_deadline``). Revision 6 acts on the
+spec's guardrails: the user's messages go through local activity ``guardrail.check``, and a
+``block`` ends the run (``guardrail``) or pauses it (docs/guardrails.md)."""
 
 PATCH_V2 = "agent-run-v2"
 """The second workflow version (one deadline timer per run, throttled search-attribute refreshes,
@@ -143,6 +145,18 @@ class Versions:
         No timer is started for such an activity.
         """
         return self._rev() >= 5
+
+    @property
+    def guardrails(self) -> bool:
+        """Revision 6: the spec's guardrails are checked and acted on (workflows/guardrails.py).
+
+        A revision, not a patch: the first command it adds (``guardrail.check`` of the request)
+        follows ``spec.resolve``'s local activity in the same workflow task, where a patch marker
+        fails replay, and asking a patch before it would cost every run a marker and an upsert.
+        Only runs whose pinned spec has ``guardrails:`` take a new command, and no run before
+        revision 6 can pin one (``AgentSpec`` refuses unknown fields).
+        """
+        return self._rev() >= 6
 
     # ------------------------------------------------------------ asked where first needed
 

@@ -238,8 +238,10 @@ def _pinned_rev(path: Path) -> int:
 
 
 def test_the_workflow_revision_is_recorded_in_history():
-    """Revision 3's to 5's branches are chosen from a value in history, not from a marker."""
-    assert _pinned_rev(HISTORIES / "tools.json") == WORKFLOW_REV == 5
+    """Revision 3's to 6's branches are chosen from a value in history, not from a marker."""
+    assert _pinned_rev(HISTORIES / "guardrails.json") == WORKFLOW_REV == 6
+    # recorded with revision 5: revision 6 changes nothing for a spec without guardrails
+    assert _pinned_rev(HISTORIES / "tools.json") == 5
     assert _pinned_rev(V6 / "tools.json") == 4
     assert _pinned_rev(V5 / "tools.json") == 3
     assert _pinned_rev(V3 / "tools.json") == 3

@@ -222,3 +222,18 @@ def slow_write(label: str, ctx: ToolContext) -> str:
     time.sleep(4)
     _journal(ctx, {"tool": "slow_write", "label": label, "phase": "end", "t": time.time()})
     return f"wrote {label}"
+
+
+# ---------------------------------------------------------------- a guardrail of one's own
+
+
+from activities.guardrails import Finding, GuardrailContext, guardrail  # noqa: E402
+
+
+@guardrail(action="flag")
+def no_competitor(text: str, ctx: GuardrailContext) -> Finding | None:
+    """Trips on the name of a competitor, Globex (a test of ``@guardrail``)."""
+    i = text.find("Globex")
+    if i < 0:
+        return None
+    return Finding(f"names a competitor ({ctx.stage}, Globex)", spans=[(i, i + 6)])

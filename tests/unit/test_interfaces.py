@@ -20,6 +20,7 @@ IMPLEMENTATIONS = {
     "tool.invoke": RuntimeActivities.tool_invoke,
     "tokens.count": tokens_count,
     "code.step": CodeRunner.code_step,
+    "guardrail.check": RuntimeActivities.guardrail_check,
 }
 
 

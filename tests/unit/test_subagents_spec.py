@@ -107,6 +107,7 @@ def test_hash_of_a_spec_without_the_new_fields_is_unchanged():
         "plan",
         "code_mode",
         "local_tools_in_model_step",
+        "guardrails",
     }
     before = {k: v for k, v in spec.model_dump(mode="json").items() if k not in new}
     del before["limits"]["max_sandbox_seconds"], before["pricing"]["sandbox_per_second"]
@@ -124,3 +125,7 @@ def test_hash_of_a_spec_without_the_new_fields_is_unchanged():
         {"name": "a", "model": "m", "pricing": {"cached_prompt_per_mtok": 0.5}}
     )
     assert plain != spec_hash(cached, [])
+    guarded = AgentSpec.model_validate(
+        {"name": "a", "model": "m", "guardrails": {"input": ["pii"]}}
+    )
+    assert plain != spec_hash(guarded, [])

@@ -313,6 +313,7 @@ def chat(
                     "max_turns",
                     "loop_detected",
                     "budget_exceeded",
+                    "guardrail",
                 ):
                     res = await h.result()
                     _print_result(res, False)

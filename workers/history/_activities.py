@@ -7,12 +7,19 @@ from typing import Any, cast
 from pydantic import ValidationError
 from temporalio.api.enums.v1 import EventType
 
-from activities.contracts import MODEL_COMPLETE, SPEC_RESOLVE, TOOL_INVOKE, ToolCallRequest
+from activities.contracts import (
+    GUARDRAIL_CHECK,
+    MODEL_COMPLETE,
+    SPEC_RESOLVE,
+    TOOL_INVOKE,
+    ToolCallRequest,
+)
 from activities.spec import PinnedSpec
 from workers.history._entries import (
     ActivityEntry,
     ApprovalRequestedEntry,
     AskedToolCall,
+    GuardrailEntry,
     ModelStepEntry,
     SpecResolvedEntry,
     ToolCallEntry,
@@ -117,6 +124,10 @@ def on_closed(w: Walk, at: At) -> None:
     result = first_object(w.conv, attrs.result) if status == "completed" else {}
     attempts = w.started_attempts.get(attrs.scheduled_event_id, 0)
     latency = ms_between(sched, at.ev)
+    if result:
+        for raw in result.get("tool_outcomes") or []:  # held calls' results, checked
+            _guardrails(w, at, as_dict(raw))
+        _guardrails(w, at, result)
     if isinstance(entry, ModelStepEntry):
         entry.status = status  # pyright: ignore[reportAttributeAccessIssue] - model steps take the tool statuses' subset only
         entry.attempts, entry.latency_ms, entry.error = attempts, latency, error
@@ -133,6 +144,25 @@ def on_closed(w: Walk, at: At) -> None:
     elif isinstance(entry, ActivityEntry):
         entry.status, entry.attempts, entry.latency_ms = status, attempts, latency
         entry.error = error
+
+
+def _guardrails(w: Walk, at: At, result: dict[str, Any]) -> None:
+    """The ``guardrails`` an activity's result records (trips), onto the timeline."""
+    for raw in result.get("guardrails") or []:
+        trip = as_dict(raw)
+        if not trip.get("guardrail"):
+            continue
+        w.timeline.append(
+            GuardrailEntry(
+                **at.mark,
+                turn=int(trip.get("turn") or 0),
+                stage=str(trip.get("stage", "")),
+                guardrail=str(trip["guardrail"]),
+                action=str(trip.get("action", "")),
+                detail=str(trip.get("detail", "")),
+                tool_call_id=trip.get("tool_call_id"),
+            )
+        )
 
 
 def _tool_closed(
@@ -271,6 +301,10 @@ def on_marker(w: Walk, at: At) -> None:
     error = failure_text(a.failure) if failed else None
     result = first_object(w.conv, a.details["result"]) if "result" in a.details else {}
     status = "failed" if failed else "completed"
+    if result:
+        _guardrails(w, at, result)
+    if kind == GUARDRAIL_CHECK:
+        return
     if kind == SPEC_RESOLVE:
         entry = SpecResolvedEntry(**at.mark, status=status, agent=str(w.req.get("agent", "")))
         entry.error = error

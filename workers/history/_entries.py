@@ -20,6 +20,7 @@ __all__ = [
     "Audit",
     "ContinuedAsNewEntry",
     "DecisionEntry",
+    "GuardrailEntry",
     "ModelStepEntry",
     "RunFinishedEntry",
     "RunStartedEntry",
@@ -238,6 +239,22 @@ class RunFinishedEntry(_Entry):
     duration_ms: float | None = None
 
 
+class GuardrailEntry(_Entry):
+    """A guardrail tripped (docs/guardrails.md).
+
+    Read from the activity that checked the text: ``guardrail.check`` (stage ``input``), ``tool.invoke`` or a model step's held calls
+    (``tool_results``), ``model.complete`` (``output``). ``detail`` never holds what was found.
+    """
+
+    kind: Literal["guardrail_tripped"] = "guardrail_tripped"
+    turn: int = 0
+    stage: str
+    guardrail: str
+    action: str
+    detail: str = ""
+    tool_call_id: str | None = None
+
+
 TimelineEntry = Annotated[
     RunStartedEntry
     | SpecResolvedEntry
@@ -248,6 +265,7 @@ TimelineEntry = Annotated[
     | SignalEntry
     | ActivityEntry
     | ContinuedAsNewEntry
+    | GuardrailEntry
     | RunFinishedEntry,
     Field(discriminator="kind"),
 ]
@@ -310,6 +328,7 @@ class Audit(BaseModel):
         DecisionEntry, "Every approve/reject (accepted or ignored) and approval timeout, in order."
     )
     signals = _Kind(SignalEntry, "The other signals, in order.")
+    guardrails = _Kind(GuardrailEntry, "The guardrails that tripped, in order.")
 
     @property
     def ignored(self) -> list[DecisionEntry | SignalEntry]:
