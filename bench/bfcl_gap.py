@@ -140,6 +140,9 @@ async def compare(
 ) -> dict[str, Any]:
     """Both paths over ``cases`` on ``settings.openai_base_url``; the figures as JSON-able data.
 
+    ``rows`` and ``differ`` are :func:`gap_rows`'; ``per_case`` each case's two verdicts and
+    why each failed.
+
     The raw path runs first, then the suite, so the two never share the server's slots.
     """
     t0 = time.monotonic()
@@ -155,11 +158,23 @@ async def compare(
     raw_s = time.monotonic() - t0
     prog, run_s = await through_runtime(client, settings, cases, scorers)
     rows, differ = gap_rows(cases, raw, prog.records)
+    by_run = {r.case_id: r for r in prog.records}
+    per_case = [
+        {
+            "case": r.case_id,
+            "raw": r.passed,
+            "runtime": r.case_id in by_run and by_run[r.case_id].passed,
+            "raw_why": r.error or _why(r.scores),
+            "runtime_why": _why(by_run[r.case_id].scores) if r.case_id in by_run else "not run",
+        }
+        for r in raw
+    ]
     return {
         "model": settings.default_model,
         "cases": len(cases),
         "rows": rows,
         "differ": differ,
+        "per_case": per_case,
         "raw_s": round(raw_s, 1),
         "runtime_s": round(run_s, 1),
     }
@@ -185,6 +200,13 @@ async def scenario_bfcl_gap(opts: Any) -> dict[str, Any]:
                 state_dir=str(d),
             )
             out = await compare(srv.client, settings, cases, scorers)
+    for c in out["per_case"]:
+        if not (c["raw"] and c["runtime"]):
+            console.print(
+                f"{c['case']}: raw {'pass' if c['raw'] else 'fail: ' + c['raw_why']}; "
+                f"runtime {'pass' if c['runtime'] else 'fail: ' + c['runtime_why']}",
+                highlight=False,
+            )
     for d in out["differ"]:
         console.print(
             f"{d['case']}: raw {'pass' if d['raw'] else 'fail'} ({d['raw_why'] or '-'}; "

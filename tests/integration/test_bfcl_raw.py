@@ -71,6 +71,9 @@ async def test_raw_and_runtime_send_the_same_request_and_the_gap_is_counted(
     }  # fmt: skip
     assert rows["live_multiple"]["gap"] == 0 and rows["live_multiple"]["runtime"] == 2
     assert rows["all"] == {"category": "all", "cases": 6, "raw": 6, "runtime": 5, "gap": -1}
+    assert [(c["case"], c["raw"], c["runtime"]) for c in out["per_case"]] == [
+        (c.id, True, c.id != again) for c in cases
+    ]
     (d,) = out["differ"]
     assert d["case"] == again and d["raw"] and not d["runtime"]
     assert "2 call(s), expected 1" in d["runtime_why"] and len(d["runtime_calls"]) == 2
