@@ -30,7 +30,10 @@ def check_guardrail_names(spec: AgentSpec) -> None:
 
 
 def only_tools(tools: list[ToolInfo], names: list[str] | None, agent: str) -> list[ToolInfo]:
-    """``tools`` restricted to ``names`` (``RunRequest.tools``), in the spec's order; None: all.
+    """``tools`` restricted to ``names`` (``RunRequest.tools``), in the order ``names`` gives.
+
+    An evaluation case offers its tools in its own order, as a raw request would: the order is
+    part of the prompt. A repeated name counts once. ``names`` None: all, in the spec's order.
 
     Raises:
         SpecError: a name is not one of the agent's tools.
@@ -43,7 +46,8 @@ def only_tools(tools: list[ToolInfo], names: list[str] | None, agent: str) -> li
         raise SpecError(
             f"agents.{agent}: the run asks for tool(s) {', '.join(missing)} the agent does not have"
         )
-    return [t for t in tools if t.name in set(names)]
+    by_name = {t.name: t for t in tools}
+    return [by_name[n] for n in dict.fromkeys(names)]
 
 
 def client_tools(

@@ -18,6 +18,7 @@ from typing import Any
 
 from rich.console import Console
 
+from bench.bfcl_gap import table_bfcl_gap
 from bench.cli import table_cli
 from bench.common import Options
 from bench.evals import table_evals
@@ -50,7 +51,7 @@ from bench.tables import (
 DEFAULT_ORDER = [
     "peers", "history", "overhead", "throughput", "cpu", "crash", "tuning", "fairness", "rate_limit", "evals",
     "judge", "encryption", "memory", "memory_e2e", "sandbox", "code_mode", "cli", "prompt_cache",
-    "watch",
+    "watch", "bfcl_gap",
 ]  # fmt: skip
 console = Console()
 
@@ -75,6 +76,7 @@ TABLES = {
     "cli": table_cli,
     "prompt_cache": table_prompt_cache,
     "watch": table_watch,
+    "bfcl_gap": table_bfcl_gap,
 }
 
 

@@ -6,6 +6,7 @@ dict; it starts and stops its own servers and workers. What they share is in :mo
 
 from __future__ import annotations
 
+from bench.bfcl_gap import scenario_bfcl_gap
 from bench.cli import scenario_cli
 from bench.code_mode import scenario_code_mode
 from bench.cpu import scenario_cpu
@@ -45,4 +46,5 @@ SCENARIOS = {
     "watch": scenario_watch,
     "cli": scenario_cli,
     "prompt_cache": scenario_prompt_cache,
+    "bfcl_gap": scenario_bfcl_gap,
 }

@@ -139,7 +139,8 @@ class RunRequest(BaseModel):
     )
     tools: list[str] | None = Field(
         default=None,
-        description="offer only these of the spec's tools (evaluation cases); None: all",
+        description="offer only these of the spec's tools, in this order (evaluation cases); "
+        "None: all, in the spec's order",
     )
     client_tools: list[ClientToolDef] | None = Field(
         default=None,

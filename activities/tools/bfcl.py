@@ -45,6 +45,9 @@ def tool_def(fn: dict[str, Any]) -> ToolDef:
 
     Arguments are checked for presence only (required ones must be given; values of any JSON
     type are passed on), so a wrongly typed argument reaches the recorded call and its score.
+    The model is offered ``description`` and ``parameters`` exactly as the doc has them, keys in
+    the same order (they are BFCL's own OpenAI tool: ``bench/bfcl_dataset.py``), so a run's
+    request carries the bytes a raw request does (``bench/bfcl_raw.py``).
     """
     params = fn["parameters"]
     required = set(params.get("required") or [])
@@ -61,7 +64,7 @@ def tool_def(fn: dict[str, Any]) -> ToolDef:
     return ToolDef(
         name=fn["name"],
         description=fn.get("description", ""),
-        parameters={"type": "object", "properties": {}, **params},
+        parameters=params if "properties" in params else {**params, "properties": {}},
         fn=_recorder(fn["name"]),
         args_model=model,
         field_names=names,
