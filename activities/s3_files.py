@@ -76,7 +76,7 @@ class S3FileStore:
             raise ValueError("bucket is empty")
         self.bucket = bucket
         self.prefix = prefix.lstrip("/")
-        self._client = client
+        self._client: Any = client
         self._lock = threading.Lock()
         self._max = max_size
 
@@ -84,12 +84,14 @@ class S3FileStore:
         with self._lock:
             if self._client is None:
                 try:
-                    import boto3
+                    import boto3  # pyright: ignore[reportMissingTypeStubs] - boto3 ships no types
                 except ModuleNotFoundError as e:  # the optional extra `s3`
                     raise missing_extra("s3", "AGENT_PAYLOAD_STORE=s3", e) from e
                 # a session per store: boto3's default session is not thread-safe; clients are
-                self._client = boto3.Session().client("s3")
-            return self._client
+                session: Any = boto3.Session()
+                self._client = session.client("s3")
+            client: Any = self._client
+            return client
 
     def key_of(self, data: bytes) -> str:
         """The key ``data`` is stored under: ``<prefix>sandbox-files/sha256/<2 hex>/<64 hex>``."""
