@@ -7,7 +7,7 @@ STATE := .agent-runtime
 AGENTCTL := $(BIN)/agentctl
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: help runtime install sandbox local-model test test-unit test-slow demo demo-check security dev-server codec-server model-server worker stop bench chaos upgrade-chaos lint docs dist clean
+.PHONY: help runtime install agui-client sandbox local-model test test-unit test-slow demo demo-check security dev-server codec-server model-server worker stop bench chaos upgrade-chaos lint docs dist clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -28,9 +28,18 @@ $(VENV)/.installed: $(VENV)/.runtime-installed
 	$(BIN)/python -c "import scipy.stats, psycopg, pydantic_monty, opentelemetry.sdk, pytest, workers.cli.commands"
 	touch $@
 
+# The official AG-UI TypeScript client the AG-UI tests drive (tests/agui_client, npm ci: the lock file's
+# exact versions; Node 20).
+AGUI_CLIENT := tests/agui_client
+$(AGUI_CLIENT)/node_modules/.installed: $(AGUI_CLIENT)/package.json $(AGUI_CLIENT)/package-lock.json
+	cd $(AGUI_CLIENT) && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+agui-client: $(AGUI_CLIENT)/node_modules/.installed ## install the AG-UI TypeScript client the tests use (npm ci in tests/agui_client)
+
 runtime: $(VENV)/.runtime-installed ## create .venv and install the runtime only (no extras, no test tools)
 
-install: $(VENV)/.installed ## create .venv and install the project with every extra and its test dependencies
+install: $(VENV)/.installed $(AGUI_CLIENT)/node_modules/.installed ## create .venv and install the project with every extra, its test dependencies and the AG-UI client the tests use
 
 local-model: ## install libgomp1 (the OpenMP runtime of the local model server's xllamacpp wheel) with apt-get when it is missing
 	@$(PY) -c "import ctypes; ctypes.CDLL('libgomp.so.1')" 2>/dev/null || { \

@@ -12,12 +12,18 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from activities.client_tools import CLIENT_TOOL_TIMEOUT_SECONDS as CLIENT_TOOL_TIMEOUT_SECONDS
+from activities.client_tools import ClientToolDef
+from activities.guardrail_models import GuardrailTrip, StageGuardrails
+from activities.usage import Usage as Usage  # re-exported: its home before it had one
+
 MODEL_COMPLETE = "model.complete"
 TOOL_INVOKE = "tool.invoke"
 SPEC_RESOLVE = "spec.resolve"
 CODE_STEP = "code.step"
 TOKENS_COUNT = "tokens.count"
-ACTIVITY_NAMES = (MODEL_COMPLETE, TOOL_INVOKE, SPEC_RESOLVE, TOKENS_COUNT)
+GUARDRAIL_CHECK = "guardrail.check"
+ACTIVITY_NAMES = (MODEL_COMPLETE, TOOL_INVOKE, SPEC_RESOLVE, TOKENS_COUNT, GUARDRAIL_CHECK)
 
 
 FAIRNESS_KEY_MAX_BYTES = 64
@@ -65,27 +71,6 @@ ERR_MODEL_REQUEST_REJECTED = "ModelRequestRejected"
 ERR_MODEL_UNAVAILABLE = "ModelUnavailable"
 ERR_SPEC_INVALID = "AgentSpecInvalid"
 ERR_MCP_UNAVAILABLE = "McpServerUnavailable"
-
-
-class Usage(BaseModel):
-    """Token usage as reported by the model server, and its cost.
-
-    Token counts are whole tokens; ``cost_usd`` is US dollars computed from the spec's price table.
-    """
-
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    total_tokens: int = 0
-    cost_usd: float = 0.0
-
-    def add(self, other: Usage) -> Usage:
-        """Return the sum of two usages (a new object)."""
-        return Usage(
-            prompt_tokens=self.prompt_tokens + other.prompt_tokens,
-            completion_tokens=self.completion_tokens + other.completion_tokens,
-            total_tokens=self.total_tokens + other.total_tokens,
-            cost_usd=round(self.cost_usd + other.cost_usd, 8),
-        )
 
 
 class ToolCallRequest(BaseModel):
@@ -158,6 +143,9 @@ class CallModelInput(BaseModel):
     settings: ModelSettings = Field(default_factory=ModelSettings)
     prompt_price_per_mtok: float = 0.0
     completion_price_per_mtok: float = 0.0
+    cached_prompt_price_per_mtok: float | None = None
+    """US dollars per million prompt tokens served from the endpoint's prompt cache
+    (``Usage.cached_prompt_tokens``); None: priced as any prompt token."""
     tenant_id: str = "default"
     memory: MemoryRequest | None = None
     """Memory retrieval before the request (None: none, no cost; docs/memory.md)."""
@@ -186,6 +174,9 @@ class CallModelInput(BaseModel):
     """The largest prompt the model takes, in tokens (the spec's ``compaction.context_window``);
     with the server's measured speed it sizes the attempt's own limit (activities/model_pace.py).
     None: :data:`activities.model_pace.DEFAULT_WINDOW_TOKENS`."""
+    guardrails: StageGuardrails | None = None
+    """The spec's ``output`` guardrails: the reply's text is checked before it leaves the activity
+    (``ModelReply.guardrails``); None: no check (docs/guardrails.md)."""
 
 
 class ModelReply(BaseModel):
@@ -217,7 +208,11 @@ class ModelReply(BaseModel):
     model_skipped: bool = False
     """The step ran ``tools_first`` but did not call the model: with their results the transcript
     may be over the compaction budget (``CallModelInput.token_room``). The workflow compacts,
-    then asks the model in a new step; ``content`` is None and ``usage`` zero."""
+    then asks the model in a new step; ``content`` is None and ``usage`` zero. Also set when a
+    held call's result tripped a ``block`` guardrail: the model is not asked with it."""
+    guardrails: list[GuardrailTrip] = Field(default_factory=lambda: list[GuardrailTrip]())
+    """Guardrails the reply's text tripped (``CallModelInput.guardrails``); ``content`` is already
+    what they left of it (redacted, or withheld by a ``block``, whose tool calls are dropped)."""
 
     def assistant_message(self) -> dict[str, Any]:
         """The reply as an OpenAI-format assistant message for the transcript."""
@@ -290,6 +285,9 @@ class InvokeToolInput(BaseModel):
         default_factory=dict,
         description="files earlier sandboxed calls of the run wrote: name -> payload store key",
     )
+    guardrails: StageGuardrails | None = None
+    """The spec's ``tool_results`` guardrails: the result is checked before it leaves the activity
+    (``ToolOutcome.guardrails``); None: no check (docs/guardrails.md)."""
 
 
 class ToolOutcome(BaseModel):
@@ -317,6 +315,9 @@ class ToolOutcome(BaseModel):
     workflow records the call as it records a failed activity."""
     timed_out: bool = False
     """With ``failure``: the last attempt ran out of ``StepToolCall.timeout_seconds``."""
+    guardrails: list[GuardrailTrip] = Field(default_factory=lambda: list[GuardrailTrip]())
+    """Guardrails the result tripped (``InvokeToolInput.guardrails``); ``content`` is already what
+    they left of it (redacted, or withheld by a ``block``)."""
 
 
 def fill_tool_messages(
@@ -371,10 +372,16 @@ class ToolInfo(BaseModel):
     Temporal Cloud counts all local activities of one workflow task as one action). Never with
     ``task_queue`` or ``mcp``."""
     mcp: McpTarget | None = None
-    kind: Literal["tool", "subagent", "handoff", "code"] = "tool"
+    kind: Literal["tool", "subagent", "handoff", "code", "client"] = "tool"
     """``subagent``: ``ask_<agent>`` starts a child run; ``handoff``: ``handoff_to_<agent>`` hands
     the run to another agent; neither is a ``tool.invoke`` activity (activities/subagents.py).
-    ``code``: the Code Mode tool, a script over the agent's tools (workflows/code_mode.py)."""
+    ``code``: the Code Mode tool, a script over the agent's tools (workflows/code_mode.py).
+    ``client``: the client runs it; the run waits for update ``tool_result`` up to
+    ``timeout_seconds`` (workflows/client_tools.py, docs/tools.md)."""
+    callback: bool = False
+    """The tool may hand an outside system a callback URL (``ToolContext.callback_url``) and
+    finish later through ``POST /callbacks/{token}``: its activity has no heartbeat timeout (the
+    outside system cannot heartbeat), only ``timeout_seconds``."""
     agent: str | None = None
     """The agent a ``subagent`` or ``handoff`` tool names."""
 
@@ -400,6 +407,9 @@ class ResolveSpecInput(BaseModel):
     history records which behaviour it started with (0: a workflow before revision 3)."""
     tools: list[str] | None = None
     """Offer only these of the agent's tools (``RunRequest.tools``); None: all of them."""
+    client_tools: list[ClientToolDef] | None = None
+    """Tools the client runs, sent with the request (``RunRequest.client_tools``): pinned
+    beside the spec's own (a name the agent already has is refused)."""
 
 
 class CountTokensInput(BaseModel):

@@ -15,6 +15,8 @@ declaration, its options in :mod:`workflows.activity_options` and the implementa
 | :func:`tool_invoke` | :meth:`activities.runtime.RuntimeActivities.tool_invoke` |
 | :func:`tokens_count` | :func:`activities.tokens.tokens_count` |
 | :func:`code_step` | :meth:`activities.code_mode.CodeRunner.code_step` |
+| :func:`guardrail_check` | :meth:`activities.runtime.RuntimeActivities.guardrail_check` |
+| :func:`policy_judge` | :meth:`activities.model.ModelActivities.policy_judge` |
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from temporalio import activity
 
 from activities.contracts import (
     CODE_STEP,
+    GUARDRAIL_CHECK,
     MODEL_COMPLETE,
     SPEC_RESOLVE,
     TOKENS_COUNT,
@@ -37,6 +40,8 @@ from activities.contracts import (
     TokenCounts,
     ToolOutcome,
 )
+from activities.guardrail_models import GuardrailCheckInput, GuardrailCheckOutput
+from activities.judge import POLICY_JUDGE, JudgeInput, JudgeVerdict
 from activities.spec import PinnedSpec
 
 _DECLARATION = "declaration only: the worker registers the implementation under this name"
@@ -85,5 +90,29 @@ async def code_step(req: CodeStepInput) -> CodeStepOutput:
     raise NotImplementedError(_DECLARATION)
 
 
-DECLARATIONS = (spec_resolve, model_complete, tool_invoke, tokens_count, code_step)
+@activity.defn(name=GUARDRAIL_CHECK)
+async def guardrail_check(req: GuardrailCheckInput) -> GuardrailCheckOutput:
+    """Check one user message with the spec's ``input`` guardrails (run as a local activity)."""
+    raise NotImplementedError(_DECLARATION)
+
+
+@activity.defn(name=POLICY_JUDGE)
+async def policy_judge(req: JudgeInput) -> JudgeVerdict:
+    """The judge's verdict on one call the policy asks about (activities/judge.py).
+
+    An unreadable answer comes back as ``escalate``; a failed endpoint raises (the workflow
+    escalates then too).
+    """
+    raise NotImplementedError(_DECLARATION)
+
+
+DECLARATIONS = (
+    spec_resolve,
+    model_complete,
+    tool_invoke,
+    tokens_count,
+    code_step,
+    guardrail_check,
+    policy_judge,
+)
 """Every activity the workflow schedules."""

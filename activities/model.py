@@ -48,6 +48,7 @@ from activities.contracts import (
     fill_tool_messages,
 )
 from activities.heartbeat import await_with_heartbeats
+from activities.judge import POLICY_JUDGE, JudgeInput, JudgeVerdict, ask_judge
 from activities.model_attempts import (
     COUNT_KEY,
     Returned,
@@ -126,6 +127,15 @@ class ModelActivities:
         kwargs["messages"] = messages
         return refs
 
+    @activity.defn(name=POLICY_JUDGE)
+    async def policy_judge(self, req: JudgeInput) -> JudgeVerdict:
+        """The judge's verdict on one call (:func:`activities.judge.ask_judge`).
+
+        Raises:
+            openai.APIError: the endpoint failed; the workflow escalates the call to a person.
+        """
+        return await ask_judge(self._client, req)
+
     @activity.defn(name=MODEL_COMPLETE)
     async def model_complete(self, req: CallModelInput) -> ModelReply:
         """Call the model once; returns a :class:`ModelReply`.
@@ -139,7 +149,7 @@ class ModelActivities:
         failures = self._failures(info, req, step)
         beat = {COUNT_KEY: failures}  # every heartbeat carries the count (model_attempts.py)
         outcomes, published = await self._held_calls(req, beat)
-        if outcomes and parts.over_room(req):
+        if outcomes and (parts.over_room(req) or _blocked(outcomes)):
             return ModelReply(
                 model=req.model,
                 tool_outcomes=outcomes,
@@ -175,6 +185,7 @@ class ModelActivities:
         reply.tool_outcomes, reply.tool_events_published = outcomes, published
         reply.temperature = kwargs["temperature"]
         parts.settle_reply(reply, req)
+        await _check_output(reply, req)
         parts.log_step(bound, reply, publisher.batches)
         metrics.model_step(req.tenant_id, req.model, reply.usage, reply.latency_ms)
         if parts.may_be_too_large(reply):  # recording it may fail after this returns
@@ -374,3 +385,36 @@ class ModelActivities:
                 if found is not None:
                     timings.append(found)
         return assembler.reply(req.messages)
+
+
+def _blocked(outcomes: list[ToolOutcome]) -> bool:
+    """Whether a held call's result tripped a ``block`` guardrail: the model is not asked with it."""
+    return any(t.action == "block" for o in outcomes for t in o.guardrails)
+
+
+async def _check_output(reply: ModelReply, req: CallModelInput) -> None:
+    """The reply's text through the spec's ``output`` guardrails, before it leaves the activity.
+
+    A ``block`` withholds the text and drops the reply's tool calls (the model's output is not
+    acted on); ``ModelReply.guardrails`` records what tripped (docs/guardrails.md).
+    """
+    if req.guardrails is None or not req.guardrails.entries or not reply.content:
+        return
+    from activities.guardrails import GuardrailContext, check
+
+    ctx = GuardrailContext(
+        stage="output", run_id=req.run_id, turn=req.turn, tenant_id=req.tenant_id
+    )
+    reply.content, reply.guardrails = await check(reply.content, req.guardrails, ctx)
+    for trip in reply.guardrails:
+        trip.turn = req.turn
+    if any(t.action == "block" for t in reply.guardrails):
+        reply.tool_calls = []
+    if reply.guardrails:
+        log.info(
+            "guardrail_tripped",
+            run_id=req.run_id,
+            turn=req.turn,
+            stage="output",
+            guardrails=[(t.guardrail, t.action) for t in reply.guardrails],
+        )

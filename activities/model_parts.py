@@ -22,7 +22,7 @@ from activities.contracts import (
     Usage,
 )
 from activities.mcp.config import canonical_tool_name
-from activities.model_reply import token_count, without_lone_surrogates
+from activities.model_reply import cached_prompt_count, token_count, without_lone_surrogates
 from activities.rules import token_upper_bound
 from activities.streaming import ReplyCutOff
 
@@ -41,10 +41,12 @@ def normalise(completion: Any, requested_model: str) -> ModelReply:
         arguments = without_lone_surrogates(fn.arguments or "{}")
         calls.append(ToolCallRequest(id=tc.id or f"call_{i}", name=fn.name, arguments=arguments))
     u = completion.usage
+    prompt = token_count(getattr(u, "prompt_tokens", 0))
     usage = Usage(
-        prompt_tokens=token_count(getattr(u, "prompt_tokens", 0)),
+        prompt_tokens=prompt,
         completion_tokens=token_count(getattr(u, "completion_tokens", 0)),
         total_tokens=token_count(getattr(u, "total_tokens", 0)),
+        cached_prompt_tokens=cached_prompt_count(u, timings_of(completion), prompt),
     )
     return ModelReply(
         content=msg.content,
@@ -88,13 +90,22 @@ def request_kwargs(req: CallModelInput, after_invalid_output: bool = False) -> d
 
 
 def settle_reply(reply: ModelReply, req: CallModelInput) -> None:
-    """Canonicalise the reply's tool names against those offered and price its usage (USD)."""
+    """Canonicalise the reply's tool names against those offered and price its usage (USD).
+
+    Prompt tokens from the endpoint's cache are priced at ``cached_prompt_price_per_mtok`` (when
+    the spec sets one), the rest of the prompt at ``prompt_price_per_mtok``.
+    """
     offered = {t.get("function", {}).get("name") for t in req.tools}
     for call in reply.tool_calls:  # MCP tools may be called `server.tool`: `server__tool`
         call.name = canonical_tool_name(call.name, offered)
-    reply.usage.cost_usd = round(
-        reply.usage.prompt_tokens * req.prompt_price_per_mtok / 1e6
-        + reply.usage.completion_tokens * req.completion_price_per_mtok / 1e6,
+    u = reply.usage
+    cached_price = req.cached_prompt_price_per_mtok
+    if cached_price is None:
+        cached_price = req.prompt_price_per_mtok
+    u.cost_usd = round(
+        (u.prompt_tokens - u.cached_prompt_tokens) * req.prompt_price_per_mtok / 1e6
+        + u.cached_prompt_tokens * cached_price / 1e6
+        + u.completion_tokens * req.completion_price_per_mtok / 1e6,
         8,
     )
 

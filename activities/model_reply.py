@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import Any, cast
 
 MAX_REPORTED_TOKENS = 10**12
 """Most tokens one count of a reply's ``usage`` may say; more is taken as this many.
@@ -46,6 +46,25 @@ def token_count(value: Any) -> int:
     except (TypeError, ValueError, OverflowError):
         return 0
     return min(max(number, 0), MAX_REPORTED_TOKENS)
+
+
+def cached_prompt_count(usage: Any, timings: object, prompt_tokens: int) -> int:
+    """Prompt tokens the endpoint served from its prompt cache, as :func:`token_count` keeps them.
+
+    ``usage`` is the reply's usage object: OpenAI's ``prompt_tokens_details.cached_tokens``
+    (https://platform.openai.com/docs/guides/prompt-caching) when present; else ``timings`` (a
+    dict, llama.cpp's extra reply field) and its ``cache_n``, the prompt tokens its slot reused
+    (llama.cpp tools/server/README.md, "timings"). Never more than ``prompt_tokens``; 0 when
+    neither says.
+    """
+    details = getattr(usage, "prompt_tokens_details", None)
+    if isinstance(details, dict):
+        value: Any = cast("dict[str, Any]", details).get("cached_tokens")
+    else:
+        value = getattr(details, "cached_tokens", None)
+    if value is None and isinstance(timings, dict):
+        value = cast("dict[str, Any]", timings).get("cache_n")
+    return min(token_count(value), prompt_tokens)
 
 
 def without_lone_surrogates(arguments: str) -> str:

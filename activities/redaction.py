@@ -39,7 +39,7 @@ from temporalio.worker import (
 )
 
 REDACTED = "[REDACTED]"
-ALWAYS_SECRET = ("OPENAI_API_KEY", "TEMPORAL_API_KEY")
+ALWAYS_SECRET = ("OPENAI_API_KEY", "TEMPORAL_API_KEY", "AGENT_CALLBACK_KEY")
 """Environment variables whose values are always secret."""
 MIN_SECRET_CHARS = 4
 
@@ -56,6 +56,19 @@ def add_secret_values(*values: str | None) -> None:
 def add_secret_names(names: Iterable[str]) -> None:
     """Treat the values of these environment variables as secrets in this process from now on."""
     _names.update(n for n in names if isinstance(n, str) and n)  # pyright: ignore[reportUnnecessaryIsInstance] - untyped input
+
+
+def secret_values(names: Iterable[str] = ()) -> list[tuple[str, str]]:
+    """``(label, value)`` of every secret known here plus the variables ``names``.
+
+    The label is the variable's name, or ``a configured key`` for a value given to
+    :func:`add_secret_values`; values shorter than 4 characters are left out. For checks that
+    must say which secret they found without saying the secret (activities/guardrails).
+    """
+    all_names = sorted(_names | {n for n in names if isinstance(n, str)})  # pyright: ignore[reportUnnecessaryIsInstance] - untyped input
+    found = [(n, os.environ.get(n, "")) for n in all_names]
+    found += [("a configured key", v) for v in sorted(_values)]
+    return [(label, v) for label, v in found if len(v) >= MIN_SECRET_CHARS]
 
 
 class Redactor:

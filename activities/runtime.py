@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import sys
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
@@ -21,10 +21,12 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
 from activities import metrics
+from activities.callbacks import CallbackSigner
 from activities.code_mode import code_tool
 from activities.contracts import (
     ERR_MCP_UNAVAILABLE,
     ERR_SPEC_INVALID,
+    GUARDRAIL_CHECK,
     SPEC_RESOLVE,
     TOOL_INVOKE,
     InvokeToolInput,
@@ -34,6 +36,7 @@ from activities.contracts import (
     ToolOutcome,
 )
 from activities.extras import install_hint, installed
+from activities.guardrail_models import GuardrailCheckInput, GuardrailCheckOutput
 from activities.heartbeat import await_with_heartbeats
 from activities.mcp.config import referenced_vars
 from activities.mcp.pool import McpPool
@@ -52,9 +55,11 @@ from activities.spec import (
     PinnedSpec,
     SpecError,
     load_spec_file,
+    pin_cedar,
     resolve_agent,
     spec_hash,
 )
+from activities.spec_tools import check_guardrail_names, client_tools, only_tools
 from activities.subagents import agent_tools
 from activities.tools import REGISTRY, ToolContext, ToolRegistry, UnknownToolError
 
@@ -79,6 +84,9 @@ class RuntimeActivities:
             workspace anywhere else stays an error that says how to create it.
         mcp_pool: the worker's MCP connections (a new pool when omitted); :meth:`aclose` stops
             its stdio servers.
+        callbacks: signs the callback URLs of tools finished later
+            (``ToolContext.callback_url``, activities/callbacks.py); None: such tools get a
+            ``ToolError`` when they ask for one.
 
     Secrets are redacted from everything an activity returns, raises, heartbeats or logs by
     :class:`activities.redaction.RedactingInterceptor`, which ``build_worker`` installs; tool
@@ -93,6 +101,7 @@ class RuntimeActivities:
         always_secret: tuple[str, ...] = ALWAYS_SECRET,
         own_dirs: tuple[str | Path, ...] = (),
         mcp_pool: McpPool | None = None,
+        callbacks: CallbackSigner | None = None,
     ) -> None:
         self._spec_file = spec_file
         self._default_model = default_model
@@ -101,6 +110,7 @@ class RuntimeActivities:
         self._search_attributes: bool | None = None  # the namespace's answer, once known
         self._own_dirs = tuple(Path(d).expanduser().resolve() for d in own_dirs)
         self.mcp_pool = mcp_pool or McpPool()
+        self.callbacks = callbacks
 
     async def aclose(self) -> None:
         """Stop the MCP stdio servers this worker started."""
@@ -123,7 +133,10 @@ class RuntimeActivities:
             tools = await self._pin_tools(spec)
             tools += self._agent_tools(path, spec, tools)
             tools += self._code_tool(spec, tools)
+            tools += client_tools(spec, tools, req.client_tools)
             tools = only_tools(tools, req.tools, spec.name)
+            check_guardrail_names(spec)
+            pin_cedar(spec, tools)
         except (SpecError, UnknownToolError, McpToolsError) as e:
             raise ApplicationError(str(e), type=ERR_SPEC_INVALID, non_retryable=True) from None
         self._ensure_workspace(req.agent, Path(spec.workspace), path)
@@ -263,7 +276,7 @@ class RuntimeActivities:
         bound = _bound_log(req)
         started = time.perf_counter()
         try:
-            outcome = await await_with_heartbeats(self._run(req), lambda ms: {"running_ms": ms})
+            outcome = await await_with_heartbeats(self._checked(req), lambda ms: {"running_ms": ms})
         except asyncio.CancelledError:
             bound.info("tool_cancelled")
             metrics.tool_call(req.name, "cancelled")
@@ -287,6 +300,60 @@ class RuntimeActivities:
         metrics.tool_call(req.name, outcome.status, outcome.duration_ms)
         return outcome
 
+    async def _checked(self, req: InvokeToolInput) -> ToolOutcome:
+        """:meth:`_run`, its result then through the spec's ``tool_results`` guardrails.
+
+        The result leaves the activity already checked: redacted, or withheld by a ``block``
+        (``ToolOutcome.guardrails`` says which tripped; docs/guardrails.md).
+        """
+        if req.guardrails is None or not req.guardrails.entries:
+            return await self._run(req)
+        from activities.guardrails import GuardrailContext, check
+        from activities.tools.output import keeping_raw
+
+        with keeping_raw() as raw:
+            out = await self._run(req)
+        ctx = GuardrailContext(
+            stage="tool_results", run_id=req.run_id, turn=req.turn, tenant_id=req.tenant_id,
+            tool=req.name,
+        )  # fmt: skip
+        out.content, out.guardrails = await check(
+            out.content, req.guardrails, ctx, raw="\n".join(raw) if raw else None
+        )
+        for trip in out.guardrails:
+            trip.tool_call_id, trip.turn = req.call_id, req.turn
+        if out.guardrails:
+            _bound_log(req).info(
+                "guardrail_tripped",
+                stage="tool_results",
+                guardrails=[(t.guardrail, t.action) for t in out.guardrails],
+            )
+        return out
+
+    @activity.defn(name=GUARDRAIL_CHECK)
+    async def guardrail_check(self, req: GuardrailCheckInput) -> GuardrailCheckOutput:
+        """Check one user message with the spec's ``input`` guardrails (a local activity).
+
+        Returns the text to give the model (redacted, or withheld by a ``block``) and the
+        guardrails it tripped. A ``@guardrail`` that raises has tripped (docs/guardrails.md).
+        """
+        from activities.guardrails import GuardrailContext, check
+
+        ctx = GuardrailContext(
+            stage=req.guardrails.stage, run_id=req.run_id, turn=req.turn, tenant_id=req.tenant_id
+        )
+        text, trips = await check(req.text, req.guardrails, ctx)
+        for trip in trips:
+            trip.turn = req.turn
+        if trips:
+            log.info(
+                "guardrail_tripped",
+                run_id=req.run_id,
+                stage=req.guardrails.stage,
+                guardrails=[(t.guardrail, t.action) for t in trips],
+            )
+        return GuardrailCheckOutput(text=text, guardrails=trips, stage=req.guardrails.stage)
+
     def _run(self, req: InvokeToolInput) -> Coroutine[Any, Any, ToolOutcome]:
         """The call's coroutine: its MCP server's tool or the registry's (no heartbeats)."""
         ctx = ToolContext(
@@ -298,11 +365,24 @@ class RuntimeActivities:
             principal_id=req.principal_id,
             idempotency_key=idempotency_key(req),
             run_files=dict(req.run_files),
+            callback=self._callback_maker(req),
         )
         if req.mcp is not None:
             return invoke_mcp(self.mcp_pool, req, timeout=None)
         return self._registry.invoke(
             req.name, req.arguments, ctx, max_output_chars=req.max_output_chars
+        )
+
+    def _callback_maker(self, req: InvokeToolInput) -> Callable[[], str] | None:
+        """What makes the call's callback URL: None without a signer or outside an activity."""
+        signer = self.callbacks
+        if signer is None or not activity.in_activity():
+            return None
+        info = activity.info()
+        if info.is_local or info.activity_type != TOOL_INVOKE:  # not its own activity
+            return None
+        return lambda: signer.for_current_activity(
+            req.run_id, req.call_id, req.name, req.max_output_chars
         )
 
     async def run_first(self, calls: list[StepToolCall]) -> list[ToolOutcome]:
@@ -333,7 +413,7 @@ class RuntimeActivities:
         for attempt in range(1, attempts + 1):
             started = time.perf_counter()
             try:
-                outcome = await asyncio.wait_for(self._run(req), first.timeout_seconds)
+                outcome = await asyncio.wait_for(self._checked(req), first.timeout_seconds)
             except TimeoutError:
                 failure, timed_out = f"timed out after {first.timeout_seconds:g} s", True
             except Exception as exc:  # noqa: BLE001 - retried, then given to the workflow
@@ -388,20 +468,3 @@ def _bound_log(req: InvokeToolInput) -> Any:
         call_id=req.call_id,
         tenant_id=req.tenant_id,
     )
-
-
-def only_tools(tools: list[ToolInfo], names: list[str] | None, agent: str) -> list[ToolInfo]:
-    """``tools`` restricted to ``names`` (``RunRequest.tools``), in the spec's order; None: all.
-
-    Raises:
-        SpecError: a name is not one of the agent's tools.
-    """
-    if names is None:
-        return tools
-    have = {t.name for t in tools}
-    missing = [n for n in names if n not in have]
-    if missing:
-        raise SpecError(
-            f"agents.{agent}: the run asks for tool(s) {', '.join(missing)} the agent does not have"
-        )
-    return [t for t in tools if t.name in set(names)]

@@ -41,10 +41,13 @@ from __future__ import annotations
 
 from activities.spec_agent import AGENT_TOOL_NAME, AgentSpec, PinnedSpec
 from activities.spec_file import SpecError, load_spec_file
-from activities.spec_pinning import load_rate_limits, resolve_agent, spec_hash
+from activities.spec_pinning import load_rate_limits, pin_cedar, resolve_agent, spec_hash
 from activities.spec_policy import (
     CHECK_PATTERNS,
+    JUDGE_PREFIX,
     ArgCondition,
+    CedarPolicy,
+    JudgeSettings,
     Policy,
     PolicyAction,
     PolicyRule,
@@ -65,10 +68,13 @@ from activities.spec_settings import (
 __all__ = [
     "AGENT_TOOL_NAME",
     "CHECK_PATTERNS",
+    "JUDGE_PREFIX",
     "AgentSpec",
     "ArgCondition",
+    "CedarPolicy",
     "CodeModeSpec",
     "Compaction",
+    "JudgeSettings",
     "Limits",
     "MemorySpec",
     "PinnedSpec",
@@ -84,6 +90,7 @@ __all__ = [
     "load_rate_limits",
     "load_spec_file",
     "pattern_problem",
+    "pin_cedar",
     "resolve_agent",
     "spec_hash",
 ]

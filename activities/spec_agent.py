@@ -11,7 +11,8 @@ from typing import Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from activities.contracts import ToolInfo
+from activities.contracts import CLIENT_TOOL_TIMEOUT_SECONDS, ClientToolDef, ToolInfo
+from activities.guardrail_models import GuardrailsSpec
 from activities.mcp.config import McpServerSpec, check_server_name, tool_name
 from activities.spec_policy import Policy
 from activities.spec_settings import (
@@ -72,6 +73,11 @@ class AgentSpec(BaseModel):
         default_factory=dict,
         description="tool name -> run as a local activity (from tools entries with local:)",
     )
+    client_tools: dict[str, ClientToolDef] = Field(
+        default_factory=dict,
+        description="tool name -> the tool the client runs (from tools entries with client: "
+        "true; docs/tools.md)",
+    )
     mcp_servers: dict[str, McpServerSpec] = Field(
         default_factory=dict,
         description="MCP servers whose tools the agent may call (name -> server)",
@@ -96,6 +102,11 @@ class AgentSpec(BaseModel):
     )
     code_mode: CodeModeSpec | None = Field(
         default=None, description="a tool that runs a Python script over the agent's tools"
+    )
+    guardrails: GuardrailsSpec | None = Field(
+        default=None,
+        description="checks of the user's messages, tool results and the model's text, each "
+        "with an action (block, redact, flag); docs/guardrails.md (none: no checks, no cost)",
     )
     temperature: float = Field(default=0.2, ge=0, le=2, description="sampling temperature, 0-2")
     retry_temperature_step: float = Field(
@@ -216,6 +227,13 @@ class AgentSpec(BaseModel):
         names: list[str | ToolEntry] = []
         for entry in self.tools:
             if isinstance(entry, ToolEntry):
+                if entry.client:
+                    self.client_tools[entry.name] = ClientToolDef(
+                        name=entry.name,
+                        description=entry.description or "",
+                        parameters=entry.parameters or {"type": "object", "properties": {}},
+                        timeout_seconds=entry.timeout_seconds or CLIENT_TOOL_TIMEOUT_SECONDS,
+                    )
                 if entry.task_queue:
                     self.tool_queues[entry.name] = entry.task_queue
                 if entry.local is not None:
@@ -236,8 +254,9 @@ class AgentSpec(BaseModel):
         return [self.model, *(m for m in self.fallback_models if m != self.model)]
 
     def tool_names(self) -> list[str]:
-        """The names in ``tools`` (the worker's own tools, not the MCP servers')."""
-        return [t if isinstance(t, str) else t.name for t in self.tools]
+        """The names in ``tools`` (the worker's own tools, not the MCP servers' or the client's)."""
+        names = [t if isinstance(t, str) else t.name for t in self.tools]
+        return [n for n in names if n not in self.client_tools]
 
 
 class PinnedSpec(BaseModel):

@@ -14,14 +14,15 @@ from typing import Any, cast
 
 from pydantic import ValidationError
 
+from activities.cedar_policy import CedarError, check_policies, schema_for
 from activities.contracts import ToolInfo
 from activities.spec_agent import AgentSpec
 from activities.spec_file import SpecError, load_spec_file
-from activities.spec_policy import CHECK_PATTERNS
+from activities.spec_policy import CHECK_PATTERNS, CedarPolicy
 from activities.spec_settings import PlanSettings, RateLimit
 from activities.subagents import AgentGraphError, check_agent_graph
 
-__all__ = ["load_rate_limits", "resolve_agent", "spec_hash"]
+__all__ = ["load_rate_limits", "pin_cedar", "resolve_agent", "spec_hash"]
 
 
 def load_rate_limits(raw: dict[str, Any]) -> dict[str, RateLimit]:
@@ -116,11 +117,49 @@ def resolve_agent(path: str | Path, agent: str, default_model: str) -> AgentSpec
         spec = AgentSpec.model_validate(body, context={CHECK_PATTERNS: True})
     except ValidationError as e:
         raise SpecError(_format_error(agent, e)) from None
+    if spec.policy.cedar is not None:
+        spec.policy.cedar = _read_cedar(spec.policy.cedar, p.parent.resolve(), agent)
     try:
         check_agent_graph(agents, agent)
     except AgentGraphError as e:
         raise SpecError(str(e)) from None
     return spec
+
+
+def _read_cedar(cedar: CedarPolicy, base: Path, agent: str) -> CedarPolicy:
+    """The policy file read (its path made absolute) and parsed; its text pinned.
+
+    Raises:
+        SpecError: the file cannot be read or does not parse (Cedar's message).
+    """
+    where = f"agents.{agent}.policy.cedar"
+    path = Path(_expand(cedar.file, base))
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise SpecError(f"{where}: cannot read {path}: {e}") from None
+    try:
+        check_policies(text)
+    except CedarError as e:
+        raise SpecError(f"{where} ({path}): {e}") from None
+    return CedarPolicy(file=str(path), policies=text)
+
+
+def pin_cedar(spec: AgentSpec, tools: list[ToolInfo]) -> None:
+    """Validate the spec's Cedar policies against the schema of its ``tools``; pin the schema.
+
+    Raises:
+        SpecError: a policy does not validate (Cedar's message names it).
+    """
+    cedar = spec.policy.cedar
+    if cedar is None or cedar.policies is None:
+        return
+    schema = schema_for(tools)
+    try:
+        check_policies(cedar.policies, schema)
+    except CedarError as e:
+        raise SpecError(f"agents.{spec.name}.policy.cedar ({cedar.file}): {e}") from None
+    cedar.cedar_schema = schema
 
 
 def spec_hash(spec: AgentSpec, tools: list[ToolInfo]) -> str:
@@ -146,13 +185,15 @@ _NEW_SPEC_DEFAULTS: dict[str, Any] = {
     "plan": PlanSettings().model_dump(mode="json"),
     "code_mode": None,
     "local_tools_in_model_step": True,
+    "guardrails": None,
 }
 _NEW_TOOL_DEFAULTS: dict[str, Any] = {"agent": None, "kind": "tool"}
 
 
 _NEW_NESTED_DEFAULTS: dict[str, dict[str, Any]] = {
     "limits": {"max_sandbox_seconds": None},
-    "pricing": {"sandbox_per_second": 0.0},
+    "pricing": {"sandbox_per_second": 0.0, "cached_prompt_per_mtok": None},
+    "policy": {"cedar": None, "judge": None},
 }
 
 

@@ -14,7 +14,10 @@ from activities.signing import parse_public_key
 
 __all__ = [
     "CHECK_PATTERNS",
+    "JUDGE_PREFIX",
     "ArgCondition",
+    "CedarPolicy",
+    "JudgeSettings",
     "Policy",
     "PolicyAction",
     "PolicyRule",
@@ -122,6 +125,71 @@ class ToolPolicy(BaseModel):
     reason: str | None = Field(default=None, description="shown with the decision")
 
 
+JUDGE_PREFIX = "judge:"
+"""Principals whose id starts so are the runtime's judge (``judge:<model>``): no client may send a
+decision in such a name (workflows/approvals.py refuses it)."""
+
+
+class CedarPolicy(BaseModel):
+    """``policy.cedar``: a file of Cedar policies over tool calls (docs/policy.md).
+
+    Written as the file's path (relative to the spec file); the runtime reads it when the spec is
+    resolved and pins its text and the schema it was validated against into the run.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    file: str = Field(description="the Cedar policy file (relative to the spec file)")
+    policies: str | None = Field(
+        default=None, description="set by the runtime: the file's text, pinned at run start"
+    )
+    cedar_schema: str | None = Field(
+        default=None,
+        description="set by the runtime: the Cedar schema (JSON) the policies were validated "
+        "against, pinned at run start",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_path(cls, value: Any) -> Any:
+        """``cedar: FILE`` is ``cedar: {file: FILE}``."""
+        return {"file": value} if isinstance(value, str) else value
+
+
+class JudgeSettings(BaseModel):
+    """``policy.judge``: a model that decides calls the policy would ask a person about.
+
+    It answers approve, reject or escalate (to a person) with a reason; one that fails, times out
+    or answers anything else escalates (docs/policy.md).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = Field(description="the judge's model (on the worker's model endpoint)")
+    rubric: str = Field(
+        min_length=1, description="what the judge approves, rejects and escalates, in words"
+    )
+    timeout_seconds: float = Field(
+        default=60,
+        gt=0,
+        le=3600,
+        description="the judge's call ends within this; then it escalates",
+    )
+    max_tokens: int = Field(default=200, ge=16, le=4096, description="tokens of its answer at most")
+    tool_results: int = Field(
+        default=3,
+        ge=0,
+        le=20,
+        description="the run's last tool results shown to the judge (as untrusted data)",
+    )
+    response_format: Literal["json_schema", "none"] = Field(
+        default="json_schema",
+        description="json_schema: the endpoint is asked to constrain the answer to the verdict's "
+        "JSON schema (OpenAI structured outputs, llama.cpp grammars); none: only the prompt asks "
+        "(for endpoints without it). The answer is parsed strictly either way",
+    )
+
+
 class Policy(BaseModel):
     """Tool policy of an agent.
 
@@ -166,6 +234,16 @@ class Policy(BaseModel):
         default_factory=list,
         description="base64 raw Ed25519 public keys whose signatures decisions may carry "
         "(`agentctl decision-key` prints the local one); pinned at run start",
+    )
+    cedar: CedarPolicy | None = Field(
+        default=None,
+        description="a file of Cedar policies deciding tool calls before the rules above "
+        "(docs/policy.md); a file that does not parse or validate makes the spec invalid",
+    )
+    judge: JudgeSettings | None = Field(
+        default=None,
+        description="a model deciding the calls the policy asks about (approve, reject or "
+        "escalate to a person; docs/policy.md)",
     )
 
     @model_validator(mode="after")

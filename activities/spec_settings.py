@@ -6,9 +6,9 @@ Also a ``tools:`` entry written as a mapping (:class:`ToolEntry`) and a model's 
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 __all__ = [
     "CodeModeSpec",
@@ -81,6 +81,12 @@ class Pricing(BaseModel):
 
     prompt_per_mtok: float = Field(default=0.0, description="USD per million prompt tokens")
     completion_per_mtok: float = Field(default=0.0, description="USD per million completion tokens")
+    cached_prompt_per_mtok: float | None = Field(
+        default=None,
+        ge=0,
+        description="USD per million prompt tokens served from the endpoint's prompt cache "
+        "(OpenAI bills them at a discount); unset: priced as prompt_per_mtok",
+    )
     sandbox_per_second: float = Field(
         default=0.0, ge=0, description="US dollars per second of sandboxed tool time"
     )
@@ -203,3 +209,38 @@ class ToolEntry(BaseModel):
         "the tool's own default (@tool(local=True): calculator, read_file, list_files, "
         "search_files); ignored with task_queue (docs/throughput.md)",
     )
+    client: bool = Field(
+        default=False,
+        description="the client runs it (a front end, agentctl tool-result): the run records "
+        "the call, publishes client_tool_requested and waits for update tool_result "
+        "(docs/tools.md); needs description and parameters, no task_queue or local",
+    )
+    description: str | None = Field(
+        default=None, description="client tools: what the tool does, as the model reads it"
+    )
+    parameters: dict[str, Any] | None = Field(
+        default=None,
+        description="client tools: the JSON schema of its arguments (default: no arguments)",
+    )
+    timeout_seconds: float | None = Field(
+        default=None,
+        gt=0,
+        le=7 * 24 * 3600,
+        allow_inf_nan=False,
+        description="client tools: how long the run waits for its result, in seconds "
+        "(default 600); then the model is told it timed out",
+    )
+
+    @model_validator(mode="after")
+    def _client_fields(self) -> ToolEntry:
+        if not self.client:
+            given = [
+                k
+                for k in ("description", "parameters", "timeout_seconds")
+                if getattr(self, k) is not None
+            ]
+            if given:
+                raise ValueError(f"{', '.join(given)}: only for client tools (client: true)")
+        elif self.task_queue or self.local:
+            raise ValueError("a client tool runs in the client: no task_queue or local")
+        return self

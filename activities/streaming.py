@@ -22,7 +22,7 @@ import json
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 import structlog
 from temporalio import activity
@@ -30,7 +30,7 @@ from temporalio.contrib.workflow_streams import WorkflowStreamClient
 
 from activities import redaction
 from activities.contracts import ModelReply, ToolCallRequest, Usage
-from activities.model_reply import token_count, without_lone_surrogates
+from activities.model_reply import cached_prompt_count, token_count, without_lone_surrogates
 from activities.rules import clip
 
 log = structlog.get_logger("activities.streaming")
@@ -101,16 +101,25 @@ class ReplyAssembler:
         self._calls: dict[int, dict[str, Any]] = {}
         self._finish: str | None = None
         self._usage: Usage | None = None
+        self._usage_seen: Any = None
+        self._timings: object = None
         self._choices_seen = False
 
     def add(self, chunk: Any) -> None:
         """Take one ``ChatCompletionChunk`` (text, tool-call deltas, finish reason, usage)."""
         if getattr(chunk, "model", None):
             self._model = chunk.model
+        extra: object = getattr(chunk, "model_extra", None)
+        if isinstance(extra, dict):
+            found = cast("dict[str, Any]", extra).get("timings")
+            if found is not None:
+                self._timings = found
         u = getattr(chunk, "usage", None)
         if u is not None:
+            self._usage_seen = u
+            prompt = token_count(u.prompt_tokens)
             self._usage = Usage(
-                prompt_tokens=token_count(u.prompt_tokens),
+                prompt_tokens=prompt,
                 completion_tokens=token_count(u.completion_tokens),
                 total_tokens=token_count(u.total_tokens),
             )
@@ -176,6 +185,10 @@ class ReplyAssembler:
         ]
         content = self.text or None
         usage = self._usage or self._estimate_usage(messages, content, calls)
+        if self._usage is not None:  # llama.cpp sends its timings in the last chunk, maybe after
+            usage.cached_prompt_tokens = cached_prompt_count(
+                self._usage_seen, self._timings, usage.prompt_tokens
+            )
         return ModelReply(
             content=content,
             tool_calls=calls,

@@ -7,7 +7,9 @@ It starts, by itself and on non-default ports, a dev server on a SQLite file
 :mod:`workers.testing.scripted_model`) and two worker processes. Each run takes 5 model steps:
 ``write_file`` (needs approval), ``chaos_effect`` (a side effect that needs approval, uses
 ``ToolContext.idempotency_key`` and journals each execution, :mod:`bench.chaos_tools`),
-``calculator``, ``chaos_effect`` again, then a final answer. Approvals are decided through the
+``calculator``, ``chaos_effect`` again, then a final answer; every third run also calls the
+client tool ``chaos_ask`` (the driver answers it with update ``tool_result``, as it answers
+approvals; its wait crosses the kills). Approvals are decided through the
 ``decide`` update for even runs and the ``approve``/``reject`` signals for odd ones; every fifth
 run has its first ``chaos_effect`` rejected. The sandboxed ``run_python`` call writes a file that a
 later ``run_python`` call of the run reads back (the run's files travel through the payload
@@ -88,6 +90,7 @@ def responder(request: dict[str, Any]) -> Reply:
         ("write_file", {"path": f"out/{i}.txt", "content": f"run {i}\n", "overwrite": True}),
         ("chaos_effect", {"label": f"{i}-a"}),
         ("calculator", {"expression": f"{i} + 1"}),
+        *([("chaos_ask", {"question": f"run {i}?"})] if asks_client(i) else []),
         ("run_code", {"script": f'await chaos_effect(label="{i}-c")'}),
         ("run_python", {"code": f"open('r{i}.txt', 'w').write({sandbox_note(i)!r})"}),
         ("chaos_effect", {"label": f"{i}-b"}),
@@ -103,6 +106,16 @@ def responder(request: dict[str, Any]) -> Reply:
     return text(f"chaos run {i} done: {quoted}").with_delay(MODEL_SECONDS)
 
 
+def asks_client(index: int) -> bool:
+    """Whether run ``index`` calls the client tool ``chaos_ask`` (every third run)."""
+    return index % 3 == 1
+
+
+def client_answer(index: int) -> str:
+    """What the chaos driver answers run ``index``'s ``chaos_ask`` with."""
+    return f"answer {index}"
+
+
 def rejects(index: int, name: str, arguments: Any) -> bool:
     """Whether the chaos driver rejects this call: the first effect of every fifth run."""
     label = arguments.get("label") if isinstance(arguments, dict) else None
@@ -116,7 +129,18 @@ def write_spec(workdir: Path) -> Path:
     agent = {
         "model": "scripted",
         "system_prompt": "You are the chaos agent.",
-        "tools": ["write_file", "chaos_effect", "calculator", "run_python"],
+        "tools": [
+            "write_file",
+            "chaos_effect",
+            "calculator",
+            "run_python",
+            {
+                "name": "chaos_ask",
+                "client": True,
+                "description": "Ask the client a question.",
+                "parameters": {"type": "object", "properties": {"question": {"type": "string"}}},
+            },
+        ],
         "code_mode": {"tools": ["chaos_effect", "calculator"]},
         # every run hands its transcript to the (tenant, principal) consolidation workflow
         "memory": {"read": ["user"], "write": ["user"], "consolidate_after_seconds": 1},
@@ -134,7 +158,10 @@ class Approver:
     """Finds runs awaiting approval (visibility) and decides their calls; records every decision.
 
     ``decisions[(workflow id, call id)]`` holds ``decision``, ``via`` (``update``/``signal``),
-    ``acked`` (the server accepted it) and ``sends``.
+    ``acked`` (the server accepted it) and ``sends``. It also answers the client tool calls of
+    the runs that make one (``asks_client``; a run waiting for a client does not show in
+    visibility, so those runs are asked every second until answered): ``answered`` holds
+    ``(workflow id, call id)`` of each ``tool_result`` the run took.
     """
 
     def __init__(self, client: Any, task_queue: str, index: dict[str, int]) -> None:
@@ -144,6 +171,8 @@ class Approver:
         self.decisions: dict[tuple[str, str], dict[str, Any]] = {}
         self.errors: Counter[str] = Counter()
         self.invisible: set[str] = set()
+        self.answered: set[tuple[str, str]] = set()
+        self.asking = {w for w, i in index.items() if asks_client(i)}
         self._sem = asyncio.Semaphore(8)
 
     async def loop(self) -> None:
@@ -162,7 +191,8 @@ class Approver:
         while True:
             try:
                 seen = {wf.id async for wf in self.client.list_workflows(awaiting, page_size=500)}
-                await asyncio.gather(*(self._one(wid) for wid in seen))
+                done = {w for w, _ in self.answered}
+                await asyncio.gather(*(self._one(wid) for wid in seen | (self.asking - done)))
                 if tick % 15 == 14:
                     rest = [wf.id async for wf in self.client.list_workflows(running)]
                     found = await asyncio.gather(*(self._one(w) for w in rest if w not in seen))
@@ -185,7 +215,26 @@ class Approver:
             pending = st.get("pending_approvals") or [] if isinstance(st, dict) else []
             for p in pending:
                 await self._decide(wid, p)
+            for c in st.get("pending_client_tools") or [] if isinstance(st, dict) else []:
+                await self._answer(wid, c["tool_call_id"])
             return bool(pending)
+
+    async def _answer(self, wid: str, cid: str) -> None:
+        """Send the client tool's result; a refusal saying it has one already counts as taken."""
+        from workers import client as api
+        from workflows.models import ToolResultUpdate
+
+        upd = ToolResultUpdate(
+            tool_call_id=cid, content=client_answer(self.index[wid]), principal_id="chaos"
+        )
+        try:
+            await api.tool_result(self.client, wid, upd)
+            self.answered.add((wid, cid))
+        except Exception as e:  # noqa: BLE001 - unacknowledged: sent again next round
+            if "already has its result" in str(getattr(e, "cause", None) or e):
+                self.answered.add((wid, cid))
+            else:
+                self.errors[f"tool_result {type(e).__name__}"] += 1
 
     async def _decide(self, wid: str, pending: dict[str, Any]) -> None:
         from workers import client as api

@@ -5,6 +5,8 @@
   not list in ``RunResult.decisions``.
 * calls run without approval: ``chaos_effect`` executions (journal) or ``ok`` tool calls (run
   result) of a call that was not approved.
+* client tool results lost: runs that completed although their client tool call (``chaos_ask``)
+  did not end ``ok`` with the driver's answer.
 * duplicated side effects: idempotency keys with more than one ``effect`` line in the journal;
   ``attempts`` lines show how often Temporal ran a call more than once (at least once).
 * completed runs without their sandbox file: the run's answer does not quote the file its first
@@ -109,6 +111,7 @@ async def collect(
         and sandbox_note(i) not in str(outcomes[w].get("output") or "")
     ]  # fmt: skip
     stuck = {w: o for w, o in outcomes.items() if o["execution"] == "RUNNING"}
+    client_lost = _client_check(approver, outcomes)
     report = {
         "runs": len(index),
         "completed": statuses.get("completed", 0),
@@ -117,6 +120,8 @@ async def collect(
         "decisions_resent": sum(d["sends"] - 1 for d in approver.decisions.values()),
         "approvals_lost": sorted(lost),
         "calls_run_without_approval": sorted(set(unapproved)),
+        "client_tool_results": len(approver.answered),
+        "client_tool_results_lost": client_lost,
         "duplicated_side_effects": sorted(k for k, n in effects.items() if n > 1),
         "side_effects": sum(effects.values()),
         "calls_attempted_more_than_once": sum(1 for n in attempts.values() if n > 1),
@@ -141,8 +146,26 @@ async def collect(
         and not report["duplicated_side_effects"]
         and not missing_files
         and not missing_sandbox
+        and not client_lost
     )
     return report
+
+
+def _client_check(approver: Any, outcomes: dict[str, dict[str, Any]]) -> list[str]:
+    """Completed runs that asked the client whose ``chaos_ask`` did not end ``ok`` with the answer.
+
+    The answer is checked by its length (``ToolCallRecord.result_chars``).
+    """
+    lost = []
+    for wid in sorted(approver.asking):
+        o = outcomes[wid]
+        if o.get("status") != "completed":
+            continue  # counted as not completed already
+        asks = [tc for tc in o.get("tool_calls") or [] if tc.name == "chaos_ask"]
+        want = len(f"answer {approver.index[wid]}")  # bench.chaos.client_answer
+        if not asks or any(tc.status != "ok" or tc.result_chars != want for tc in asks):
+            lost.append(f"{wid}: {[tc.status for tc in asks]}")
+    return lost
 
 
 async def memory_check(url: str, report: dict[str, Any], deadline: float) -> dict[str, Any]:
@@ -185,6 +208,8 @@ def print_report(r: dict[str, Any]) -> None:
     p(f"approvals lost:              {len(r['approvals_lost'])} (of {r['approvals_sent']} "
       f"decisions; {r['decisions_resent']} re-sent after no acknowledgement)")  # fmt: skip
     p(f"calls run without approval:  {len(r['calls_run_without_approval'])}")
+    p(f"client tool results lost:    {len(r['client_tool_results_lost'])} "
+      f"(of {r['client_tool_results']} results the runs took)")  # fmt: skip
     p(f"duplicated side effects:     {len(r['duplicated_side_effects'])} "
       f"(of {r['side_effects']} effects; {r['calls_attempted_more_than_once']} calls were "
       f"attempted more than once)")  # fmt: skip
@@ -207,7 +232,8 @@ def print_report(r: dict[str, Any]) -> None:
         p(f"two hosts:                   {th['payload_objects']} payloads and {th['file_objects']} "
           f"sandbox files in s3://{th['bucket']}; files in the hosts' local stores: "
           f"{th['files_in_local_stores']}")  # fmt: skip
-    for label in ("approvals_lost", "calls_run_without_approval", "duplicated_side_effects"):
+    for label in ("approvals_lost", "calls_run_without_approval", "duplicated_side_effects",
+                  "client_tool_results_lost"):  # fmt: skip
         for item in r[label][:10]:
             p(f"  {label}: {item}")
     if r["failed_runs"]:

@@ -29,7 +29,9 @@ from bench.feature_tables import (
     table_sandbox,
 )
 from bench.infra import jsonable
+from bench.judge import table_judge
 from bench.machine import machine_info
+from bench.prompt_cache import table_prompt_cache
 from bench.scenarios import SCENARIOS
 from bench.summary import machine_table, summary_table
 from bench.tables import (
@@ -46,7 +48,7 @@ from bench.tables import (
 
 DEFAULT_ORDER = [
     "peers", "history", "overhead", "throughput", "cpu", "crash", "tuning", "fairness", "rate_limit", "evals",
-    "encryption", "memory", "memory_e2e", "sandbox", "code_mode", "cli",
+    "judge", "encryption", "memory", "memory_e2e", "sandbox", "code_mode", "cli", "prompt_cache",
 ]  # fmt: skip
 console = Console()
 
@@ -67,7 +69,9 @@ TABLES = {
     "sandbox": table_sandbox,
     "code_mode": table_code_mode,
     "evals": table_evals,
+    "judge": table_judge,
     "cli": table_cli,
+    "prompt_cache": table_prompt_cache,
 }
 
 

@@ -13,11 +13,13 @@ from bench.crash import scenario_crash
 from bench.encryption import scenario_encryption
 from bench.evals import scenario_evals
 from bench.history import scenario_history, scenario_history_inline
+from bench.judge import scenario_judge
 from bench.memory import scenario_memory
 from bench.memory_e2e import scenario_memory_e2e
 from bench.models import scenario_fairness, scenario_rate_limit
 from bench.overhead import scenario_overhead
 from bench.peers import scenario_peers
+from bench.prompt_cache import scenario_prompt_cache
 from bench.sandbox import scenario_sandbox
 from bench.throughput import scenario_throughput, scenario_tuning
 
@@ -38,5 +40,7 @@ SCENARIOS = {
     "sandbox": scenario_sandbox,
     "code_mode": scenario_code_mode,
     "evals": scenario_evals,
+    "judge": scenario_judge,
     "cli": scenario_cli,
+    "prompt_cache": scenario_prompt_cache,
 }

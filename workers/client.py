@@ -13,7 +13,7 @@ import uuid
 import weakref
 from collections.abc import AsyncGenerator, Callable, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
 from temporalio.client import (
     Client,
@@ -21,20 +21,20 @@ from temporalio.client import (
     WorkflowQueryFailedError,
     WorkflowUpdateFailedError,
 )
-from temporalio.common import (
-    Priority,
-    SearchAttributePair,
-    TypedSearchAttributes,
-)
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.contracts import fairness_key
+from activities.contracts import ClientToolDef
 from activities.search_attributes import namespace_has_search_attributes
 from activities.signing import decision_message, sign_decision
 from workers.config import Settings, load_settings, temporal_connect_config
+from workers.listing import list_query as list_query
+from workers.listing import list_runs as list_runs
 from workers.payloads.converter import build_data_converter
+from workers.run_memo import MEMO_INPUT_CHARS as MEMO_INPUT_CHARS
+from workers.run_memo import MEMO_REQUEST as MEMO_REQUEST
+from workers.run_memo import request_memo as request_memo
 from workers.telemetry import temporal_plugins
 from workflows.events import TOPIC as EVENTS_TOPIC
 from workflows.models import (
@@ -49,12 +49,16 @@ from workflows.models import (
     RunRequest,
     RunResult,
     RunState,
+    ToolResultAnswer,
+    ToolResultUpdate,
 )
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
     from workflows.agent_run import AgentRun
+
+R = TypeVar("R")
 
 # The run is addressed by its names (docs/contract.md), not through ``workflows.agent_run``: that
 # module pulls in every step of the workflow, which a command such as ``agentctl status`` does not
@@ -64,6 +68,8 @@ if TYPE_CHECKING:
 QUERY_STATE = "state"
 QUERY_TRANSCRIPT = "transcript"
 UPDATE_DECIDE = "decide"
+UPDATE_ADD_MESSAGE = "add_message"
+UPDATE_TOOL_RESULT = "tool_result"
 SIGNAL_APPROVE = "approve"
 SIGNAL_REJECT = "reject"
 SIGNAL_INTERRUPT = "interrupt"
@@ -192,23 +198,15 @@ async def start_run(
 
     Search attributes are set at start only when the namespace has them registered, with
     ``AgentStatus`` ``running`` (a revision-4 run then needs no upsert until something changes,
-    docs/throughput.md); the run keeps them current from then on.
+    docs/throughput.md); the run keeps them current from then on. The memo
+    :data:`MEMO_REQUEST` holds the start of the request, for listings (a start-time field: no
+    workflow command, no event of its own).
     """
-    from workflows.render import static_details, static_summary
-    from workflows.state import SA_AGENT, SA_PRINCIPAL, SA_STATUS, SA_TENANT
+    from workers.conversations import start_options
 
     task_queue = task_queue or load_settings().task_queue
     workflow_id = workflow_id or f"run-{uuid.uuid4()}"
-    sa: TypedSearchAttributes | None = None
-    if await search_attributes_registered(client):
-        sa = TypedSearchAttributes(
-            [
-                SearchAttributePair(SA_AGENT, req.agent),
-                SearchAttributePair(SA_TENANT, req.tenant_id),
-                SearchAttributePair(SA_PRINCIPAL, req.principal_id),
-                SearchAttributePair(SA_STATUS, "running"),
-            ]
-        )
+    sa, opts = await start_options(client, req)
     h = await client.start_workflow(
         WORKFLOW_NAME,
         # the request goes as a plain RunRequest payload; run() is typed RawValue so that the
@@ -217,11 +215,8 @@ async def start_run(
         result_type=RunResult,
         id=workflow_id,
         task_queue=task_queue,
-        # the run's workflow tasks are dispatched fairly between tenants (README "Fairness")
-        priority=Priority(fairness_key=fairness_key(req.tenant_id) or None),
-        static_summary=static_summary(req),
-        static_details=static_details(req),
         search_attributes=sa,  # None: the default (the namespace lacks them)
+        **opts,
     )
     return cast("WorkflowHandle[AgentRun, RunResult]", h)
 
@@ -348,13 +343,13 @@ async def decide(
                 upd.roles,
             ),
         )
-    return await _decide_when_recorded(handle(client, run_id), upd)
+    return await _when_recorded(handle(client, run_id), UPDATE_DECIDE, upd, DecideResult)
 
 
-async def _decide_when_recorded(
-    h: WorkflowHandle[Any, RunResult], upd: DecideUpdate
-) -> DecideResult:
-    """Send update ``decide`` to ``h``; a ``DecisionNotYetRecorded`` refusal is retried 0.25 s apart.
+async def _when_recorded(
+    h: WorkflowHandle[Any, RunResult], name: str, upd: Any, result_type: type[R]
+) -> R:
+    """Send update ``name`` to ``h``; a ``DecisionNotYetRecorded`` refusal is retried 0.25 s apart.
 
     Retries for up to :data:`NOT_IN_HISTORY_RETRY_SECONDS`, then re-raises that refusal.
 
@@ -364,7 +359,7 @@ async def _decide_when_recorded(
     deadline = asyncio.get_running_loop().time() + NOT_IN_HISTORY_RETRY_SECONDS
     while True:
         try:
-            return await h.execute_update(UPDATE_DECIDE, upd, result_type=DecideResult)
+            return await h.execute_update(name, upd, result_type=result_type)
         except WorkflowUpdateFailedError as e:
             from workflows.handlers import DECISION_NOT_YET_RECORDED
 
@@ -375,6 +370,19 @@ async def _decide_when_recorded(
             if not not_yet or asyncio.get_running_loop().time() > deadline:
                 raise
         await asyncio.sleep(0.25)
+
+
+async def tool_result(
+    client: Client, run_id: str, upd: ToolResultUpdate | dict[str, Any]
+) -> ToolResultAnswer:
+    """Send update ``tool_result``: the result of a client tool's call (docs/tools.md).
+
+    Raises:
+        temporalio.client.WorkflowUpdateFailedError: refused (``ToolResultRefused``: unknown or
+            finished call, bad payload, unauthorised principal; the message says which). A
+            call published outside a workflow task is retried as for ``decide``.
+    """
+    return await _when_recorded(handle(client, run_id), UPDATE_TOOL_RESULT, upd, ToolResultAnswer)
 
 
 async def approve_signal(client: Client, run_id: str, sig: ApproveSignal) -> None:
@@ -406,34 +414,16 @@ async def resume(client: Client, run_id: str, principal_id: str) -> None:
     await handle(client, run_id).signal(SIGNAL_RESUME, PrincipalSignal(principal_id=principal_id))
 
 
-async def send_message(client: Client, run_id: str, content: str, principal_id: str) -> None:
-    """Send signal ``send_message``."""
-    await handle(client, run_id).signal(
-        SIGNAL_SEND_MESSAGE, MessageSignal(content=content, principal_id=principal_id)
-    )
-
-
-def list_query(
-    agent: str | None = None, status: str | None = None, tenant: str | None = None
-) -> str:
-    """Visibility query over the run's search attributes (the same one ``agentctl list`` uses)."""
-    parts = [f"WorkflowType = '{WORKFLOW_NAME}'"]
-    for key, value in (("AgentName", agent), ("AgentStatus", status), ("TenantId", tenant)):
-        if value:
-            parts.append(f"{key} = '{_quote(value)}'")
-    return " AND ".join(parts)
-
-
-def _quote(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("'", "\\'")
-
-
-async def list_runs(client: Client, query: str, limit: int = 50) -> Sequence[Any]:
-    """Executions matching a visibility query, newest first (at most ``limit``)."""
-    out = []
-    async for wf in client.list_workflows(query, limit=limit):
-        out.append(wf)
-    return out
+async def send_message(
+    client: Client,
+    run_id: str,
+    content: str,
+    principal_id: str,
+    client_tools: list[ClientToolDef] | None = None,
+) -> None:
+    """Send signal ``send_message`` (``client_tools``: offered from this message on)."""
+    sig = MessageSignal(content=content, principal_id=principal_id, client_tools=client_tools)
+    await handle(client, run_id).signal(SIGNAL_SEND_MESSAGE, sig)
 
 
 async def follow(

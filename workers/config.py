@@ -343,6 +343,19 @@ class Settings(BaseSettings):
         "else no encryption",
     )
 
+    callback_url: str = _env(
+        "AGENT_CALLBACK_URL",
+        "http://127.0.0.1:8235",
+        "where outside systems reach `agentctl serve` to finish tool calls later: callback "
+        "URLs are <this>/callbacks/<token> (docs/tools.md)",
+    )
+    callback_key: str | None = _env(
+        "AGENT_CALLBACK_KEY",
+        None,
+        "the HMAC key of callback tokens, base64 of at least 32 bytes, the same for workers and "
+        "`agentctl serve` (never logged); unset: <state_dir>/callback-key, created on first use",
+    )
+
     memory_url: str | None = _env(
         "AGENT_MEMORY_URL",
         None,

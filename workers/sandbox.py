@@ -22,13 +22,17 @@ from __future__ import annotations
 from temporalio.worker import UnsandboxedWorkflowRunner, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
-PASSTHROUGH = ("workflows", "cryptography", "re2")
+PASSTHROUGH = ("workflows", "cryptography", "re2", "cedarpy")
 """Packages imported once per worker, outside the per-run sandbox. ``cryptography`` verifies signed
 decisions in handlers (activities/signing.py): its Rust extension imports
 ``cryptography.exceptions`` when a signature fails, and a second copy of the extension inside the
 sandbox aborts the process (seen here: "Fatal Python error: Aborted"); it is deterministic.
 ``re2`` (google-re2, a C++ extension) matches the policy's patterns (workflows/policy.py): one copy
-per worker, like every C extension; matching is deterministic."""
+per worker, like every C extension; matching is deterministic. ``cedarpy`` (the Cedar engine, a
+Rust extension) decides tool calls by a spec's Cedar policies (activities/cedar_policy.py): without
+it here, its first import inside a workflow activation loads a second copy of the extension in the
+sandbox (the SDK warns "Module cedarpy was imported after initial workflow load"); evaluation is
+a pure function of the pinned policies, the schema and the request."""
 
 
 def workflow_runner(sandboxed: bool = True) -> WorkflowRunner:

@@ -195,22 +195,31 @@ def runtime_activities(settings: Settings) -> RuntimeActivities:
 
     A spec's workspace inside the runtime's own state folder (``AGENT_STATE_DIR``, ``AGENT_HOME``
     or the checkout's ``.agent-runtime``) is created on first use, so the default agent runs on a
-    fresh clone (or a fresh install) before ``make demo`` has filled its workspace.
+    fresh clone (or a fresh install) before ``make demo`` has filled its workspace. Callback URLs
+    are signed with the callback key (:mod:`workers.callback_keys`).
     """
+    from workers import callback_keys
+
     own = (settings.state_dir, settings.home, STATE_DIR_DEFAULT)
-    return RuntimeActivities(settings.spec_file, settings.default_model, own_dirs=own)
+    return RuntimeActivities(
+        settings.spec_file,
+        settings.default_model,
+        own_dirs=own,
+        callbacks=callback_keys.signer(settings),
+    )
 
 
 def local_activities(runtime: RuntimeActivities) -> list[Any]:
     """The activities ``AgentRun`` runs as local activities, on the worker of its workflow tasks.
 
-    ``spec.resolve`` and ``tool.invoke`` (for tools marked ``local``; docs/throughput.md).
+    ``spec.resolve``, ``tool.invoke`` (for tools marked ``local``; docs/throughput.md) and
+    ``guardrail.check`` (the user's messages, when the spec has ``input`` guardrails).
 
     A worker for workflow tasks only must still register these, or a run's first workflow task
     fails: ``build_worker(client, settings, activities=local_activities(runtime),
     no_remote_activities=True)`` (the Temporal worker option that polls no activity tasks).
     """
-    return [runtime.spec_resolve, runtime.tool_invoke]
+    return [runtime.spec_resolve, runtime.tool_invoke, runtime.guardrail_check]
 
 
 def _all_activities(settings: Settings, runtime: RuntimeActivities) -> list[Any]:
@@ -237,8 +246,10 @@ def _all_activities(settings: Settings, runtime: RuntimeActivities) -> list[Any]
     code = CodeRunner(Path(settings.state_dir).expanduser() / "code-mode")
     return [
         model.model_complete,
+        model.policy_judge,
         runtime.spec_resolve,
         runtime.tool_invoke,
+        runtime.guardrail_check,
         tokens_count,
         code.code_step,
         evals.score,

@@ -34,7 +34,9 @@ from activities.contracts import (
     ToolInfo,
     model_task_queue,
 )
-from activities.spec import PinnedSpec
+from activities.guardrail_models import GuardrailCheckInput, GuardrailStage, StageGuardrails
+from activities.judge import JudgeInput
+from activities.spec import JudgeSettings, PinnedSpec
 from workflows.model_choice import tenant_priority
 from workflows.models import RunRequest
 from workflows.policy import parse_arguments
@@ -55,7 +57,11 @@ def spec_resolve(
     ``workflow_rev`` is echoed into the pinned spec, so the run's history records it.
     """
     inp = ResolveSpecInput(
-        agent=req.agent, spec_file=req.spec_file, workflow_rev=workflow_rev, tools=req.tools
+        agent=req.agent,
+        spec_file=req.spec_file,
+        workflow_rev=workflow_rev,
+        tools=req.tools,
+        client_tools=req.client_tools or None,
     )
     return inp, {
         "start_to_close_timeout": timedelta(seconds=30),
@@ -128,6 +134,7 @@ def model_complete(
     """
     spec = pinned.spec
     name = model or spec.model
+    checked = stage_guardrails(pinned, "output") if summary_of is None else None
     inp = CallModelInput(
         run_id=workflow.info().workflow_id,
         turn=turn,
@@ -143,11 +150,13 @@ def model_complete(
         else SUMMARY_SETTINGS,
         prompt_price_per_mtok=spec.pricing.prompt_per_mtok,
         completion_price_per_mtok=spec.pricing.completion_per_mtok,
+        cached_prompt_price_per_mtok=spec.pricing.cached_prompt_per_mtok,
         tenant_id=req.tenant_id,
-        stream=stream,
+        stream=stream and checked is None,  # checked text is sent whole, once checked
         memory=memory_request(spec, req) if summary_of is None else None,
         max_attempts=spec.model_max_attempts if summary_of is None else SUMMARY_ATTEMPTS,
         context_window=spec.compaction.context_window,
+        guardrails=checked,
     )
     options: workflow.ActivityConfig = {
         "start_to_close_timeout": timedelta(seconds=spec.model_timeout_seconds),
@@ -248,6 +257,7 @@ def tool_invoke(
         secrets=spec.secrets,
         mcp=info.mcp if info else None,
         run_files=dict(run_files or {}) if info is not None and info.sandboxed else {},
+        guardrails=stage_guardrails(pinned, "tool_results"),
     )
     shown = arguments if isinstance(arguments, dict) else parse_arguments(arguments) or arguments
     options: workflow.ActivityConfig = {
@@ -261,7 +271,41 @@ def tool_invoke(
     }
     if info is not None and info.task_queue:
         options["task_queue"] = info.task_queue
+    if info is not None and info.callback:  # finished by an outside system: it cannot heartbeat
+        del options["heartbeat_timeout"]
     return inp, options
+
+
+def stage_guardrails(pinned: PinnedSpec, stage: GuardrailStage) -> StageGuardrails | None:
+    """The spec's guardrails of ``stage`` as an activity checks with them; None: none (no cost).
+
+    Only a spec pinned by revision 6 or later can have any (``Versions.guardrails``).
+    """
+    spec = pinned.spec
+    entries = spec.guardrails.stage(stage) if spec.guardrails is not None else []
+    if not entries:
+        return None
+    return StageGuardrails(stage=stage, entries=entries, secrets=list(spec.secrets))
+
+
+def guardrail_check(
+    pinned: PinnedSpec, req: RunRequest, turn: int, text: str, guards: StageGuardrails
+) -> tuple[GuardrailCheckInput, workflow.ActivityConfig]:
+    """Input and options of ``guardrail.check`` (a local activity): 30 s per attempt, 3 attempts."""
+    inp = GuardrailCheckInput(
+        run_id=workflow.info().workflow_id,
+        turn=turn,
+        tenant_id=req.tenant_id,
+        text=text,
+        guardrails=guards,
+    )
+    names = ", ".join(e.name for e in guards.entries)
+    return inp, {
+        "start_to_close_timeout": timedelta(seconds=30),
+        "retry_policy": RetryPolicy(maximum_attempts=3, initial_interval=timedelta(seconds=1)),
+        "summary": f"guardrails: {guards.stage} ({names})",
+        "priority": tenant_priority(req.tenant_id),
+    }
 
 
 def tool_attempts(info: ToolInfo | None) -> int:
@@ -285,5 +329,44 @@ def tokens_count(
     ), {
         "start_to_close_timeout": timedelta(seconds=60),
         "summary": f"tokens: count {len(messages)} new messages of {total}",
+        "priority": tenant_priority(req.tenant_id),
+    }
+
+
+def policy_judge(
+    pinned: PinnedSpec,
+    req: RunRequest,
+    judge: JudgeSettings,
+    call: ToolCallRequest,
+    arguments: str | dict[str, Any],
+    info: ToolInfo,
+    policy_reason: str | None,
+    tool_results: list[str],
+) -> tuple[JudgeInput, workflow.ActivityConfig]:
+    """Input and options of ``policy.judge`` for one call the policy asks about.
+
+    One attempt within ``judge.timeout_seconds`` (start-to-close): a judge that fails or is late
+    escalates to a person, it is not retried. The goal is the run's input; the spec's
+    ``secrets`` names go along so their values are redacted from what the judge is shown.
+    """
+    inp = JudgeInput(
+        model=judge.model,
+        rubric=judge.rubric,
+        goal=req.input,
+        tool_call_id=call.id,
+        tool=call.name,
+        tool_description=info.description,
+        risk=info.risk,
+        arguments=arguments,
+        policy_reason=policy_reason,
+        tool_results=tool_results[-judge.tool_results :] if judge.tool_results else [],
+        max_tokens=judge.max_tokens,
+        response_format=judge.response_format,
+        secrets=pinned.spec.secrets,
+    )
+    return inp, {
+        "start_to_close_timeout": timedelta(seconds=judge.timeout_seconds),
+        "retry_policy": RetryPolicy(maximum_attempts=1),
+        "summary": f"judge: {call.name} ({judge.model})",
         "priority": tenant_priority(req.tenant_id),
     }

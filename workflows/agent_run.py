@@ -31,12 +31,15 @@ with workflow.unsafe.imports_passed_through():
     import workflows.state as state
     import workflows.turn as turn
     from activities.contracts import ERR_MCP_UNAVAILABLE
+    from activities.guardrail_models import GuardrailTrip
     from activities.interfaces import spec_resolve
     from activities.memory.consolidation import HANDOFF, HandoffInput, scopes_for
     from workflows.approvals import Decisions
     from workflows.children import ChildStep
+    from workflows.client_tools import ClientTools
     from workflows.compaction_step import CompactionStep
     from workflows.events import RunEvents
+    from workflows.guardrails import GuardrailStep
     from workflows.handlers import RunHandlers
     from workflows.handoff import HandoffStep
     from workflows.inbound import Invalid, decode
@@ -88,8 +91,12 @@ class AgentRun(RunHandlers):
         self._decisions = Decisions(ctx)
         self._children = ChildStep(ctx)
         self._handoffs = HandoffStep(ctx)
-        self._model = ModelStep(ctx)
-        self._tools = ToolStep(ctx, self._children, self._handoffs, self._decisions)
+        self._guard = GuardrailStep(ctx)
+        self._model = ModelStep(ctx, self._guard)
+        self._client = ClientTools(ctx)
+        self._tools = ToolStep(
+            ctx, self._children, self._handoffs, self._decisions, self._guard, self._client
+        )
         self._model.first = self._first = ToolsFirst(ctx, self._tools)
         self._compaction = CompactionStep(ctx)
         self._plan = PlanStep(ctx, self._model, self._tools)
@@ -169,7 +176,7 @@ class AgentRun(RunHandlers):
         ctx = self._ctx
         # before the spec's local activity (a patch marker after one in the same workflow task
         # fails replay), in the same task as its marker: no action of its own (docs/throughput.md)
-        in_step, resolve_local = Versions.at_start()
+        in_step, resolve_local, model_arguments = Versions.at_start()
         try:
             if resolve_local:
                 inp, opts = options.spec_resolve(req, WORKFLOW_REV)
@@ -184,6 +191,7 @@ class AgentRun(RunHandlers):
         s = ctx.s
         s.pinned = pinned
         s.tools_in_step = in_step
+        s.model_arguments = model_arguments
         if pinned.search_attributes is not None:
             # The spec activity asked the namespace (a bare client sets none at start); results
             # recorded before it did so carry None and keep the start-time gate (replay).
@@ -199,14 +207,9 @@ class AgentRun(RunHandlers):
         s.max_total_tokens = lim.max_total_tokens or spec.limits.max_total_tokens
         s.max_cost_usd = lim.max_cost_usd or spec.limits.max_cost_usd
         s.max_sandbox_seconds = spec.limits.max_sandbox_seconds
-        if req.seed_messages:
-            s.messages = [dict(m) for m in req.seed_messages]
-        else:
-            s.messages = [
-                {"role": "system", "content": spec.system_prompt},
-                {"role": "user", "content": req.input},
-            ]
-        ctx.emit("run_started", agent=req.agent, input=req.input)
+        text, trips = await self._first_messages(req)
+        ctx.emit("run_started", agent=req.agent, input=text)
+        self._guard.note(trips)
         ctx.set_status("running")
         started = workflow.info().typed_search_attributes
         own = {SA_STATUS: "running", SA_AGENT: req.agent, SA_TENANT: req.tenant_id,
@@ -223,6 +226,24 @@ class AgentRun(RunHandlers):
         else:
             ctx.upsert_search_attributes(initial=True)
         ctx.publish()
+        await self._guard.act()  # a blocked request ends the run or waits for a person
+
+    async def _first_messages(self, req: RunRequest) -> tuple[str, list[GuardrailTrip]]:
+        """The transcript's first messages: a fork's seed, or the system prompt and the request.
+
+        The request goes through the spec's ``input`` guardrails first (none: no command);
+        returns the request as the model reads it and what it tripped (noted by the caller).
+        """
+        s = self._ctx.s
+        if req.seed_messages:
+            s.messages = [dict(m) for m in req.seed_messages]
+            return req.input, []
+        text, trips = await self._guard.check_input(req.input)
+        s.messages = [
+            {"role": "system", "content": self._ctx.pinned().spec.system_prompt},
+            {"role": "user", "content": text},
+        ]
+        return text, trips
 
     def _restore(self, req: RunRequest, started_with_sa: bool) -> None:
         """Take the carried run state back (continue-as-new); nothing was pending."""
@@ -257,7 +278,8 @@ class AgentRun(RunHandlers):
             await self._plan.run()
         while True:
             await ctx.checkpoint()
-            self._drain_inbox()
+            await self._drain_inbox()
+            await self._guard.act()  # a held call's result the model step did not take
             _stop_if(turn.before_model(s, limits))
             await self._first.before_compaction()
             await self._compaction.maybe_compact()
@@ -280,6 +302,7 @@ class AgentRun(RunHandlers):
             if not self._first.hold(nxt.calls):  # held: they run in the next model step
                 await self._tools.run(nxt.calls)
                 await self._handoffs.apply()
+            await self._guard.act()  # a tool result a guardrail blocked
             limits = ctx.pinned().spec.limits
             self._after_tools(turn.after_tools(s, limits))
             await ctx.checkpoint()
@@ -312,11 +335,20 @@ class AgentRun(RunHandlers):
         ctx.set_status("running")
         ctx.upsert_search_attributes()
 
-    def _drain_inbox(self) -> None:
+    async def _drain_inbox(self) -> None:
+        """The messages sent since the last step, into the transcript.
+
+        Checked by the spec's ``input`` guardrails first, if it has any (workflows/guardrails.py).
+        """
         s = self._ctx.s
         while s.inbox:
             m = s.inbox.pop(0)
-            s.messages.append({"role": "user", "content": m.content})
+            if m.client_tools:
+                self._client.offer(m.client_tools, m.principal_id)
+            text, trips = await self._guard.check_input(m.content)
+            s.messages.append({"role": "user", "content": text})
+            self._guard.note(trips)
+        await self._guard.act()
 
     # ------------------------------------------------------------ continue-as-new and the end
 

@@ -24,6 +24,8 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     import activities.signing as signing
     import workflows.turn as turn
+    from activities.judge import JudgeVerdict
+    from activities.spec import JUDGE_PREFIX
     from workflows.models import (
         ApproveSignal,
         DecideUpdate,
@@ -47,8 +49,13 @@ class Decisions:
     def problem(
         self, tool_call_id: str, principal_id: str, roles: Collection[str] = ()
     ) -> str | None:
-        """Why a decision for this call cannot be taken now, or None (:func:`turn.decision_problem`)."""
+        """Why a decision for this call cannot be taken now, or None (:func:`turn.decision_problem`).
+
+        In a run with a judge no client may decide in its name (a principal ``judge:...``).
+        """
         s = self._ctx.s
+        if (why := self.judge_name_problem(principal_id)) is not None:
+            return why
         return turn.decision_problem(
             tool_call_id,
             principal_id,
@@ -58,6 +65,40 @@ class Decisions:
             policy=s.pinned.spec.policy if s.pinned else None,
             roles=roles,
         )
+
+    def judge_name_problem(self, principal_id: str) -> str | None:
+        """Why a client may not send a decision as ``principal_id``: the judge's names are the run's."""
+        if self._ctx.versions.refuse_judge_names and principal_id.startswith(JUDGE_PREFIX):
+            return (
+                f"principal {principal_id!r}: names starting with {JUDGE_PREFIX!r} are the "
+                "run's judge; no client may decide in its name"
+            )
+        return None
+
+    def by_judge(self, tool_call_id: str, model: str, verdict: JudgeVerdict) -> bool:
+        """The judge's verdict on a waiting call: a decision of principal ``judge:<model>``.
+
+        ``approve`` and ``reject`` are recorded like a person's (``via`` judge, the reason as its
+        comment) unless a person decided first; ``escalate`` leaves the call waiting for a person
+        (the reason shown on the pending approval, event ``approval_escalated``). Returns whether
+        the verdict decided the call.
+        """
+        s, who = self._ctx.s, f"{JUDGE_PREFIX}{model}"
+        pending = s.pending.get(tool_call_id)
+        if pending is None or tool_call_id in s.verdicts:
+            return False
+        if verdict.verdict == "escalate":
+            pending.escalated = verdict.reason
+            self._ctx.emit(
+                "approval_escalated",
+                tool_call_id=tool_call_id,
+                name=pending.name,
+                principal_id=who,
+                reason=verdict.reason,
+            )
+            return False
+        self.record(tool_call_id, verdict.verdict, who, None, verdict.reason, "judge")
+        return True
 
     def signature_problem(self, d: ApproveSignal | RejectSignal | DecideUpdate) -> str | None:
         """Why a decision's signature is not acceptable, or None (also when none is required)."""
@@ -88,7 +129,7 @@ class Decisions:
         principal_id: str,
         arguments: dict[str, Any] | None,
         comment: str | None,
-        via: Literal["signal", "update", "timer"],
+        via: Literal["signal", "update", "timer", "judge"],
     ) -> None:
         """Record a decision that was checked (or a timeout), and emit ``approval_decided``."""
         s = self._ctx.s
@@ -119,6 +160,7 @@ class Decisions:
             arguments=shown,
             decision=decision,
             principal_id=principal_id,
+            **({"via": via, "reason": comment} if via == "judge" else {}),
         )
 
     def by_signal(self, sig: ApproveSignal | RejectSignal) -> None:

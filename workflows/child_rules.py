@@ -77,12 +77,13 @@ def child_limits(
 
 
 def child_request(parent: RunRequest, agent: str, task: str, limits: LimitsOverride) -> RunRequest:
-    """The child's start input: its agent and task; the parent's tenant, principal, spec file."""
+    """The child's start input: its agent and task; the parent's tenant, principal, roles, spec file."""
     return RunRequest(
         agent=agent,
         input=task,
         tenant_id=parent.tenant_id,
         principal_id=parent.principal_id,
+        roles=list(parent.roles),
         mode="task",
         limits=limits,
         spec_file=parent.spec_file,

@@ -34,6 +34,7 @@ with workflow.unsafe.imports_passed_through():
     from pydantic import BaseModel
 
     import workflows.render as render
+    import workflows.turn as turn
     from activities.contracts import ToolCallRequest, ToolInfo
     from workflows.child_rules import (
         CHILD_APPROVALS_SIGNAL,
@@ -143,7 +144,8 @@ class ChildStep:
         interrupted and the call ends once the child has (its usage counted).
         """
         agent = info.agent or info.name
-        task = task_of(rec.arguments if isinstance(rec.arguments, dict) else call.arguments)
+        ran_with = turn.ran_with(rec)
+        task = task_of(ran_with if isinstance(ran_with, dict) else call.arguments)
         if task is None:
             rec.status = "error"
             return f"ask_{agent} needs a `task`: the task for {agent}, as a non-empty string."

@@ -28,6 +28,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
+    import workflows.turn as turn
     from activities.contracts import (
         CodeStepInput,
         CodeStepOutput,
@@ -159,7 +160,8 @@ async def run_script(
     """
     pinned, req = host.ctx.pinned(), host.ctx.req()
     cm = pinned.spec.code_mode
-    args = rec.arguments if isinstance(rec.arguments, dict) else {}
+    ran_with = turn.ran_with(rec)
+    args = ran_with if isinstance(ran_with, dict) else {}
     script = args.get("script")
     rec.status = "running"
     started = workflow.now()

@@ -32,7 +32,9 @@ with workflow.unsafe.imports_passed_through():
         EVAL_QUEUE_SUFFIX,
         EVAL_SCORE,
         SUITE_WORKFLOW,
+        ApproverRule,
         Case,
+        Recording,
         RunFacts,
         RunRecord,
         Score,
@@ -74,6 +76,7 @@ def child_request(req: SuiteRequest, case: Case, variant: Variant) -> RunRequest
         spec_file=req.spec_file,
         limits=LimitsOverride(max_turns=req.max_turns),
         tools=[str(t) for t in cast("list[Any]", tools)] if isinstance(tools, list) else None,
+        recorded_tools=(case.recording or Recording()) if req.replay_tools else None,
     )
 
 
@@ -83,7 +86,11 @@ def facts_of(result: RunResult) -> RunFacts:
         status=result.status,
         output=result.output,
         tool_calls=[
-            {"name": c.name, "arguments": c.arguments, "status": c.status}
+            c.model_dump(
+                mode="json",
+                include={"name", "arguments", "status", "turn", "run_arguments", "recorded"},
+                exclude_none=True,
+            )
             for c in result.tool_calls
         ],
         total_tokens=result.usage.total_tokens,
@@ -126,6 +133,7 @@ class EvalSuite:
         self._req = decode(raw, SuiteRequest, "start input")
         self._records: list[RunRecord] = []
         self._decided: dict[tuple[str, str], str] = {}
+        self._recordings: dict[str, Recording] = {}  # replays: child run id -> its recording
         self._done = False
 
     @workflow.run
@@ -152,6 +160,8 @@ class EvalSuite:
     ) -> None:
         async with gate:
             run_id = child_id(workflow.info().workflow_id, case, variant, r)
+            if req.replay_tools and case.recording is not None:
+                self._recordings[run_id] = case.recording
             facts = await self._child(req, run_id, case, variant)
             inp = ScoreInput(case=case, run=facts, config=req.scorers)
             scores = await workflow.execute_activity(
@@ -215,7 +225,8 @@ class EvalSuite:
             key = (got.run_id, p.tool_call_id)
             if key in self._decided:
                 continue
-            rule = req.approver.decide(p.name)
+            rule = as_recorded(self._recordings.get(got.run_id), p.name, p.arguments)
+            rule = rule or req.approver.decide(p.name)
             self._decided[key] = rule.decision
             who = req.approver.principal_id
             payload: ApproveSignal | RejectSignal
@@ -264,6 +275,22 @@ class EvalSuite:
             if rs:
                 lines.append(f"- {v.name}: {sum(r.passed for r in rs)}/{len(rs)} passed")
         workflow.set_current_details("\n".join(lines))
+
+
+def as_recorded(recording: Recording | None, name: str, arguments: Any) -> ApproverRule | None:
+    """A replay's approval decided as in the recorded run, when it shows the call decided.
+
+    The first recorded call of ``name`` with these arguments: one that ran was approved (or
+    allowed), a ``rejected`` one is rejected again; None when the recording has no such call.
+    """
+    if recording is None:
+        return None
+    for c in recording.calls:
+        if c.matches(name, arguments) and (c.answered or c.status == "rejected"):
+            if c.answered:
+                return ApproverRule(tool=name, decision="approve")
+            return ApproverRule(tool=name, decision="reject", reason="rejected in the recorded run")
+    return None
 
 
 async def _quietly(coro: Any) -> None:

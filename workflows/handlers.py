@@ -15,7 +15,7 @@ here only decode what clients send and hand it over.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, get_args
 
 from temporalio import workflow
 from temporalio.exceptions import ApplicationError
@@ -28,6 +28,8 @@ with workflow.unsafe.imports_passed_through():
     from workflows.child_rules import CHILD_APPROVALS_SIGNAL, ChildApprovals, refused_by_child
     from workflows.inbound import Invalid, decode_args
     from workflows.models import (
+        AddMessageResult,
+        AddMessageUpdate,
         ApproveSignal,
         DecideResult,
         DecideUpdate,
@@ -37,18 +39,30 @@ with workflow.unsafe.imports_passed_through():
         RaiseBudgetSignal,
         RejectSignal,
         RunState,
+        RunStatus,
+        ToolResultAnswer,
+        ToolResultUpdate,
     )
 
 if TYPE_CHECKING:
     from workflows.approvals import Decisions
     from workflows.children import ChildStep
+    from workflows.client_tools import ClientTools
     from workflows.run_context import RunContext
 
 M = TypeVar("M", bound=BaseModel)
 DECISION_REFUSED = "DecisionRefused"
 """Error type of a ``decide`` the validator refused: not retryable, the message says why."""
+MESSAGE_REFUSED = "MessageRefused"
+"""Error type of an ``add_message`` the validator refused: not retryable, the message says why."""
+TOOL_RESULT_REFUSED = "ToolResultRefused"
+"""Error type of a ``tool_result`` the validator refused: not retryable, the message says why."""
 DECISION_NOT_YET_RECORDED = "DecisionNotYetRecorded"
 """Error type of a ``decide`` for a request made outside a workflow task: retry (client.decide does)."""
+
+
+_ENDED = frozenset(get_args(RunStatus))
+"""The statuses of a run that has ended (``add_message`` refuses them)."""
 
 
 def _refused(problem: str) -> ApplicationError:
@@ -68,6 +82,7 @@ class RunHandlers:
     _ctx: RunContext
     _children: ChildStep
     _decisions: Decisions
+    _client: ClientTools
 
     def _payload(self, args: tuple[Any, ...], model: type[M], signal: str) -> M | None:
         """Decode a signal's payload; an invalid one is recorded as ignored (returns None)."""
@@ -125,6 +140,8 @@ class RunHandlers:
         if isinstance(upd, Invalid):
             raise _refused(upd.problem)
         s, decisions = self._ctx.s, self._decisions
+        if (why := decisions.judge_name_problem(upd.principal_id)) is not None:
+            raise _refused(why)
         if self._children.child_of_call(upd.tool_call_id) is not None:
             # a child's call: forwarded, and the child checks who decides (roles included)
             problem = refused_by_child(s.child_pending, upd.tool_call_id, upd.principal_id)
@@ -141,6 +158,28 @@ class RunHandlers:
         ) or decisions.signature_problem(upd)
         if problem:
             raise _refused(problem)
+
+    @workflow.update(name="tool_result")
+    def tool_result(self, *args: Any) -> ToolResultAnswer:
+        """The result of a call of a tool the client runs: :class:`ToolResultUpdate`."""
+        upd = decode_args(args, ToolResultUpdate, "update tool_result")
+        if isinstance(upd, Invalid):  # refused by the validator before it gets here
+            raise ApplicationError(upd.problem, type="InvalidPayload", non_retryable=True)
+        return self._client.take(upd)
+
+    @tool_result.validator
+    def _validate_tool_result(self, *args: Any) -> None:
+        upd = decode_args(args, ToolResultUpdate, "update tool_result")
+        if isinstance(upd, Invalid):
+            raise ApplicationError(upd.problem, type=TOOL_RESULT_REFUSED, non_retryable=True)
+        if self._client.unconfirmed(upd.tool_call_id):
+            raise ApplicationError(
+                f"tool call {upd.tool_call_id} is not recorded in the run's history yet; retry",
+                type=DECISION_NOT_YET_RECORDED,
+            )
+        problem = self._client.problem(upd)
+        if problem:
+            raise ApplicationError(problem, type=TOOL_RESULT_REFUSED, non_retryable=True)
 
     @workflow.signal(name="interrupt")
     def interrupt(self, *args: Any) -> None:
@@ -177,6 +216,7 @@ class RunHandlers:
             return
         s.paused = False
         s.budget_paused = False
+        s.guardrail_paused = False
 
     @workflow.signal(name="send_message")
     def send_message(self, *args: Any) -> None:
@@ -184,6 +224,44 @@ class RunHandlers:
         sig = self._payload(args, MessageSignal, "send_message")
         if sig is not None:
             self._ctx.s.inbox.append(sig)
+
+    @workflow.update(name="add_message")
+    async def add_message(self, *args: Any) -> AddMessageResult:
+        """Add a user message, answered once the run holds it: :class:`AddMessageUpdate`.
+
+        The same as signal ``send_message`` (the next turn of a conversation, or steering), but
+        the sender learns it was accepted and the event stream's offset its events follow from
+        (:class:`AddMessageResult`). Sent with update-with-start by the AG-UI edge: in a run
+        that this very request started, the handler first waits for the run to take its input
+        (no command), and a ``message_id`` equal to ``RunRequest.input_id`` is not added again.
+        """
+        upd = decode_args(args, AddMessageUpdate, "update add_message")
+        if isinstance(upd, Invalid):  # refused by the validator before it gets here
+            raise ApplicationError(upd.problem, type="InvalidPayload", non_retryable=True)
+        await workflow.wait_condition(lambda: self._ctx.s.req is not None)
+        s = self._ctx.s
+        req = s.req
+        if req is not None and upd.message_id is not None and upd.message_id == req.input_id:
+            return AddMessageResult(duplicate=True, offset=0, turn=s.turn)
+        offset = self._ctx.events.offset
+        s.inbox.append(
+            MessageSignal(
+                content=upd.content, principal_id=upd.principal_id, client_tools=upd.client_tools
+            )
+        )
+        return AddMessageResult(offset=offset, turn=s.turn)
+
+    @add_message.validator
+    def _validate_add_message(self, *args: Any) -> None:
+        upd = decode_args(args, AddMessageUpdate, "update add_message")
+        if isinstance(upd, Invalid):
+            raise ApplicationError(upd.problem, type=MESSAGE_REFUSED, non_retryable=True)
+        if self._ctx.s.status in _ENDED:
+            raise ApplicationError(
+                f"the run has ended ({self._ctx.s.status}): it takes no more messages",
+                type=MESSAGE_REFUSED,
+                non_retryable=True,
+            )
 
     @workflow.signal(name="raise_budget")
     def raise_budget(self, *args: Any) -> None:

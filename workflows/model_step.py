@@ -19,9 +19,11 @@ with workflow.unsafe.imports_passed_through():
     import workflows.turn as turn
     from activities.contracts import ERR_MODEL_OUTPUT_INVALID, CallModelInput, ModelReply
     from activities.interfaces import model_complete
+    from workflows.guardrails import withheld_reply_note
     from workflows.run_context import SA_REFRESH_SECONDS, RunContext, Stop, cause_message
 
 if TYPE_CHECKING:
+    from workflows.guardrails import GuardrailStep
     from workflows.tools_first import ToolsFirst
 
 SA_REFRESH_TURNS = 5
@@ -31,9 +33,10 @@ SA_REFRESH_TURNS = 5
 class ModelStep:
     """Runs the model steps of one run."""
 
-    def __init__(self, ctx: RunContext) -> None:
-        """Work on ``ctx``; creates no command."""
+    def __init__(self, ctx: RunContext, guard: GuardrailStep | None = None) -> None:
+        """Work on ``ctx``; ``guard`` records what the reply's text tripped; creates no command."""
         self.ctx = ctx
+        self.guard = guard
         self.first: ToolsFirst | None = None
         """Tool calls held for the next step (``AgentRun`` sets it; workflows/tools_first.py)."""
 
@@ -77,6 +80,8 @@ class ModelStep:
                 reply = reply.model_copy(update={"tool_calls": calls})
         s.usage = s.usage.add(reply.usage)
         ctx.emit("model_finished", reply=reply)
+        if await self._withheld(reply):
+            return None
         # TotalTokens and CostUsd stay current in listings: each upsert is an event and a
         # visibility write on the server, so not one every turn.
         # by turns: a workflow.now() difference must not change commands
@@ -92,6 +97,25 @@ class ModelStep:
         ):
             ctx.upsert_search_attributes()
         return reply
+
+    async def _withheld(self, reply: ModelReply) -> bool:
+        """Note what the reply's text tripped; True when a ``block`` withheld it.
+
+        A withheld reply is not put in the transcript: the run ends, or waits for a person and
+        then tells the model its reply was withheld (workflows/guardrails.py).
+
+        Raises:
+            Stop: ``guardrail`` (``on_trip: end``), or ``interrupted`` while paused.
+        """
+        if not reply.guardrails or self.guard is None:
+            return False
+        self.guard.note(reply.guardrails)
+        blocked = next((t for t in reply.guardrails if t.action == "block"), None)
+        if blocked is None:
+            return False
+        await self.guard.act()  # ends the run, or waits for a person
+        self.ctx.s.messages.append({"role": "user", "content": withheld_reply_note(blocked)})
+        return True
 
     async def _call_models(self) -> ModelReply:
         """The step on the spec's models in turn (workflows/model_choice.py), recorded when answered.

@@ -5,22 +5,71 @@ Names and shapes are pinned by ``docs/contract.md``; fields may be added, never 
 
 from __future__ import annotations
 
-import json
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field
 from temporalio.contrib.workflow_streams import WorkflowStreamState
 
-from activities.contracts import StepToolCall, Usage
+from activities.contracts import ClientToolDef, StepToolCall, Usage
+from activities.evals.contracts import Recording
+from activities.guardrail_models import GuardrailTrip
 from activities.spec import PinnedSpec
 from activities.spec_settings import MAX_RUN_SECONDS
+from workflows.client_models import MAX_TOOL_RESULT_BYTES as MAX_TOOL_RESULT_BYTES
+from workflows.client_models import PendingClientTool, ToolResultUpdate
+from workflows.client_models import ToolResultAnswer as ToolResultAnswer
+from workflows.conversation_models import AddMessageResult as AddMessageResult
+from workflows.conversation_models import AddMessageUpdate as AddMessageUpdate
+from workflows.signals import (
+    MAX_DECISION_ARGUMENTS_BYTES as MAX_DECISION_ARGUMENTS_BYTES,
+)
+from workflows.signals import (
+    ApproveSignal as ApproveSignal,
+)
+from workflows.signals import (
+    DecideResult as DecideResult,
+)
+from workflows.signals import (
+    DecideUpdate as DecideUpdate,
+)
+from workflows.signals import (
+    InterruptSignal as InterruptSignal,
+)
+from workflows.signals import (
+    MessageSignal as MessageSignal,
+)
+from workflows.signals import (
+    PrincipalSignal as PrincipalSignal,
+)
+from workflows.signals import (
+    RaiseBudgetSignal as RaiseBudgetSignal,
+)
+from workflows.signals import (
+    RejectSignal as RejectSignal,
+)
+from workflows.signals import (
+    SignedDecision as SignedDecision,
+)
 
 RunStatus = Literal[
-    "completed", "interrupted", "max_turns", "timeout", "loop_detected", "budget_exceeded", "failed"
+    "completed",
+    "interrupted",
+    "max_turns",
+    "timeout",
+    "loop_detected",
+    "budget_exceeded",
+    "failed",
+    "guardrail",
 ]
 LiveStatus = Literal[
-    "starting", "running", "awaiting_approval", "paused", "waiting_for_message", "budget_paused"
+    "starting",
+    "running",
+    "awaiting_approval",
+    "paused",
+    "waiting_for_message",
+    "budget_paused",
+    "guardrail_paused",
 ]
 ToolCallStatus = Literal[
     "ok", "error", "rejected", "denied", "timed_out", "pending", "running", "cancelled"
@@ -58,6 +107,12 @@ class RunRequest(BaseModel):
     input: str
     tenant_id: str = Field(default="default", max_length=MAX_NAME_CHARS)
     principal_id: str = Field(default="anonymous", max_length=MAX_NAME_CHARS)
+    roles: list[str] = Field(
+        default_factory=list,
+        max_length=64,
+        description="the principal's roles as the edge that authenticated it states them (the "
+        "console: the identity's roles); Cedar policies read them (docs/policy.md)",
+    )
     mode: Literal["task", "chat"] = "task"
     limits: LimitsOverride = Field(default_factory=LimitsOverride)
     spec_file: str | None = Field(
@@ -73,12 +128,29 @@ class RunRequest(BaseModel):
     seed_messages: list[dict[str, Any]] | None = Field(
         default=None, description="fork: transcript to start from instead of [system, user(input)]"
     )
+    input_id: str | None = Field(
+        default=None,
+        max_length=MAX_NAME_CHARS,
+        description="the front end's id of the input message (AG-UI): an add_message of the "
+        "same message_id is not added again",
+    )
     carry: RunData | None = Field(
         default=None, description="set by the run itself when it continues as new"
     )
     tools: list[str] | None = Field(
         default=None,
         description="offer only these of the spec's tools (evaluation cases); None: all",
+    )
+    client_tools: list[ClientToolDef] | None = Field(
+        default=None,
+        max_length=64,
+        description="tools the client runs, sent by the front end ({name, description, "
+        "parameters}); pinned with the spec's tools, their results come by update tool_result",
+    )
+    recorded_tools: Recording | None = Field(
+        default=None,
+        description="a replay: tool calls answered from these recorded calls, not run "
+        "(ToolCallRecord.recorded; activities/evals/contracts.py Recording); None: tools run",
     )
 
 
@@ -91,6 +163,8 @@ class ToolCallRecord(BaseModel):
     id: str
     name: str
     arguments: dict[str, Any] | str = Field(default_factory=dict)
+    """As the model sent them (its raw text if not a JSON object); before patch model-arguments,
+    the tool's validated ones once it ran."""
     status: ToolCallStatus
     turn: int
     duration_ms: float = 0.0
@@ -98,6 +172,15 @@ class ToolCallRecord(BaseModel):
     reason: str | None = None
     result_chars: int = 0
     decided_by: str | None = None
+    run_arguments: dict[str, Any] | None = None
+    """What the tool ran with where it differs from ``arguments`` (validated: defaults filled in,
+    values coerced; or a person's edit at approval). None: the same, or it never ran."""
+    recorded: Literal["answered", "unmatched", "live"] | None = None
+    """A replay (``RunRequest.recorded_tools``): ``answered`` from a recorded call; none matched:
+    ``unmatched`` (a tool error) or ``live`` (it ran, as the recording allows). None: no replay."""
+    policy_id: str | None = None
+    """Which policy decided the call: a Cedar policy's id (``cedar:<id>``), a rule
+    (``tools.<name>.rules[<i>]``), a tool's entry (``tools.<name>``), ``default`` or ``by_risk``."""
 
 
 class ChildRecord(BaseModel):
@@ -164,133 +247,14 @@ class RunResult(BaseModel):
         default_factory=list, description="agents the run was handed to, in order (handoffs)"
     )
     plan: PlanView | None = None
+    guardrails: list[GuardrailTrip] = Field(
+        default_factory=list[GuardrailTrip],
+        description="every guardrail that tripped, in order (docs/guardrails.md)",
+    )
     model_steps: list[dict[str, Any]] = Field(default_factory=list[dict[str, Any]])
     """One ``{"turn", "model", "duration_ms", "usage"}`` per model step, naming the model that
     answered (a fallback's name when the primary failed); ``duration_ms`` is the answering call's
     own time, measured in the activity."""
-
-
-class SignedDecision(BaseModel):
-    """Fields of a decision signed where the spec requires it (activities/signing.py)."""
-
-    signature: str | None = Field(
-        default=None, description="base64 Ed25519 signature of the decision"
-    )
-    signed_at: str | None = Field(
-        default=None, description="ISO-8601 time the signer put in the signature"
-    )
-    roles: list[str] = Field(
-        default_factory=list,
-        description="the decider's roles as their identity provider states them (the console: "
-        "the token's `roles` claim or the proxy's `role:` groups); an approver `role:NAME` "
-        "accepts a decision naming NAME here. Signed with the decision where the spec requires "
-        "signatures; otherwise as trusted as principal_id, i.e. as the namespace's clients",
-    )
-
-
-MAX_DECISION_ARGUMENTS_BYTES = 256 * 1024
-"""Largest edited ``arguments`` (as JSON) a decision may carry: 256 KiB. They go into the tool
-call's activity input; the Temporal server refuses a workflow task whose payloads pass 2 MB (its
-default ``limit.blobSize.error``), so 1 MB of arguments, accepted, failed every task after it."""
-
-
-def _bounded_arguments(value: dict[str, Any] | None) -> dict[str, Any] | None:
-    if value is not None:
-        try:
-            size = len(json.dumps(value, ensure_ascii=False).encode("utf-8", "replace"))
-        except RecursionError:
-            raise ValueError("arguments are nested too deeply") from None
-        if size > MAX_DECISION_ARGUMENTS_BYTES:
-            raise ValueError(
-                f"arguments are {size} bytes of JSON; a decision may carry at most "
-                f"{MAX_DECISION_ARGUMENTS_BYTES}"
-            )
-    return value
-
-
-class ApproveSignal(SignedDecision):
-    """Payload of signal ``approve``: run a call that waits; ``arguments`` replaces the model's.
-
-    ``arguments`` are at most :data:`MAX_DECISION_ARGUMENTS_BYTES` of JSON.
-    """
-
-    tool_call_id: str
-    principal_id: str = "anonymous"
-    arguments: dict[str, Any] | None = None
-    comment: str | None = None
-
-    @field_validator("arguments")
-    @classmethod
-    def _arguments_bounded(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
-        return _bounded_arguments(value)
-
-
-class RejectSignal(SignedDecision):
-    """Payload of signal ``reject``: the call is not run; the model is told why."""
-
-    tool_call_id: str
-    principal_id: str = "anonymous"
-    reason: str = "rejected"
-
-
-class DecideUpdate(SignedDecision):
-    """Payload of update ``decide``: an approval or rejection, answered synchronously.
-
-    ``arguments`` are at most :data:`MAX_DECISION_ARGUMENTS_BYTES` of JSON.
-    """
-
-    tool_call_id: str
-    decision: Literal["approve", "reject"]
-    principal_id: str = "anonymous"
-    arguments: dict[str, Any] | None = None
-    comment: str | None = None
-    reason: str | None = None
-
-    @field_validator("arguments")
-    @classmethod
-    def _arguments_bounded(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
-        return _bounded_arguments(value)
-
-
-class DecideResult(BaseModel):
-    """Answer of update ``decide``."""
-
-    tool_call_id: str
-    decision: Literal["approve", "reject"]
-    accepted: bool = True
-
-
-class InterruptSignal(BaseModel):
-    """Payload of signal ``interrupt``."""
-
-    reason: str = "interrupted"
-    principal_id: str = "anonymous"
-
-
-class PrincipalSignal(BaseModel):
-    """Payload of signals ``pause`` and ``resume``."""
-
-    principal_id: str = "anonymous"
-
-
-class MessageSignal(BaseModel):
-    """Payload of signal ``send_message``."""
-
-    content: str
-    principal_id: str = "anonymous"
-
-
-class RaiseBudgetSignal(BaseModel):
-    """Payload of signal ``raise_budget``: new totals (not increments); ``None`` keeps a limit.
-
-    Each is a finite number above 0: a NaN compared false with every use, so it lifted the limit,
-    and a negative or zero one paused the run at once (a signal naming one is ignored with why).
-    """
-
-    principal_id: str = "anonymous"
-    max_total_tokens: int | None = Field(default=None, ge=1)
-    max_cost_usd: float | None = Field(default=None, gt=0, allow_inf_nan=False)
-    max_sandbox_seconds: float | None = Field(default=None, gt=0, allow_inf_nan=False)
 
 
 class PendingApproval(BaseModel):
@@ -306,10 +270,17 @@ class PendingApproval(BaseModel):
     run_id: str | None = Field(
         default=None, description="set when the call waits in a child run: decide it there or here"
     )
+    escalated: str | None = Field(
+        default=None, description="the judge's reason for leaving the call to a person"
+    )
 
 
 class Decision(BaseModel):
-    """A person's decision, recorded in the run: who, when (ISO-8601 workflow time), what."""
+    """A decision recorded in the run: who, when (ISO-8601 workflow time), what.
+
+    A person's (``via`` signal or update), the approval timer's (``timer``, principal ``system``)
+    or the judge's (``judge``, principal ``judge:<model>``, its reason in ``comment``).
+    """
 
     tool_call_id: str
     decision: Literal["approve", "reject", "timeout"]
@@ -317,7 +288,7 @@ class Decision(BaseModel):
     at: str
     arguments: dict[str, Any] | None = None
     comment: str | None = None
-    via: Literal["signal", "update", "timer"] = "signal"
+    via: Literal["signal", "update", "timer", "judge"] = "signal"
 
 
 class IgnoredSignal(BaseModel):
@@ -337,6 +308,10 @@ class RunState(BaseModel):
     turn: int
     agent: str = ""
     pending_approvals: list[PendingApproval] = Field(default_factory=list[PendingApproval])
+    pending_client_tools: list[PendingClientTool] = Field(
+        default_factory=list[PendingClientTool],
+        description="calls of tools the client runs, waiting for update tool_result",
+    )
     usage: Usage = Field(default_factory=Usage)
     sandbox_seconds: float = 0.0
     tool_calls: list[ToolCallRecord] = Field(default_factory=list[ToolCallRecord])
@@ -357,6 +332,7 @@ class RunState(BaseModel):
     children: list[ChildRecord] = Field(default_factory=list[ChildRecord])
     lineage: list[str] = Field(default_factory=list)
     plan: PlanView | None = None
+    guardrails: list[GuardrailTrip] = Field(default_factory=list[GuardrailTrip])
 
 
 class RunData(BaseModel):
@@ -421,6 +397,19 @@ class RunData(BaseModel):
         description="revision 4: search attribute name -> the value listings show (set at start "
         "or upserted); an upsert carries only what differs from it",
     )
+    replayed: list[int] = Field(
+        default_factory=list[int],
+        description="a replay: indexes of the RunRequest.recorded_tools calls that answered",
+    )
+    model_arguments: bool = Field(
+        default=False,
+        description="patch model-arguments (ToolCallRecord.run_arguments); carried, so a "
+        "continued run keeps its first run's recording",
+    )
+    guardrails: list[GuardrailTrip] = Field(
+        default_factory=list[GuardrailTrip],
+        description="guardrails that tripped, in order (details never hold what they found)",
+    )
     tools_in_step: bool = Field(
         default=False,
         description="patch tools-in-model-step: allowed local tools' calls ride the next model "
@@ -440,8 +429,22 @@ class RunData(BaseModel):
     status: LiveStatus | RunStatus = Field(default="starting", exclude=True)
     pending: dict[str, PendingApproval] = Field(default_factory=dict, exclude=True)
     verdicts: dict[str, Decision] = Field(default_factory=dict, exclude=True)
+    client_waiting: dict[str, PendingClientTool] = Field(
+        default_factory=dict,
+        exclude=True,
+        description="client tools' calls waiting for tool_result (workflows/client_tools.py)",
+    )
+    client_results: dict[str, ToolResultUpdate] = Field(
+        default_factory=dict, exclude=True, description="tool_result answers taken, by call id"
+    )
     interrupt: InterruptSignal | None = Field(default=None, exclude=True)
     budget_paused: bool = Field(default=False, exclude=True)
+    guardrail_blocked: GuardrailTrip | None = Field(
+        default=None, exclude=True, description="a block not acted on yet (workflows/guardrails.py)"
+    )
+    guardrail_paused: bool = Field(
+        default=False, exclude=True, description="paused by a block, for a person"
+    )
     parse_failures: int = Field(default=0, exclude=True)
     token_counts: list[int] = Field(
         default_factory=list[int], exclude=True, description="exact tokens of messages[:len(...)]"

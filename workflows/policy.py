@@ -22,10 +22,12 @@ import json
 import posixpath
 import re
 from collections.abc import Callable, Collection
+from datetime import datetime
 from typing import Any, Literal, cast
 
 from pydantic import BaseModel, Field
 
+from activities import cedar_policy  # cedarpy itself loads at the first Cedar decision
 from activities.contracts import ToolInfo
 from activities.patterns import re2_found
 from activities.spec import ArgCondition, Policy, ToolPolicy
@@ -72,6 +74,9 @@ class PolicyDecision(BaseModel):
     action: Action
     reason: str
     approvers: list[str] = Field(default_factory=list)
+    policy_id: str | None = None
+    """Which policy decided: ``cedar:<id>``, ``tools.<name>.rules[<i>]``, ``tools.<name>``,
+    ``default`` or ``by_risk`` (None: an unknown tool, which no policy decides)."""
 
 
 def parse_arguments(arguments: str | dict[str, Any]) -> dict[str, Any] | None:
@@ -180,26 +185,110 @@ def evaluate(
                 action=entry.action,
                 reason=entry.reason or f"{name}: {entry.action}",
                 approvers=approvers,
+                policy_id=f"tools.{name}",
             )
     if policy.default != "by_risk":
         return PolicyDecision(
-            action=policy.default, reason=f"default policy: {policy.default}", approvers=approvers
+            action=policy.default,
+            reason=f"default policy: {policy.default}",
+            approvers=approvers,
+            policy_id="default",
         )
+    by_risk: tuple[Action, str]
     if tool.risk == "read":
-        return PolicyDecision(action="allow", reason="read-only tool", approvers=approvers)
-    if tool.risk == "write":
-        return PolicyDecision(
-            action="approve", reason="writes to the workspace", approvers=approvers
-        )
-    if tool.risk == "exec" and getattr(tool, "sandboxed", False):
-        return PolicyDecision(
-            action="approve", reason="runs a command in the sandbox", approvers=approvers
-        )
+        by_risk = ("allow", "read-only tool")
+    elif tool.risk == "write":
+        by_risk = ("approve", "writes to the workspace")
+    elif tool.risk == "exec" and getattr(tool, "sandboxed", False):
+        by_risk = ("approve", "runs a command in the sandbox")
+    else:
+        by_risk = ("deny", f"{tool.risk} tools need an explicit policy entry")
     return PolicyDecision(
-        action="deny",
-        reason=f"{tool.risk} tools need an explicit policy entry",
-        approvers=approvers,
+        action=by_risk[0], reason=by_risk[1], approvers=approvers, policy_id="by_risk"
     )
+
+
+class CedarFacts(BaseModel):
+    """What a Cedar decision reads besides the call: who acts, and the run when it asks.
+
+    ``roles`` are the principal's roles from its identity (``RunRequest.roles``); those
+    ``policy.roles`` names the principal in are added. ``now`` is workflow time (ISO-8601 UTC).
+    """
+
+    tenant_id: str
+    principal_id: str
+    roles: list[str] = Field(default_factory=list)
+    agent: str = ""
+    child: bool = False
+    turn: int = 0
+    tokens_used: int = 0
+    cost_usd: float = 0.0
+    budget_used_pct: int = 0
+    now: str = ""
+
+
+def decide(
+    policy: Policy,
+    tool: ToolInfo | None,
+    call_id: str,
+    name: str,
+    arguments: str | dict[str, Any],
+    facts: CedarFacts,
+    search: Search = re2_search,
+) -> PolicyDecision:
+    """Decide one tool call: the pinned Cedar policies first, then :func:`evaluate`.
+
+    Without ``policy.cedar`` (or for an unknown tool) this is :func:`evaluate`. With it, a Cedar
+    policy that applies decides (``policy_id`` ``cedar:<id>``): forbid -> deny, ``@ask`` permit ->
+    approve, permit -> allow; when none applies the rules decide. Never raises (Cedar errors deny).
+    """
+    cedar = policy.cedar
+    if cedar is None or tool is None or cedar.policies is None or cedar.cedar_schema is None:
+        return evaluate(policy, tool, name, arguments, facts.tenant_id, facts.principal_id, search)
+    args = parse_arguments(arguments)
+    roles = set(facts.roles) | {r for r, who in policy.roles.items() if facts.principal_id in who}
+    when = _moment(facts.now)
+    verdict = cedar_policy.decide(
+        cedar.policies,
+        cedar.cedar_schema,
+        principal=(facts.principal_id, facts.tenant_id, facts.agent, facts.child),
+        roles=sorted(roles),
+        tool=name,
+        call_id=call_id,
+        call=cedar_policy.call_attributes(name, tool.risk, args, arguments),
+        context=cedar_policy.CedarContext(
+            turn=facts.turn,
+            tokens_used=facts.tokens_used,
+            cost_micro_usd=round(facts.cost_usd * 1_000_000),
+            budget_used_pct=facts.budget_used_pct,
+            risk=tool.risk,
+            now=facts.now,
+            hour_utc=when[0],
+            weekday=when[1],
+            tenant=facts.tenant_id,
+        ),
+    )
+    if verdict is None:
+        return evaluate(policy, tool, name, arguments, facts.tenant_id, facts.principal_id, search)
+    entry = policy.tools.get(name)
+    approvers = (
+        list(entry.approvers) if entry and entry.approvers is not None else list(policy.approvers)
+    )
+    return PolicyDecision(
+        action=verdict.action,
+        reason=verdict.reason,
+        approvers=approvers,
+        policy_id=f"cedar:{verdict.policy_id}",
+    )
+
+
+def _moment(now: str) -> tuple[int, int]:
+    """(hour 0-23, weekday 0-6) of an ISO-8601 time; (0, 0) when it is not one."""
+    try:
+        t = datetime.fromisoformat(now)
+    except ValueError:
+        return 0, 0
+    return t.hour, t.weekday()
 
 
 def _by_rules(
@@ -220,9 +309,14 @@ def _by_rules(
             return PolicyDecision(
                 action="deny",
                 reason=f"{name}: rule {i + 1} cannot be evaluated ({e}); the call is denied",
+                policy_id=f"tools.{name}.rules[{i}]",
             )
         if holds:
-            return PolicyDecision(action=rule.action, reason=rule.reason or f"{name}: rule {i + 1}")
+            return PolicyDecision(
+                action=rule.action,
+                reason=rule.reason or f"{name}: rule {i + 1}",
+                policy_id=f"tools.{name}.rules[{i}]",
+            )
     return None
 
 

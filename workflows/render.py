@@ -19,15 +19,16 @@ def _short(value: Any, limit: int = 40) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def tool_summary(name: str, arguments: dict[str, Any] | str) -> str:
-    """``tool: read_file path=README.md start_line=1`` (at most 120 characters)."""
+def tool_summary(name: str, arguments: dict[str, Any] | str, note: str = "") -> str:
+    """``tool: read_file path=README.md start_line=1`` (at most 120 characters, ``note`` kept)."""
     if isinstance(arguments, dict):
         parts = [f"{k}={_short(v)}" for k, v in arguments.items() if v is not None]
         text = f"tool: {name} " + " ".join(parts)
     else:
         text = f"tool: {name} {_short(arguments, 80)}"
-    text = text.strip()
-    return text if len(text) <= SUMMARY_MAX else text[: SUMMARY_MAX - 1] + "…"
+    text, room = text.strip(), SUMMARY_MAX - (len(note) + 1 if note else 0)
+    text = text if len(text) <= room else text[: room - 1] + "…"
+    return f"{text} {note}" if note else text
 
 
 def tools_first_note(calls: list[tuple[str, dict[str, Any] | str]]) -> str:

@@ -308,7 +308,7 @@ class RunContext:
                     self.observe()
                     or task.done()
                     or self.s.interrupt is not None
-                    or (d.done() and not self.s.pending)
+                    or (d.done() and not self.s.pending and not self.s.client_waiting)
                 )
             )
             if task.done():
@@ -390,9 +390,11 @@ class RunContext:
             raise Stop("interrupted", s.interrupt.reason)
         if s.paused:
             before = s.status
-            self.enter("budget_paused" if s.budget_paused else "paused")
+            shown = "budget_paused" if s.budget_paused else "paused"
+            self.enter("guardrail_paused" if s.guardrail_paused else shown)
             await self.wait_for_person(lambda: not s.paused, None)
-            self.set_status(before if before not in ("paused", "budget_paused") else "running")
+            paused = ("paused", "budget_paused", "guardrail_paused")
+            self.set_status(before if before not in paused else "running")
             self.upsert_search_attributes()
         if self.deadline_passed():
             raise Stop("timeout", "reached max_seconds")

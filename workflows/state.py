@@ -46,6 +46,7 @@ def run_state(data: RunData, held: list[IgnoredSignal] | None = None) -> RunStat
         **_shared(data, RunState),
         "status": shown_status(data),
         "pending_approvals": with_child_approvals(list(data.pending.values()), data.child_pending),
+        "pending_client_tools": list(data.client_waiting.values()),
         "ignored_signals": data.ignored_signals + (held or []),
     }
     return RunState(**fields)

@@ -11,23 +11,31 @@ back into the transcript in the order the model wrote the calls.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
     import workflows.activity_options as options
+    import workflows.charges as charges
+    import workflows.render as render
     import workflows.turn as turn
-    from activities.contracts import ToolCallRequest, ToolInfo, ToolOutcome, Usage
-    from activities.interfaces import tool_invoke
+    from activities.contracts import ToolCallRequest, ToolInfo, ToolOutcome
+    from activities.evals.contracts import Recording
+    from activities.interfaces import policy_judge, tool_invoke
+    from activities.judge import JudgeVerdict
     from workflows.approvals import Decisions
     from workflows.children import ChildStep
+    from workflows.client_tools import NOT_SUPPORTED, ClientTools
     from workflows.code_mode import run_script
     from workflows.handoff import HandoffStep
     from workflows.models import PendingApproval, ToolCallRecord
-    from workflows.policy import Search, evaluate, re2_search, re_search
+    from workflows.policy import CedarFacts, Search, decide, re2_search, re_search
     from workflows.run_context import RunContext, Stop, cause_message
+
+if TYPE_CHECKING:
+    from workflows.guardrails import GuardrailStep
 
 __all__ = ["Stop", "ToolStep", "cause_message"]
 
@@ -36,13 +44,23 @@ class ToolStep:
     """Carries out tool calls for one run."""
 
     def __init__(
-        self, ctx: RunContext, children: ChildStep, handoffs: HandoffStep, decisions: Decisions
+        self,
+        ctx: RunContext,
+        children: ChildStep,
+        handoffs: HandoffStep,
+        decisions: Decisions,
+        guard: GuardrailStep | None = None,
+        client: ClientTools | None = None,
     ) -> None:
         """Work on ``ctx``; ``ask_*`` calls go to ``children``, ``handoff_to_*`` to ``handoffs``.
 
-        ``decisions`` records an approval that timed out.
+        ``decisions`` records an approval that timed out; ``guard`` what results tripped;
+        ``client`` waits for the results of tools the client runs (workflows/client_tools.py).
         """
         self.ctx = ctx
+        self.guard = guard
+        self.client = client or ClientTools(ctx)
+        self._client_ok: bool | None = None  # patch client-tools, once asked
         self._decisions = decisions
         self._children = children
         self._handoffs = handoffs
@@ -75,6 +93,10 @@ class ToolStep:
         """
         ctx = self.ctx
         tools = {t.name: t for t in ctx.pinned().tools}
+        if self._client_ok is None and any(
+            (t := tools.get(c.name)) is not None and t.kind == "client" for c in calls
+        ):  # before any command of these calls (a marker after a local activity fails replay)
+            self._client_ok = ctx.versions.client_tools()
         records, outcomes = self.apply_policy(calls, tools)
         running: dict[str, asyncio.Future[ToolOutcome | str]] = {}
         for call, rec in zip(calls, records, strict=True):
@@ -83,8 +105,12 @@ class ToolStep:
                     self.invoke(call, rec, tools.get(call.name))
                 )
         if ctx.s.pending:
-            ctx.release_held()
-            await self._await_approvals()
+            if await self._judge(calls, records, tools):
+                for cid in list(ctx.s.pending):  # the judge decided every one: no wait
+                    ctx.s.pending.pop(cid)
+            else:
+                ctx.release_held()
+                await self._await_approvals()
             for call, rec in zip(calls, records, strict=True):
                 if rec.policy != "approve":
                     continue
@@ -92,7 +118,7 @@ class ToolStep:
                 settled = turn.settle_by_verdict(verdict)
                 if settled is None and verdict is not None:
                     if verdict.arguments is not None:
-                        rec.arguments = verdict.arguments
+                        self.ran_with(rec, verdict.arguments)
                     running[call.id] = asyncio.ensure_future(
                         self.invoke(call, rec, tools.get(call.name))
                     )
@@ -129,21 +155,17 @@ class ToolStep:
     ) -> tuple[list[ToolCallRecord], dict[str, str]]:
         """Records of the calls as the policy leaves them (added to the run's); denied ones' texts."""
         ctx = self.ctx
-        s, req, spec = ctx.s, ctx.req(), ctx.pinned().spec
+        s, spec = ctx.s, ctx.pinned().spec
         records: list[ToolCallRecord] = []
         outcomes: dict[str, str] = {}
         search = self.policy_search()
+        facts = self.cedar_facts()
         for call in calls:
-            decision = evaluate(
-                spec.policy,
-                tools.get(call.name),
-                call.name,
-                call.arguments,
-                req.tenant_id,
-                req.principal_id,
-                search,
+            decision = decide(
+                spec.policy, tools.get(call.name), call.id, call.name, call.arguments, facts, search
             )
             rec, settled = turn.settle_by_policy(call, decision, s.turn)
+            rec.policy_id = decision.policy_id
             records.append(rec)
             s.tool_calls.append(rec)
             if settled is not None:
@@ -170,6 +192,74 @@ class ToolStep:
                     arguments=rec.arguments,
                 )
         return records, outcomes
+
+    def cedar_facts(self) -> CedarFacts:
+        """Who acts and the run as it is now, for the Cedar policies (workflow data only)."""
+        ctx = self.ctx
+        s, req = ctx.s, ctx.req()
+        shares = [
+            s.usage.total_tokens / s.max_total_tokens if s.max_total_tokens else 0.0,
+            s.usage.cost_usd / s.max_cost_usd if s.max_cost_usd else 0.0,
+        ]
+        return CedarFacts(
+            tenant_id=req.tenant_id,
+            principal_id=req.principal_id,
+            roles=sorted(set(req.roles)),
+            agent=ctx.pinned().spec.name,
+            child=workflow.info().parent is not None,
+            turn=s.turn,
+            tokens_used=s.usage.total_tokens,
+            cost_usd=s.usage.cost_usd,
+            budget_used_pct=int(max(shares) * 100),
+            now=workflow.now().isoformat(),
+        )
+
+    async def _judge(
+        self,
+        calls: list[ToolCallRequest],
+        records: list[ToolCallRecord],
+        tools: dict[str, ToolInfo],
+    ) -> bool:
+        """The spec's judge decides the calls of ``calls`` waiting for a person, concurrently.
+
+        Each verdict goes to :meth:`workflows.approvals.Decisions.by_judge`. A judge that fails or
+        times out escalates (the call waits for a person); so does any call the judge leaves.
+        Runs without patch ``policy-judge`` (none has a judge) do nothing here. Returns True when
+        the judge decided every waiting call: then the run waits for nobody (no wait, no
+        ``awaiting_approval`` status, no search-attribute upsert).
+        """
+        ctx = self.ctx
+        s, pinned, req = ctx.s, ctx.pinned(), ctx.req()
+        judge = pinned.spec.policy.judge
+        asked = [
+            (call, rec)
+            for call, rec in zip(calls, records, strict=True)
+            if rec.policy == "approve" and call.id in s.pending and call.id not in s.verdicts
+            and call.name in tools
+        ]  # fmt: skip
+        if judge is None or not asked or not ctx.versions.policy_judge():
+            return False
+        results = [str(m.get("content") or "") for m in s.messages if m.get("role") == "tool"]
+
+        async def one(call: ToolCallRequest, rec: ToolCallRecord) -> None:
+            inp, opts = options.policy_judge(
+                pinned, req, judge, call, rec.arguments, tools[call.name], rec.reason, results
+            )
+            try:
+                verdict = await workflow.execute_activity(
+                    policy_judge, inp, **ctx.with_deadline(opts)
+                )
+            except ActivityError as e:
+                ctx.note_deadline(e)  # then the race ends the run: timeout
+                verdict = JudgeVerdict(
+                    verdict="escalate", reason=f"the judge failed: {cause_message(e)}",
+                    readable=False,
+                )  # fmt: skip
+            charges.judge(self.ctx, verdict)
+            self._decisions.by_judge(call.id, judge.model, verdict)
+
+        await self.ctx.race(lambda: asyncio.gather(*(one(c, r) for c, r in asked)), True)
+        return all(cid in s.verdicts for cid in s.pending)
 
     async def gather(
         self,
@@ -207,21 +297,29 @@ class ToolStep:
         ``announce``: emit ``tool_started`` (not for a call announced when it was held,
         workflows/tools_first.py).
         """
+        recording = self.ctx.req().recorded_tools
+        if recording is not None and (info is None or info.kind in ("tool", "subagent")):
+            answered = self._from_recording(call, rec, recording)
+            if answered is not None:
+                return answered
         if info is not None and info.kind == "code":  # a Code Mode script
             return await run_script(self, call, rec, info)
+        if info is not None and info.kind == "client":  # the client runs it
+            return await self._invoke_client(call, rec, info)
         if info is not None and info.kind != "tool":  # ask_<NAME>, handoff_to_<NAME>
             return await self._invoke_agent(call, rec, info)
         ctx = self.ctx
         rec.status = "running"
-        arguments: str | dict[str, Any] = (
-            rec.arguments if isinstance(rec.arguments, dict) else call.arguments
-        )
+        ran_with = turn.ran_with(rec)
+        arguments: str | dict[str, Any] = ran_with if isinstance(ran_with, dict) else call.arguments
         inp, opts = options.tool_invoke(
             ctx.pinned(), ctx.req(), ctx.s.turn, call, arguments, info, ctx.s.run_files
         )
+        if rec.run_arguments is not None:  # a person's edit: the Web UI shows what the model asked
+            opts["summary"] = render.tool_summary(call.name, rec.arguments, "(edited at approval)")
         opts = ctx.with_deadline(opts)
         if announce:  # not again for a call announced when it was held for the model step
-            ctx.emit("tool_started", tool_call_id=call.id, name=call.name, arguments=rec.arguments)
+            ctx.emit("tool_started", tool_call_id=call.id, name=call.name, **turn.shown(rec))
         try:
             if ctx.versions.local_tool_activities and options.runs_local(info):
                 out = await options.execute_local(tool_invoke, inp, opts)
@@ -256,20 +354,72 @@ class ToolStep:
         rec.duration_ms = out.duration_ms
         rec.result_chars = out.output_chars
         if info is not None and info.sandboxed:
-            self._charge_sandbox(out.duration_ms)
+            charges.sandbox(self.ctx, out.duration_ms)
         if out.files:
             self.ctx.s.run_files.update(out.files)
         if out.arguments is not None:
-            rec.arguments = out.arguments
+            self.ran_with(rec, out.arguments)
         if announce:
             self.finished(rec, out.content)
+        if out.guardrails and self.guard is not None:  # acted on when the turn's calls settled
+            self.guard.note(out.guardrails, rec.id)
+
+    def ran_with(self, rec: ToolCallRecord, arguments: dict[str, Any]) -> None:
+        """Record the arguments the call runs with (a person's edit, the tool's validated ones).
+
+        Runs that took patch ``model-arguments`` keep the model's in ``arguments`` and these in
+        ``run_arguments`` when they differ; older runs replace ``arguments``.
+        """
+        if self.ctx.s.model_arguments:
+            rec.run_arguments = arguments if arguments != rec.arguments else None
+        else:
+            rec.arguments = arguments
+
+    def _from_recording(
+        self, call: ToolCallRequest, rec: ToolCallRecord, recording: Recording
+    ) -> ToolOutcome | str | None:
+        """A replay: the call answered from ``recording`` instead of running (no activity).
+
+        Matched by tool and the model's arguments (:meth:`Recording.match`); its record says
+        ``recorded: answered``. Unmatched: a tool error (``recorded: unmatched``), or None when
+        the recording lets such calls run live (``recorded: live``).
+        """
+        s = self.ctx.s
+        index = recording.match(call.name, rec.arguments, s.replayed)
+        if index is None:
+            rec.recorded = "live" if recording.unmatched == "live" else "unmatched"
+            if rec.recorded == "live":
+                return None
+            rec.status = "error"
+            text = (
+                f"Error: this is a replay of a recorded run, and it made no {call.name} call "
+                "with these arguments, so there is no result for it. Use the results you have."
+            )
+            self.ctx.emit("tool_started", tool_call_id=call.id, name=call.name, **turn.shown(rec))
+            self.finished(rec, text)
+            return text
+        if index not in s.replayed:
+            s.replayed.append(index)
+        got = recording.calls[index]
+        rec.recorded = "answered"
+        self.ctx.emit("tool_started", tool_call_id=call.id, name=call.name, **turn.shown(rec))
+        out = ToolOutcome(
+            call_id=call.id,
+            name=call.name,
+            status="ok" if got.status == "ok" else "error",
+            content=got.result,
+            output_chars=len(got.result),
+            arguments=got.run_arguments,
+        )
+        self.record(rec, out, None)
+        return out
 
     async def _invoke_agent(
         self, call: ToolCallRequest, rec: ToolCallRecord, info: ToolInfo
     ) -> str:
         """An ``ask_*`` or ``handoff_to_*`` call: a child run, or a handoff noted for the turn's end."""
         agent = info.agent or info.name
-        self.ctx.emit("tool_started", tool_call_id=call.id, name=call.name, arguments=rec.arguments)
+        self.ctx.emit("tool_started", tool_call_id=call.id, name=call.name, **turn.shown(rec))
         if info.kind == "handoff":
             text = self._handoffs.ask(rec, agent)
         else:
@@ -277,15 +427,17 @@ class ToolStep:
         self.finished(rec, text)
         return text
 
-    def _charge_sandbox(self, duration_ms: float) -> None:
-        """Count a sandboxed call's time against the sandbox budget.
-
-        Its price (``pricing.sandbox_per_second``) goes into the run's cost.
-        """
-        s, price = self.ctx.s, self.ctx.pinned().spec.pricing.sandbox_per_second
-        s.sandbox_seconds = round(s.sandbox_seconds + duration_ms / 1000, 3)
-        if price:
-            s.usage = s.usage.add(Usage(cost_usd=duration_ms / 1000 * price))
+    async def _invoke_client(
+        self, call: ToolCallRequest, rec: ToolCallRecord, info: ToolInfo
+    ) -> str:
+        """A client tool's call: published, then its ``tool_result`` awaited (or its timeout)."""
+        if not self._client_ok:  # a history recorded without patch client-tools (none exists)
+            rec.status = "error"
+            text = NOT_SUPPORTED
+        else:
+            text = await self.client.run(call, rec, info)
+        self.finished(rec, text)
+        return text
 
     def finished(self, rec: ToolCallRecord, result: str) -> None:
         """Emit ``tool_finished`` for a call that ended with ``result``."""
@@ -293,10 +445,11 @@ class ToolStep:
             "tool_finished",
             tool_call_id=rec.id,
             name=rec.name,
-            arguments=rec.arguments,
+            **turn.shown(rec),
             status=rec.status,
             duration_ms=rec.duration_ms,
             result=result,
+            **({"recorded": rec.recorded} if rec.recorded is not None else {}),
         )
 
     async def _await_approvals(self) -> None:

@@ -40,7 +40,7 @@ with workflow.unsafe.imports_passed_through():
         fill_tool_messages,
     )
     from workflows.models import ToolCallRecord
-    from workflows.policy import evaluate, parse_arguments
+    from workflows.policy import decide, parse_arguments
     from workflows.run_context import RunContext
     from workflows.tool_calls import ToolStep
 
@@ -56,7 +56,7 @@ class ToolsFirst:
     def hold(self, calls: list[ToolCallRequest]) -> bool:
         """Hold ``calls`` for the next model step when they may ride it; False: run them now.
 
-        They may when the run took the patch, every call is of a local tool (no queue, MCP
+        They may when the run took the patch, is not a replay (``recorded_tools``), every call is of a local tool (no queue, MCP
         server or sandbox of its own) that the policy allows, the next step goes ahead (no turn
         or budget limit stops the run first), its model runs on the run's own queue, and the
         transcript is far enough under the compaction budget that no count is due.
@@ -65,6 +65,8 @@ class ToolsFirst:
         s, pinned, req = ctx.s, ctx.pinned(), ctx.req()
         spec = pinned.spec
         if not s.tools_in_step or not spec.local_tools_in_model_step or not calls:
+            return False
+        if req.recorded_tools is not None:  # a replay: the tool step answers from the recording
             return False
         tools = {t.name: t for t in pinned.tools}
         if any(not self._may_ride(c, tools.get(c.name)) for c in calls):
@@ -97,10 +99,9 @@ class ToolsFirst:
         ctx = self.ctx
         if info is None or info.kind != "tool" or info.sandboxed or not options.runs_local(info):
             return False
-        req = ctx.req()
-        decision = evaluate(
-            ctx.pinned().spec.policy, info, call.name, call.arguments, req.tenant_id,
-            req.principal_id, self._tools.policy_search(),
+        decision = decide(
+            ctx.pinned().spec.policy, info, call.id, call.name, call.arguments,
+            self._tools.cedar_facts(), self._tools.policy_search(),
         )  # fmt: skip
         return decision.action == "allow"
 

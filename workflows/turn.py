@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Container, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from temporalio.api.failure.v1 import Failure
 from temporalio.exceptions import TimeoutError as ActivityTimeoutError
@@ -202,6 +203,19 @@ def settle_by_policy(
     return rec, None
 
 
+def ran_with(rec: ToolCallRecord) -> dict[str, Any] | str:
+    """The arguments the call runs with: ``run_arguments`` when set, else ``arguments``."""
+    return rec.run_arguments if rec.run_arguments is not None else rec.arguments
+
+
+def shown(rec: ToolCallRecord) -> dict[str, Any]:
+    """The arguments of ``tool_started``/``tool_finished``: ``arguments``, ``run_arguments``."""
+    out: dict[str, Any] = {"arguments": rec.arguments}
+    if rec.run_arguments is not None:
+        out["run_arguments"] = rec.run_arguments
+    return out
+
+
 def settle_by_verdict(verdict: Decision | None) -> Settled | None:
     """How a call that waited for a person settles: None when approved (it runs)."""
     if verdict is not None and verdict.decision == "approve":
@@ -209,6 +223,9 @@ def settle_by_verdict(verdict: Decision | None) -> Settled | None:
     if verdict is not None and verdict.decision == "timeout":
         return Settled("timed_out", APPROVAL_TIMED_OUT)
     why = verdict.comment if verdict is not None and verdict.comment else "no reason given"
+    if verdict is not None and verdict.via == "judge":
+        who = f"The policy's judge ({verdict.principal_id})"
+        return Settled("rejected", f"{who} rejected this tool call; it was not run. Reason: {why}")
     return Settled("rejected", f"A person rejected this tool call; it was not run. Reason: {why}")
 
 

@@ -27,14 +27,16 @@ from temporalio import workflow
 if TYPE_CHECKING:
     from activities.spec import PinnedSpec
 
-WORKFLOW_REV = 5
+WORKFLOW_REV = 6
 """Revision of this code's behaviour, pinned by each run at its start.
 
 Revision 3 takes no decision that changes commands from a ``workflow.now()`` difference, and
 refuses decisions for approval requests not yet in history. Revision 4 (with patch
 :data:`PATCH_V4`) runs tools marked ``local`` as local activities and upserts search attributes
 only when what they show changed (docs/throughput.md). Revision 5 takes the deadline without a
-timer where a timeout does its work (``RunContext.with_deadline``)."""
+timer where a timeout does its work (``RunContext.with_deadline``). Revision 6 acts on the
+spec's guardrails: the user's messages go through local activity ``guardrail.check``, and a
+``block`` ends the run (``guardrail``) or pauses it (docs/guardrails.md)."""
 
 PATCH_V2 = "agent-run-v2"
 """The second workflow version (one deadline timer per run, throttled search-attribute refreshes,
@@ -60,6 +62,20 @@ PATCH_RACE_WAITS = "race-person-waits"
 """A race whose work waited for a person (Code Mode) re-arms the deadline instead of ending."""
 PATCH_SHOWN_STATUS = "parent-status-from-children"
 """A parent upserts ``AgentStatus`` when its children's approvals change the status people see."""
+PATCH_CLIENT_TOOLS = "client-tools"
+"""Calls of tools the client runs wait (durably) for update ``tool_result``
+(workflows/client_tools.py). Asked when a turn's calls name a client tool, before any of them is
+scheduled; a run that never calls one records nothing."""
+PATCH_MODEL_ARGUMENTS = "model-arguments"
+"""``ToolCallRecord.arguments`` (the result, the state, the events, the Web UI) keep the
+arguments as the model sent them; those the tool ran with (validated, or edited by a person)
+go to ``ToolCallRecord.run_arguments`` where they differ (issue #40). Before it, ``arguments``
+were replaced by the tool's validated ones. Asked at the start of a run, beside
+:data:`PATCH_TOOLS_IN_STEP` (no action of its own); ``RunData.model_arguments`` carries the
+answer through continue-as-new, so a run keeps one recording."""
+PATCH_POLICY_JUDGE = "policy-judge"
+"""The judge (``policy.judge``) decides calls the policy asks about before a person is asked.
+Asked at the first call a run's judge would decide (only runs whose spec has a judge)."""
 
 
 class Versions:
@@ -76,17 +92,19 @@ class Versions:
     # ------------------------------------------------------------ at the start of a run
 
     @staticmethod
-    def at_start() -> tuple[bool, bool]:
+    def at_start() -> tuple[bool, bool, bool]:
         """Asked once, first thing in a new run (not one continued as new).
 
-        Returns ``(tools_in_step, spec_resolve_local)``: whether the run holds local tools' calls
-        for the next model step (:data:`PATCH_TOOLS_IN_STEP`, asked before the spec's local
-        activity: a marker after one in the same workflow task fails replay) and whether
-        ``spec.resolve`` runs as a local activity pinning :data:`WORKFLOW_REV`
-        (:data:`PATCH_V4`).
+        Returns ``(tools_in_step, spec_resolve_local, model_arguments)``: whether the run holds
+        local tools' calls for the next model step (:data:`PATCH_TOOLS_IN_STEP`, asked before the
+        spec's local activity: a marker after one in the same workflow task fails replay),
+        whether ``spec.resolve`` runs as a local activity pinning :data:`WORKFLOW_REV`
+        (:data:`PATCH_V4`) and whether tool call records keep the model's arguments
+        (:data:`PATCH_MODEL_ARGUMENTS`).
         """
         tools_in_step = workflow.patched(PATCH_TOOLS_IN_STEP)
-        return tools_in_step, workflow.patched(PATCH_V4)
+        resolve_local = workflow.patched(PATCH_V4)
+        return tools_in_step, resolve_local, workflow.patched(PATCH_MODEL_ARGUMENTS)
 
     @staticmethod
     def deprecated() -> None:
@@ -135,7 +153,37 @@ class Versions:
         """
         return self._rev() >= 5
 
+    @property
+    def guardrails(self) -> bool:
+        """Revision 6: the spec's guardrails are checked and acted on (workflows/guardrails.py).
+
+        A revision, not a patch: the first command it adds (``guardrail.check`` of the request)
+        follows ``spec.resolve``'s local activity in the same workflow task, where a patch marker
+        fails replay, and asking a patch before it would cost every run a marker and an upsert.
+        Only runs whose pinned spec has ``guardrails:`` take a new command, and no run before
+        revision 6 can pin one (``AgentSpec`` refuses unknown fields).
+        """
+        return self._rev() >= 6
+
+    @property
+    def refuse_judge_names(self) -> bool:
+        """A client's decision naming a ``judge:`` principal is refused (runs with a judge; rev 6).
+
+        In every run from revision 6 on. Before revision 6 it is decided by the pinned spec (``policy.judge``, which no run before
+        it could pin), so it costs no marker; a run without a judge has no decision in a judge's
+        name to forge.
+        """
+        if self._rev() >= 6:
+            return True
+        pinned = self._pinned()
+        return pinned is not None and pinned.spec.policy.judge is not None
+
     # ------------------------------------------------------------ asked where first needed
+
+    @staticmethod
+    def policy_judge() -> bool:
+        """:data:`PATCH_POLICY_JUDGE` (asked at the first call the run's judge would decide)."""
+        return workflow.patched(PATCH_POLICY_JUDGE)
 
     @staticmethod
     def unique_call_ids() -> bool:
@@ -156,6 +204,11 @@ class Versions:
     def upsert_shown_status() -> bool:
         """:data:`PATCH_SHOWN_STATUS` (asked when a child's approvals changed the shown status)."""
         return workflow.patched(PATCH_SHOWN_STATUS)
+
+    @staticmethod
+    def client_tools() -> bool:
+        """:data:`PATCH_CLIENT_TOOLS` (asked when a turn's calls name a client tool)."""
+        return workflow.patched(PATCH_CLIENT_TOOLS)
 
     @staticmethod
     def memory_handoff() -> bool:

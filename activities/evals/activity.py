@@ -30,11 +30,17 @@ _VERDICT = re.compile(r"\b(PASS|FAIL)\b", re.IGNORECASE)
 
 
 def judge_prompt(inp: ScoreInput, rubric: str) -> str:
-    """The user message sent to the judge: task, expected answer (if any), answer, tool calls."""
+    """The user message sent to the judge: task, expected answer (if any), answer, tool calls.
+
+    Without ``expected``, a case's ``metadata.reference`` (text) is given as the reference answer.
+    """
     calls = [{"name": c.get("name"), "arguments": c.get("arguments")} for c in inp.run.tool_calls]
     parts = [f"Task:\n{inp.case.input}"]
+    reference = inp.case.metadata.get("reference")
     if inp.case.expected is not None:
         parts.append(f"Expected answer:\n{inp.case.expected}")
+    elif isinstance(reference, str):  # a captured run's answer (agentctl eval capture)
+        parts.append(f"Reference answer (from a recorded run):\n{reference}")
     parts.append(f"Agent's answer:\n{inp.run.output or '(none)'}")
     if calls:
         parts.append(f"Agent's tool calls:\n{json.dumps(calls, default=str)[:4000]}")

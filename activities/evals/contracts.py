@@ -7,7 +7,8 @@ versions"). Plain pydantic, no I/O: the workflow ``EvalSuite`` imports this modu
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import json
+from typing import Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -35,6 +36,92 @@ class ExpectedCall(BaseModel):
     arguments: dict[str, Any] = Field(default_factory=dict)
 
 
+ANSWERED_STATUSES = ("ok", "error")
+"""Statuses of recorded calls that ran and returned: a replay answers calls from these only."""
+
+
+def comparable_arguments(arguments: Any) -> Any:
+    """Arguments as a replay compares them: a JSON object without its null values, else the text.
+
+    A dict (or JSON text of an object) loses its ``null`` entries (an optional parameter left
+    out and one sent as null are the same call); other text is compared stripped, as written.
+    """
+    value = arguments
+    if isinstance(arguments, str):
+        try:
+            value = json.loads(arguments or "{}")
+        except ValueError:
+            return arguments.strip()
+    if isinstance(value, dict):
+        return {k: v for k, v in cast("dict[str, Any]", value).items() if v is not None}
+    return arguments.strip() if isinstance(arguments, str) else value
+
+
+class RecordedCall(BaseModel):
+    """One tool call of a captured run, as the model asked for it, and what the model was told.
+
+    ``arguments`` are the model's (parsed; its raw text when not a JSON object);
+    ``run_arguments`` those the tool ran with where they differ (validated, or a person's edit).
+    ``status`` is the call's ``ToolCallRecord.status``; ``result`` the tool message the model
+    was given, for the calls that ran and returned (``ok``, ``error``), else empty.
+    """
+
+    id: str = ""
+    name: str
+    arguments: dict[str, Any] | str = Field(default_factory=dict)
+    run_arguments: dict[str, Any] | None = None
+    status: str = "ok"
+    result: str = ""
+    turn: int = 0
+
+    @property
+    def answered(self) -> bool:
+        """Whether the call ran and returned, so a replay may answer from it."""
+        return self.status in ANSWERED_STATUSES
+
+    def matches(self, name: str, arguments: Any) -> bool:
+        """Same tool, same arguments (:func:`comparable_arguments`)."""
+        return self.name == name and comparable_arguments(self.arguments) == comparable_arguments(
+            arguments
+        )
+
+    def shown(self) -> str:
+        """``name(arguments)`` as the report shows it."""
+        args = self.arguments
+        text = args if isinstance(args, str) else json.dumps(args, sort_keys=True)
+        return f"{self.name}({text[:120]})"
+
+
+class Recording(BaseModel):
+    """The tool calls of a real run, captured from its history (``agentctl eval capture``).
+
+    A replay (``RunRequest.recorded_tools``, ``agentctl eval run --replay-tools``) answers each
+    tool call from the first unused recorded call of the same tool with the same arguments
+    (:meth:`RecordedCall.matches`; a used one when every match was used: the same call, the same
+    answer); a call none matches is a tool error, or runs live when ``unmatched`` is ``live``.
+    ``calls`` are every call the model asked for, in order (denied and rejected ones included:
+    the trajectory a replay is compared with).
+    """
+
+    run_id: str = ""
+    agent: str = ""
+    spec_hash: str = ""
+    model: str | None = None
+    calls: list[RecordedCall] = Field(default_factory=list[RecordedCall])
+    unmatched: Literal["error", "live"] = "error"
+
+    def match(self, name: str, arguments: Any, used: list[int]) -> int | None:
+        """Index of the recorded call that answers a call of ``name`` with ``arguments``.
+
+        The first answerable match not in ``used``, else the last answerable match, else None.
+        """
+        hits = [i for i, c in enumerate(self.calls) if c.answered and c.matches(name, arguments)]
+        fresh = [i for i in hits if i not in used]
+        if fresh:
+            return fresh[0]
+        return hits[-1] if hits else None
+
+
 class Case(BaseModel):
     """One case of a dataset (one line of a JSONL file).
 
@@ -50,6 +137,9 @@ class Case(BaseModel):
     expected: str | None = None
     expected_tool_calls: list[ExpectedCall] | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
+    recording: Recording | None = None
+    """The run a captured case came from: its tool calls and their results (``agentctl eval
+    capture``); ``--replay-tools`` answers the case's tool calls from it."""
 
 
 class ApproverRule(BaseModel):
@@ -148,6 +238,11 @@ class SuiteRequest(BaseModel):
     max_concurrency: int = Field(default=4, ge=1, le=500)
     priority_key: int = Field(default=LOW_PRIORITY, ge=1, le=5)
     max_turns: int | None = Field(default=None, ge=1)
+    replay_tools: bool = False
+    """Answer every run's tool calls from its case's ``recording`` (``--replay-tools``): no tool
+    runs, except unmatched calls of a recording whose ``unmatched`` is ``live``; a case without
+    a recording gets an empty one (each call a tool error). The scripted approver decides a
+    call the recording shows decided (ran: approve; ``rejected``: reject) as it was."""
 
 
 class RunFacts(BaseModel):
@@ -156,7 +251,9 @@ class RunFacts(BaseModel):
     status: str
     output: str | None = None
     tool_calls: list[dict[str, Any]] = Field(default_factory=list[dict[str, Any]])
-    """``{"name", "arguments", "status"}`` of each call, in order."""
+    """``{"name", "arguments", "status", "turn"}`` of each call, in order (``arguments`` as the
+    model sent them in runs since patch ``model-arguments``); ``run_arguments`` and
+    ``recorded`` where the record has them (``ToolCallRecord``)."""
     total_tokens: int = 0
     cost_usd: float = 0.0
     latency_ms: float = 0.0

@@ -65,7 +65,9 @@ def variant_summary(records: list[RunRecord], k: int) -> dict[str, Any]:
     """One variant's figures, from its runs' records.
 
     ``pass_at_1``, ``pass_hat_k``, ``tokens`` and ``cost_usd`` (means per run), their totals,
-    ``p50_ms``/``p95_ms`` of run latency (milliseconds), and ``cases`` (per case figures).
+    ``p50_ms``/``p95_ms`` of run latency (milliseconds), and ``cases`` (per case figures; a
+    case with a ``recording`` also has ``left_recording``: where its runs left the recorded
+    trajectory, one line per distinct place, empty when every run followed it).
     """
     by_case: dict[str, list[RunRecord]] = defaultdict(list)
     for r in records:
@@ -80,6 +82,11 @@ def variant_summary(records: list[RunRecord], k: int) -> dict[str, Any]:
             "pass_hat_k": pass_hat_k(c, len(rs), k),
             "statuses": sorted({r.status for r in rs}),
         }
+        followed = [sc for r in rs for sc in r.scores if sc.name == "recording"]
+        if followed:  # a captured case: where the runs left the recorded trajectory
+            cases[cid]["left_recording"] = sorted(
+                {sc.detail for sc in followed if sc.passed is False}
+            )
     lat = [r.latency_ms for r in records]
     n = max(len(records), 1)
     return {

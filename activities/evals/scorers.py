@@ -13,7 +13,14 @@ import re
 from collections import Counter
 from typing import Any, cast
 
-from activities.evals.contracts import Case, ExpectedCall, RunFacts, Score, ScorerConfig
+from activities.evals.contracts import (
+    Case,
+    ExpectedCall,
+    Recording,
+    RunFacts,
+    Score,
+    ScorerConfig,
+)
 
 _SPACE = re.compile(r"\s+")
 
@@ -168,6 +175,66 @@ def trajectory_match(case: Case, run: RunFacts, cfg: ScorerConfig) -> Score:
     )
 
 
+def _call_text(call: dict[str, Any]) -> str:
+    args = call.get("arguments")
+    text = args if isinstance(args, str) else json.dumps(args, sort_keys=True)
+    return f"{call.get('name')}({text[:120]})"
+
+
+def left_recording(recording: Recording, run: RunFacts) -> str | None:
+    """Where the run's tool calls leave the recorded run's, in words; None when they follow it.
+
+    Call k of the run is compared with recorded call k (tool and arguments,
+    :meth:`RecordedCall.matches`): the first that differs, a run that stops early or goes on.
+    """
+    got, want = run.tool_calls, recording.calls
+    for k, (g, w) in enumerate(zip(got, want, strict=False), start=1):
+        if not w.matches(str(g.get("name")), g.get("arguments")):
+            return (
+                f"left the recording at call {k} (turn {g.get('turn', '?')}): "
+                f"{_call_text(g)}, recorded {w.shown()}"
+            )
+    if len(got) < len(want):
+        return (
+            f"left the recording after call {len(got)}: stopped, recorded "
+            f"{want[len(got)].shown()} next"
+        )
+    if len(got) > len(want):
+        g = got[len(want)]
+        return (
+            f"left the recording at call {len(want) + 1} (turn {g.get('turn', '?')}): "
+            f"{_call_text(g)}, recorded none"
+        )
+    return None
+
+
+def recording_match(case: Case, run: RunFacts) -> Score:
+    """The run's tool calls against the case's recorded ones (``recording``), in order.
+
+    Passes when the run made the same calls (tools and arguments) in the same order; ``value``
+    is the fraction of the recorded calls it followed before leaving; ``detail`` says where it
+    left (:func:`left_recording`) and how many calls the recording did not answer.
+    """
+    assert case.recording is not None
+    where = left_recording(case.recording, run)
+    want = len(case.recording.calls)
+    followed = 0
+    for g, w in zip(run.tool_calls, case.recording.calls, strict=False):
+        if not w.matches(str(g.get("name")), g.get("arguments")):
+            break
+        followed += 1
+    unmatched = sum(1 for c in run.tool_calls if c.get("recorded") == "unmatched")
+    detail = where or ""
+    if unmatched:
+        detail += f"{'; ' if detail else ''}{unmatched} call(s) the recording did not answer"
+    return Score(
+        name="recording",
+        passed=where is None,
+        value=followed / want if want else float(where is None),
+        detail=detail,
+    )
+
+
 def _limit(name: str, value: float, limit: float | None) -> Score:
     return Score(name=name, value=value, passed=None if limit is None else value <= limit)
 
@@ -176,7 +243,8 @@ def score_run(case: Case, run: RunFacts, cfg: ScorerConfig) -> list[Score]:
     """Every deterministic score of one run: output, tool calls, trajectory, tokens, cost, latency.
 
     Output is scored when the case has ``expected``; tool calls when it has
-    ``expected_tool_calls``; trajectory when ``cfg.trajectory`` is set. Tokens, cost and
+    ``expected_tool_calls``; trajectory when ``cfg.trajectory`` is set; the recorded run's
+    calls (:func:`recording_match`) when the case has a ``recording``. Tokens, cost and
     latency are always measured, and pass/fail only with a limit in ``cfg``.
     """
     scores: list[Score] = []
@@ -186,6 +254,8 @@ def score_run(case: Case, run: RunFacts, cfg: ScorerConfig) -> list[Score]:
         scores.append(tool_calls_match(case, run, cfg))
     if cfg.trajectory is not None:
         scores.append(trajectory_match(case, run, cfg))
+    if case.recording is not None:
+        scores.append(recording_match(case, run))
     scores.append(_limit("tokens", float(run.total_tokens), cfg.max_tokens))
     scores.append(_limit("cost_usd", run.cost_usd, cfg.max_cost_usd))
     scores.append(_limit("latency_ms", run.latency_ms, cfg.max_latency_ms))

@@ -45,6 +45,28 @@ class ToolContext:
     """Files earlier calls of the run wrote (name -> payload store key), for sandboxed tools."""
     new_files: dict[str, str] = field(default_factory=dict[str, str])
     """Files this call wrote (name -> payload store key): the outcome's ``files``."""
+    callback: Callable[[], str] | None = None
+    """Makes this call's callback URL (set by ``tool.invoke`` on a worker with callbacks)."""
+
+    def callback_url(self) -> str:
+        """A URL an outside system POSTs this call's result to, signed for this call only.
+
+        A tool marked ``@tool(callback=True)`` hands it over, then calls
+        ``temporalio.activity.raise_complete_async()``: the call finishes when the outside
+        system sends ``POST <url>`` with ``{"result": ...}`` or ``{"error": "..."}`` (served by
+        ``agentctl serve``, docs/tools.md), or times out after the tool's ``timeout_seconds``.
+        The URL is ``<AGENT_CALLBACK_URL>/callbacks/<token>``; the token (HMAC-SHA256 under the
+        runtime's callback key, activities/callbacks.py) expires with this attempt and works
+        once.
+
+        Raises:
+            ToolError: not in an activity of a worker that signs callbacks.
+        """
+        if self.callback is None:
+            from activities.tools.errors import ToolError
+
+            raise ToolError("this tool call cannot be finished by a callback here")
+        return self.callback()
 
     def __post_init__(self) -> None:
         self.workspace = Path(self.workspace).expanduser().resolve()

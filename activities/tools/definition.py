@@ -87,6 +87,9 @@ class ToolDef:
     local: bool = False
     """Runs as a local activity by default (short, read-only, deterministic input: no server
     round trip of its own; docs/throughput.md). A spec's ``tools`` entry may override it."""
+    callback: bool = False
+    """May finish later through a callback URL (``ToolContext.callback_url``): its activity has
+    no heartbeat timeout, only ``timeout_seconds`` (docs/tools.md)."""
     is_async: bool = False
     # parameter name -> pydantic field name (differs when the name would shadow BaseModel's API)
     field_names: dict[str, str] = field(default_factory=dict[str, str])
@@ -102,6 +105,7 @@ class ToolDef:
         risk: Risk = "read",
         sandboxed: bool = False,
         local: bool = False,
+        callback: bool = False,
     ) -> ToolDef:
         """Build a tool from a type-hinted function with a Google-style docstring.
 
@@ -114,6 +118,8 @@ class ToolDef:
             raise TypeError(f"tool name {tool_name!r} must be 1-64 of [A-Za-z0-9_-]")
         if timeout_seconds <= 0 or max_attempts < 1:
             raise TypeError(f"tool {tool_name}: timeout_seconds must be > 0, max_attempts >= 1")
+        if callback and local:
+            raise TypeError(f"tool {tool_name}: a callback tool cannot run as a local activity")
         description, arg_docs = parse_docstring(inspect.getdoc(fn))
         try:
             hints = typing.get_type_hints(fn, include_extras=True)
@@ -133,6 +139,7 @@ class ToolDef:
             risk=risk,
             sandboxed=sandboxed,
             local=local,
+            callback=callback,
             is_async=inspect.iscoroutinefunction(fn),
             field_names=field_names,
         )
@@ -148,6 +155,7 @@ class ToolDef:
             risk=self.risk,
             sandboxed=self.sandboxed,
             local=self.local,
+            callback=self.callback,
         )
 
     def parameter_summary(self) -> str:

@@ -9,15 +9,38 @@ Temporal: the activity failed and the tool ran again), and cut to its cap.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import json
 import re
+from collections.abc import Generator
 from typing import Any
 
 from pydantic import BaseModel
 
 from activities import redaction
 
-__all__ = ["UnreadableResult", "shape", "to_text"]
+__all__ = ["UnreadableResult", "keeping_raw", "shape", "to_text"]
+
+_RAW: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar(
+    "tool_raw_output", default=None
+)
+
+
+@contextlib.contextmanager
+def keeping_raw() -> Generator[list[str]]:
+    """Within the block, :func:`shape` appends each text it gets, before redaction, to the list.
+
+    For the ``secrets`` guardrail on tool results (activities/guardrails): it must see the values
+    the runtime redacts to say which it found (and to withhold the result on ``block``).
+    """
+    kept: list[str] = []
+    token = _RAW.set(kept)
+    try:
+        yield kept
+    finally:
+        _RAW.reset(token)
+
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _BYTES_SHOWN = 4 * 1024 * 1024
@@ -66,6 +89,9 @@ def shape(text: str, limit: int) -> tuple[str, bool, int]:
     leaks in part; each lone surrogate becomes U+FFFD; text longer than ``limit`` characters is
     cut to its head plus a note saying how long it was.
     """
+    kept = _RAW.get()
+    if kept is not None:
+        kept.append(text)
     text = redaction.redact(text)
     text = _SURROGATE.sub("\ufffd", text)
     if len(text) <= limit:

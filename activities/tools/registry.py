@@ -270,6 +270,7 @@ def tool(
     registry: ToolRegistry | None = None,
     sandboxed: bool = False,
     local: bool = False,
+    callback: bool = False,
 ) -> Any:
     """Make a function a tool and register it (in :data:`REGISTRY` unless ``registry`` is given).
 
@@ -286,6 +287,9 @@ def tool(
         sandboxed: the tool runs in the OS sandbox (an exec tool then asks for approval).
         local: run as a local activity by default (only for short read-only tools; a spec's
             ``tools`` entry ``{name: N, local: false}`` overrides it).
+        callback: the tool may finish later through ``ctx.callback_url()`` and
+            ``activity.raise_complete_async()`` (its activity then has no heartbeat timeout;
+            docs/tools.md).
 
     Raises:
         TypeError: the function cannot be a tool (see :meth:`ToolDef.from_function`).
@@ -301,6 +305,7 @@ def tool(
             risk=risk,
             sandboxed=sandboxed,
             local=local,
+            callback=callback,
         )
         (registry or REGISTRY).register(tool_def)
         f.__tool__ = tool_def  # pyright: ignore[reportFunctionMemberAccess] - functions take attributes at run time

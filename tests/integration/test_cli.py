@@ -214,7 +214,10 @@ async def test_detach_status_approve_and_result(
         assert approved.returncode == 0, approved.stderr
         final = await agentctl("result", run_id, "--json", env=env)
     assert final.returncode == 0
-    assert json.loads(final.stdout)["tool_calls"][0]["arguments"] == {"target": "staging"}
+    [call] = json.loads(final.stdout)["tool_calls"]
+    # what the model asked, and what the person's edit ran (issue #40)
+    assert call["arguments"] == {"target": "prod"}
+    assert call["run_arguments"] == {"target": "staging"}
     assert deployed(h) == ["staging"]
 
 

@@ -17,10 +17,12 @@ from typer.testing import CliRunner
 
 from activities.contracts import TOKENS_COUNT, CountTokensInput, ModelReply, TokenCounts
 from workers.cli import app
-from workers.history import load_history_file, replay_file, replay_histories
+from workers.history import audit, load_history_file, replay_file, replay_histories
+from workers.history._walk import patch_ids
 from workflows.agent_run import AgentRun
 from workflows.models import RunResult
 from workflows.versions import (
+    PATCH_POLICY_JUDGE,
     PATCH_POLICY_RE2,
     PATCH_TOOLS_IN_STEP,
     PATCH_UNIQUE_CALL_IDS,
@@ -238,10 +240,24 @@ def _pinned_rev(path: Path) -> int:
 
 
 def test_the_workflow_revision_is_recorded_in_history():
-    """Revision 3's to 5's branches are chosen from a value in history, not from a marker."""
-    assert _pinned_rev(HISTORIES / "tools.json") == WORKFLOW_REV == 5
+    """Revision 3's to 6's branches are chosen from a value in history, not from a marker."""
+    assert _pinned_rev(HISTORIES / "guardrails.json") == WORKFLOW_REV == 6
+    # recorded with revision 5: revision 6 changes nothing for a spec without guardrails
+    assert _pinned_rev(HISTORIES / "tools.json") == 5
     assert _pinned_rev(V6 / "tools.json") == 4
     assert _pinned_rev(V5 / "tools.json") == 3
     assert _pinned_rev(V3 / "tools.json") == 3
     assert _pinned_rev(V2 / "tools.json") == 0
     assert _pinned_rev(V1 / "tools.json") == 0
+
+
+def test_the_judge_history_holds_its_patch_and_the_judges_decision():
+    """``judge.json`` (issue #39): patch ``policy-judge``; the judge's approval, then a person's."""
+    history = load_history_file(HISTORIES / "judge.json")
+    a = audit(history)
+    assert PATCH_POLICY_JUDGE in patch_ids(history.events)
+    assert [(d.who, d.decision, d.via) for d in a.decisions] == [
+        ("judge:scripted", "approve", "judge"),
+        ("alice", "approve", "update"),
+    ]
+    assert [t.policy_id for t in a.tool_calls] == ["cedar:deploys-ask"] * 2

@@ -331,8 +331,9 @@ async def test_local_tool_calls_that_rode_a_model_step_are_audited_as_they_ran(
         for e in history.events
         if e.HasField("marker_recorded_event_attributes")
     ]
-    # the patches (agent-run-v2, -v4, tools-in-model-step) and spec.resolve: one workflow task
-    assert markers == ["core_patch"] * 3 + ["core_local_activity"]
+    # the patches (agent-run-v2, -v4, tools-in-model-step, model-arguments) and spec.resolve:
+    # one workflow task
+    assert markers == ["core_patch"] * 4 + ["core_local_activity"]
     assert billable_actions(list(history.events))["markers"] == 1
     for closed in (history, WorkflowHistory(history.workflow_id, list(history.events)[:-1])):
         a = ih.audit(closed)  # also while the run is open (no result to read)

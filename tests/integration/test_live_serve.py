@@ -157,7 +157,7 @@ async def test_console_shows_a_run_live_and_approves_with_a_click(client: Client
                     "Run completed: the model answered", timeout=20_000
                 )
                 await expect(page.locator("#timeline .step .text").last).to_have_text(ANSWER)
-                await expect(page.locator("#runs li.current")).to_have_count(1, timeout=10_000)
+                await expect(page.locator("#runs tr.current")).to_have_count(1, timeout=10_000)
                 await browser.close()
         finally:
             await runner.cleanup()
@@ -170,3 +170,37 @@ async def test_console_shows_a_run_live_and_approves_with_a_click(client: Client
 def _queue_for_console(monkeypatch):
     # POST /runs without a task queue of the server's own goes to AGENT_TASK_QUEUE: keep it unique
     monkeypatch.setenv("AGENT_TASK_QUEUE", "tq-console-unserved")
+
+
+async def test_console_answers_a_client_tool(client: Client, tmp_path: Path):
+    """A client tool's call shows as a card; the person's result goes to the model (issue #38)."""
+    from playwright.async_api import async_playwright, expect
+
+    pick = {"name": "pick_file", "client": True, "description": "Pick a file.", "parameters": {}}
+    model = ScriptedModel([tool_call("pick_file", {}), text("you picked it")])
+    async with Harness(client, tmp_path, model, agents={"default": {"tools": [pick]}}) as h:
+        runner, url = await start_server(client, "127.0.0.1", 0, lambda r: r, h.task_queue, AUTH)
+        try:
+            async with async_playwright() as pw:
+                browser = await pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+                page = await browser.new_page(viewport={"width": 1280, "height": 760})
+                await page.goto(url + f"/?token={TOKEN}")
+                await page.fill("#input", "pick a file")
+                await page.click("#start button[type=submit]")
+                send = page.get_by_role("button", name="Send result")
+                await expect(send).to_be_visible(timeout=20_000)
+                await expect(page.locator(".client-tool")).to_contain_text("pick_file")
+                await page.fill(".client-tool textarea", "report.pdf")
+                await send.click()
+                await expect(page.locator(".tool pre.result")).to_contain_text(
+                    "report.pdf", timeout=20_000
+                )
+                await expect(page.locator(".client-tool")).to_have_count(0)
+                await expect(page.locator("#timeline .finished")).to_have_text(
+                    "Run completed: the model answered", timeout=20_000
+                )
+                await browser.close()
+        finally:
+            await runner.cleanup()
+    told = [m["content"] for m in model.requests[1].messages if m["role"] == "tool"]
+    assert told == ["report.pdf"]

@@ -12,6 +12,7 @@ from temporalio.client import Client, WorkflowUpdateFailedError
 
 from tests.support.harness import Harness, until_state
 from tests.support.people import GATED, deployed
+from tests.support.webui import activity_summaries
 from workers import client as rc
 from workers.local.dev_server import temporal_binary
 from workers.testing.scripted_model import ScriptedModel, text, tool_call, tool_calls
@@ -72,8 +73,15 @@ async def test_approve_with_edited_arguments_runs_with_the_new_ones(client: Clie
         )
         res = await handle.result()
         final = await handle.query("state", result_type=RunState)
+        summaries = [
+            s for kind, s in await activity_summaries(client, handle) if kind == "tool.invoke"
+        ]
     assert deployed(h) == ["staging"]
-    assert res.tool_calls[0].arguments == {"target": "staging"}
+    # the Web UI names the call as the model asked it, and says a person edited it
+    assert summaries == ["tool: deploy target=prod (edited at approval)"]
+    # the model's arguments, and the edited ones it ran with beside them (issue #40)
+    assert res.tool_calls[0].arguments == {"target": "prod"}
+    assert res.tool_calls[0].run_arguments == {"target": "staging"}
     assert final.decisions[0].principal_id == "olga" and final.decisions[0].arguments == {
         "target": "staging"
     }

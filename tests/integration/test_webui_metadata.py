@@ -9,7 +9,6 @@ the visibility query ``agentctl list`` uses.
 from __future__ import annotations
 
 import asyncio
-import json
 import uuid
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 
 from tests.support.harness import Harness, until_state
-from tests.support.webui import current_details
+from tests.support.webui import activity_summaries, current_details
 from workers import client as rc
 from workers.testing.scripted_model import ScriptedModel, text, tool_call
 from workflows import render
@@ -41,30 +40,6 @@ PRICING = {"prompt_per_mtok": 3.0, "completion_per_mtok": 15.0}
 def agent_name() -> str:
     """A name no other test's runs use, so visibility queries see only this test's runs."""
     return f"webui-{uuid.uuid4().hex[:8]}"
-
-
-async def activity_summaries(
-    client: Client, handle: WorkflowHandle[Any, Any]
-) -> list[tuple[str, str | None]]:
-    """(activity type, decoded summary) of every ActivityTaskScheduled event and every local
-    activity's marker (``spec.resolve``, local tools: the Web UI shows the same summary), in
-    order."""
-    out = []
-    async for ev in handle.fetch_history_events():
-        if ev.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
-            name = ev.activity_task_scheduled_event_attributes.activity_type.name
-        elif ev.event_type == EventType.EVENT_TYPE_MARKER_RECORDED and (
-            ev.marker_recorded_event_attributes.marker_name == "core_local_activity"
-        ):
-            data = ev.marker_recorded_event_attributes.details["data"].payloads[0].data
-            name = json.loads(data)["activity_type"]
-        else:
-            continue
-        summary = None
-        if ev.HasField("user_metadata") and ev.user_metadata.HasField("summary"):
-            (summary,) = await client.data_converter.decode([ev.user_metadata.summary])
-        out.append((name, summary))
-    return out
 
 
 async def timer_summaries(client: Client, handle: WorkflowHandle[Any, Any]) -> list[str | None]:
@@ -131,7 +106,9 @@ async def test_a_finished_run_shows_its_summary_details_activities_and_search_at
             in cur
         )
         # (the tool call as run: the tool's defaults filled in, unset ones left out)
-        assert "- turn 1: `tool: read_file path=README.md start_line=1` → **ok**" in cur
+        assert (
+            "- turn 1: `tool: read_file path=README.md` → **ok**" in cur
+        )  # as the model asked (#40)
         assert "> The answer is 42." in cur
         assert f"spec sha256 `{res.spec_hash[:12]}`" in cur
         assert "Waiting for approval" not in cur

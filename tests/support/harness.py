@@ -18,6 +18,7 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import Worker
 
 from activities.runtime import RuntimeActivities
+from workers import callback_keys
 from workers.client import start_run
 from workers.config import Settings
 from workers.testing.scripted_model import ScriptedModel
@@ -120,7 +121,11 @@ class Harness:
         return self
 
     async def start_worker(self) -> None:
-        self._runtime = RuntimeActivities(self.settings.spec_file, self.settings.default_model)
+        self._runtime = RuntimeActivities(
+            self.settings.spec_file,
+            self.settings.default_model,
+            callbacks=callback_keys.signer(self.settings),
+        )
         self._worker, *self._model_workers = build_workers(
             self.client, self.settings, runtime=self._runtime
         )

@@ -222,3 +222,58 @@ def slow_write(label: str, ctx: ToolContext) -> str:
     time.sleep(4)
     _journal(ctx, {"tool": "slow_write", "label": label, "phase": "end", "t": time.time()})
     return f"wrote {label}"
+
+
+# ---------------------------------------------------------------- a guardrail of one's own
+
+
+from activities.guardrails import Finding, GuardrailContext, guardrail  # noqa: E402
+
+
+@guardrail(action="flag")
+def no_competitor(text: str, ctx: GuardrailContext) -> Finding | None:
+    """Trips on the name of a competitor, Globex (a test of ``@guardrail``)."""
+    i = text.find("Globex")
+    if i < 0:
+        return None
+    return Finding(f"names a competitor ({ctx.stage}, Globex)", spans=[(i, i + 6)])
+
+
+# ---------------------------------------------------------------- tools finished by a callback
+
+
+async def _hand_to(service: str, job: str, ctx: ToolContext) -> None:
+    """POST ``{"job", "callback"}`` to the outside service, then finish later (callback)."""
+    import aiohttp
+    from temporalio import activity
+
+    url = ctx.callback_url()
+    async with aiohttp.ClientSession() as http:
+        r = await http.post(service, json={"job": job, "callback": url, "call_id": ctx.call_id})
+        if r.status != 202:
+            raise ToolError(f"the service refused the job: {r.status}")
+    activity.raise_complete_async()
+
+
+@tool(callback=True, timeout_seconds=30, max_attempts=1)
+async def outside_job(service: str, job: str, ctx: ToolContext) -> str:
+    """Hand a job to an outside service, which calls back with the result.
+
+    Args:
+        service: the service's URL.
+        job: what to do.
+    """
+    await _hand_to(service, job, ctx)
+    return "never"  # raise_complete_async() does not return
+
+
+@tool(callback=True, timeout_seconds=2, max_attempts=1)
+async def outside_job_short(service: str, job: str, ctx: ToolContext) -> str:
+    """``outside_job`` with a two-second timeout.
+
+    Args:
+        service: the service's URL.
+        job: what to do.
+    """
+    await _hand_to(service, job, ctx)
+    return "never"

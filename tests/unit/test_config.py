@@ -70,6 +70,13 @@ VARIABLES = {
     "AGENT_OIDC_ISSUER": ("oidc_issuer", None, "http://idp", "http://idp"),
     "AGENT_OIDC_AUDIENCE": ("oidc_audience", None, "console", "console"),
     "AGENT_ENCRYPTION_KEYS": ("encryption_keys", None, "/keys", "/keys"),
+    "AGENT_CALLBACK_URL": (
+        "callback_url",
+        "http://127.0.0.1:8235",
+        "https://a.example",
+        "https://a.example",
+    ),
+    "AGENT_CALLBACK_KEY": ("callback_key", None, "a2V5", "a2V5"),
     "AGENT_MEMORY_URL": ("memory_url", None, "sqlite:///m.db", "sqlite:///m.db"),
     "AGENT_MODEL_CACHE": ("model_cache", None, "/cache", "/cache"),
     "AGENT_LLAMA_SERVER": ("llama_server", None, "/bin/llama-server", "/bin/llama-server"),

@@ -280,3 +280,96 @@ def test_checked_in_bfcl_dataset_loads() -> None:
         "multiple",
     }
     assert all(c.expected_tool_calls and c.metadata["tools"] for c in ds.cases)
+
+
+# ------------------------------------------------------------------ recordings (issue #40)
+
+
+def _recording():
+    from activities.evals.contracts import RecordedCall, Recording
+
+    return Recording(
+        calls=[
+            RecordedCall(name="read_file", arguments={"path": "a"}, result="A1"),
+            RecordedCall(name="read_file", arguments={"path": "a"}, result="A2"),
+            RecordedCall(name="deploy", arguments={"target": "prod"}, status="rejected"),
+            RecordedCall(name="write_file", arguments='{"path": "b", "content": "x"}', result="ok"),
+        ]
+    )
+
+
+def test_a_recording_answers_each_call_once_in_order_then_repeats_the_last():
+    rec = _recording()
+    assert rec.match("read_file", {"path": "a"}, []) == 0
+    assert rec.match("read_file", '{"path": "a"}', [0]) == 1  # JSON text matches the object
+    assert rec.match("read_file", {"path": "a", "start_line": None}, [0, 1]) == 1  # null: unset
+    assert rec.match("read_file", {"path": "b"}, []) is None
+    assert rec.match("deploy", {"target": "prod"}, []) is None  # rejected: it never ran
+    assert rec.match("write_file", {"content": "x", "path": "b"}, []) == 3
+
+
+def test_left_recording_names_the_first_call_that_differs():
+    from activities.evals.scorers import left_recording, recording_match
+
+    rec = _recording()
+    calls = [{"name": c.name, "arguments": c.arguments, "turn": 1} for c in rec.calls]
+    assert left_recording(rec, RunFacts(status="completed", tool_calls=calls)) is None
+    off = [*calls[:2], {"name": "deploy", "arguments": {"target": "dev"}, "turn": 2}]
+    where = left_recording(rec, RunFacts(status="completed", tool_calls=off))
+    assert where is not None and where.startswith("left the recording at call 3 (turn 2): deploy(")
+    short = left_recording(rec, RunFacts(status="completed", tool_calls=calls[:1]))
+    assert (
+        short == 'left the recording after call 1: stopped, recorded read_file({"path": "a"}) next'
+    )
+    case = Case(id="c", input="x", recording=rec)
+    score = recording_match(case, RunFacts(status="completed", tool_calls=off))
+    assert score.passed is False and score.value == 0.5
+    assert [s.name for s in score_run(case, RunFacts(status="completed"), ScorerConfig())][0] == (
+        "recording"
+    )
+
+
+def test_a_replayed_approval_is_decided_as_recorded():
+    from workflows.eval_suite import as_recorded
+
+    rec = _recording()
+    assert as_recorded(rec, "deploy", {"target": "prod"}).decision == "reject"  # type: ignore[union-attr]
+    assert as_recorded(rec, "write_file", {"path": "b", "content": "x"}).decision == "approve"  # type: ignore[union-attr]
+    assert as_recorded(rec, "deploy", {"target": "dev"}) is None  # not recorded: the dataset's
+    assert as_recorded(None, "deploy", {}) is None
+
+
+def test_the_printed_report_says_where_runs_left_the_recording(capsys):
+    from activities.evals.contracts import Score
+    from workers.cli.evals import print_report
+
+    where = "left the recording at call 2 (turn 2): write_file(...), recorded write_file(...)"
+    records = [
+        RunRecord(
+            case_id="run-1",
+            variant=v,
+            repeat=0,
+            run_id=f"s.run-1.{v}.0",
+            status="completed",
+            passed=ok,
+            scores=[Score(name="recording", passed=ok, detail="" if ok else where)],
+        )
+        for v, ok in (("a", True), ("b", False))
+    ]
+    prog = SuiteProgress(
+        suite_id="s",
+        dataset="captured",
+        variants=[Variant(name="a", agent="a"), Variant(name="b", agent="b")],
+        repeat=1,
+        total=2,
+        records=records,
+        done=True,
+    )
+    report = build_report(prog)
+    assert report["variants"]["a"]["cases"]["run-1"]["left_recording"] == []
+    assert report["variants"]["b"]["cases"]["run-1"]["left_recording"] == [where]
+    print_report(report, as_json=False)
+    printed = " ".join(capsys.readouterr().out.split())
+    assert (
+        "where the run left the recording" in printed and "left the recording at call 2" in printed
+    )

@@ -20,6 +20,8 @@ IMPLEMENTATIONS = {
     "tool.invoke": RuntimeActivities.tool_invoke,
     "tokens.count": tokens_count,
     "code.step": CodeRunner.code_step,
+    "guardrail.check": RuntimeActivities.guardrail_check,
+    "policy.judge": ModelActivities.policy_judge,
 }
 
 

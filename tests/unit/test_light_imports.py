@@ -156,7 +156,7 @@ def test_the_client_names_the_workflow_as_it_is_defined():
     d = _Definition.must_from_class(AgentRun)
     assert d.name == WORKFLOW_NAME
     assert {rc.QUERY_STATE, rc.QUERY_TRANSCRIPT} <= set(d.queries)
-    assert rc.UPDATE_DECIDE in d.updates
+    assert {rc.UPDATE_DECIDE, rc.UPDATE_ADD_MESSAGE, rc.UPDATE_TOOL_RESULT} <= set(d.updates)
     signals = {
         rc.SIGNAL_APPROVE,
         rc.SIGNAL_REJECT,

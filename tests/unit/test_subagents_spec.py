@@ -107,9 +107,12 @@ def test_hash_of_a_spec_without_the_new_fields_is_unchanged():
         "plan",
         "code_mode",
         "local_tools_in_model_step",
+        "guardrails",
     }
     before = {k: v for k, v in spec.model_dump(mode="json").items() if k not in new}
     del before["limits"]["max_sandbox_seconds"], before["pricing"]["sandbox_per_second"]
+    del before["pricing"]["cached_prompt_per_mtok"]
+    del before["policy"]["cedar"], before["policy"]["judge"]  # issue #39
     blob = json.dumps({"spec": before, "tools": []}, sort_keys=True, separators=(",", ":"))
     assert plain == hashlib.sha256(blob.encode()).hexdigest()
     assert plain == spec_hash(AgentSpec(name="a", model="m", subagents=[]), [])
@@ -119,3 +122,11 @@ def test_hash_of_a_spec_without_the_new_fields_is_unchanged():
     )
     assert plain != spec_hash(sandboxed, [])
     assert plain != spec_hash(AgentSpec(name="a", model="m", local_tools_in_model_step=False), [])
+    cached = AgentSpec.model_validate(
+        {"name": "a", "model": "m", "pricing": {"cached_prompt_per_mtok": 0.5}}
+    )
+    assert plain != spec_hash(cached, [])
+    guarded = AgentSpec.model_validate(
+        {"name": "a", "model": "m", "guardrails": {"input": ["pii"]}}
+    )
+    assert plain != spec_hash(guarded, [])

@@ -52,3 +52,12 @@ def test_capabilities_follow_the_pinned_revision():
     assert rev4["local_tool_activities"] and rev4["upsert_changed_only"]
     assert not rev4["deadline_as_timeout"]
     assert all(_capabilities(5).values())
+
+
+def test_guardrails_are_revision_6():
+    """docs/guardrails.md: runs pinned before revision 6 never check or act on guardrails."""
+
+    def guardrails(rev: int | None) -> bool:
+        return Versions(lambda: None if rev is None else _Pinned(rev)).guardrails  # pyright: ignore[reportArgumentType]
+
+    assert [guardrails(r) for r in (None, 0, 5, 6)] == [False, False, False, True]

@@ -7,6 +7,10 @@ suite id and returns) and prints the report: a table, or with ``--json`` the JSO
 the report of a suite, finished or not; ``--rescore`` scores the finished runs again from their
 stored results (``--dataset FILE`` for new expectations) without calling the agent's model.
 
+``eval capture RUN_ID ... --to FILE`` writes one case per finished run from its history
+(:func:`workers.history.capture_run`): input, answer, tool calls with their results;
+``eval run --replay-tools`` answers each case's tool calls from them.
+
 Exit status: 0 the suite finished, 1 it did not (or failed), 2 a usage error, 3 no server.
 """
 
@@ -35,6 +39,10 @@ if TYPE_CHECKING:  # the commands import what they use: `agentctl status` loads 
 
 AGENT_OPT = typer.Option([], "--agent", "-a", help="agent spec of a variant (repeatable)")
 MODEL_OPT = typer.Option([], "--model", "-m", help="model override (repeatable)")
+RUN_IDS_ARG = typer.Argument(..., help="finished runs (workflow ids)")
+REPLAY_OPT = typer.Option(
+    False, "--replay-tools", help="answer tool calls from each case's recording: no tool runs"
+)
 eval_app = typer.Typer(no_args_is_help=True, help="Evaluations: datasets run as durable suites.")
 app.add_typer(eval_app, name="eval")
 
@@ -122,6 +130,24 @@ def print_report(report: dict[str, Any], as_json: bool) -> None:
             )
         cases.add_row(cid, *cells)
     out.print(cases)
+    _print_drift(report)
+
+
+def _print_drift(report: dict[str, Any]) -> None:
+    """Captured cases: where each variant's runs left the recorded trajectory (none: nothing)."""
+    from rich.table import Table
+
+    drift = [
+        (name, cid, where)
+        for name, v in report["variants"].items()
+        for cid, cs in v["cases"].items()
+        for where in cs.get("left_recording", [])
+    ]
+    if drift:
+        d = Table("variant", "case", "where the run left the recording")
+        for row in drift:
+            d.add_row(*row)
+        out.print(d)
 
 
 def _k(report: dict[str, Any]) -> int:
@@ -145,6 +171,7 @@ def run_cmd(
     ),
     detach: bool = typer.Option(False, "--detach", help="print the suite id and return"),
     as_json: bool = typer.Option(False, "--json", help="print the JSON report only"),
+    replay_tools: bool = REPLAY_OPT,
 ) -> None:
     """Run a dataset against one or more variants as a durable suite and print the report."""
     from activities.evals.contracts import SuiteProgress, SuiteRequest
@@ -163,6 +190,7 @@ def run_cmd(
             scorers=ds.scorers,
             max_concurrency=concurrency,
             max_turns=max_turns,
+            replay_tools=replay_tools,
         )
     except (DatasetError, ValueError) as e:
         err.print(f"error: {e}", markup=False, highlight=False)
@@ -229,5 +257,54 @@ def report_cmd(
             )
         print_report(build_report(prog), as_json)
         return EXIT_OK if prog.done else EXIT_RUN_NOT_COMPLETED
+
+    raise typer.Exit(_with_client(go))
+
+
+@eval_app.command("capture")
+def capture_cmd(
+    run_ids: list[str] = RUN_IDS_ARG,
+    to: str = typer.Option(..., "--to", help="JSONL file the cases are written to (replaced)"),
+    answer: str = typer.Option(
+        "expected",
+        "--answer",
+        help="the run's answer as the case's `expected` (expected), as the judge's reference "
+        "(reference: metadata.reference) or not at all (none)",
+    ),
+    allow_live: bool = typer.Option(
+        False,
+        "--allow-live",
+        help="a replay runs calls the recording does not answer live (default: a tool error)",
+    ),
+) -> None:
+    """Write one evaluation case per finished run, with its recorded tool calls and results."""
+    from pathlib import Path
+
+    from workers import history as ih
+
+    if answer not in ("expected", "reference", "none"):
+        err.print("error: --answer is expected, reference or none")
+        raise typer.Exit(EXIT_USAGE)
+
+    async def go(client: Client) -> int:
+        lines: list[str] = []
+        for rid in run_ids:
+            try:
+                case = await ih.capture_run(
+                    client,
+                    rid,
+                    answer=answer,  # checked above
+                    unmatched="live" if allow_live else "error",
+                )
+            except ih.CaptureError as e:
+                err.print(f"error: {e}", markup=False, highlight=False)
+                return EXIT_USAGE
+            lines.append(case.model_dump_json(exclude_none=True))
+            calls = case.recording.calls if case.recording else []
+            answered = sum(c.answered for c in calls)
+            err.print(f"{rid}: {len(calls)} tool call(s), {answered} with results", highlight=False)
+        Path(to).write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+        err.print(f"wrote {len(lines)} case(s) to {to}", highlight=False)
+        return EXIT_OK
 
     raise typer.Exit(_with_client(go))

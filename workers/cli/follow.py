@@ -66,6 +66,15 @@ class EventPrinter:
             self._line(f"[dim]run started: agent {ev.get('agent')}[/dim]")
         elif kind == "status":
             self._line(f"[dim]turn {turn} status[/dim] [bold]{ev.get('status')}[/bold]")
+            if ev.get("status") == "guardrail_paused":
+                self._plain(f"  go on with: agentctl resume {self.run_id} -p {self.principal}")
+                self._plain(f"  end with:   agentctl interrupt {self.run_id} -p {self.principal}")
+        elif kind == "guardrail_tripped":
+            call = f" of {ev['tool_call_id']}" if ev.get("tool_call_id") else ""
+            self._plain(
+                f"  guardrail {ev.get('guardrail')} tripped on {ev.get('stage')}{call}: "
+                f"{ev.get('action')} ({ev.get('detail')})"
+            )
         elif kind == "model_started":
             self._line(f"[dim]turn {turn}: {ev.get('model')} is writing...[/dim]")
         elif kind == "model_retry":
@@ -85,6 +94,12 @@ class EventPrinter:
             )
         elif kind == "approval_requested":
             self._approval(ev)
+        elif kind == "client_tool_requested":
+            self._line(
+                f"[yellow]waiting for the client[/yellow] {ev.get('tool_call_id')}: "
+                f"{ev.get('name')} {_short(ev.get('arguments'))} "
+                "(agentctl tool-result RUN_ID CALL_ID --content TEXT)"
+            )
         elif kind == "approval_decided":
             self._plain(
                 f"  {ev.get('decision')} by {ev.get('principal_id')}: {ev.get('tool_call_id')}"

@@ -27,7 +27,7 @@ from workers.cli.base import (
     valid_input,
     web_ui_url,
 )
-from workflows.models import RunRequest, RunState
+from workflows.models import RunRequest, RunState, ToolResultUpdate
 
 
 @app.command()
@@ -125,7 +125,15 @@ def status(
         for p in st.pending_approvals:
             out.print(
                 f"  waiting: {p.tool_call_id} {p.name} {json.dumps(p.arguments)} (approvers: {', '.join(p.approvers) or 'anyone'})"
-                + (f" in child run {p.run_id}" if p.run_id else ""),
+                + (f" in child run {p.run_id}" if p.run_id else "")
+                + (f"; the judge escalated it: {p.escalated}" if p.escalated else ""),
+                highlight=False,
+                markup=False,
+            )
+        for w in st.pending_client_tools:
+            out.print(
+                f"  client tool: {w.tool_call_id} {w.name} {json.dumps(w.arguments)} "
+                f"(until {w.deadline}; agentctl tool-result {run_id} {w.tool_call_id} --content ...)",
                 highlight=False,
                 markup=False,
             )
@@ -216,6 +224,36 @@ def reject(
         cid = await _only_pending(client, run_id, call_id)
         await rc.decide(client, run_id, cid, "reject", principal, reason=reason)
         out.print(f"rejected {cid}", highlight=False)
+
+    _with_client(go)
+
+
+@app.command("tool-result")
+def tool_result(
+    run_id: str,
+    call_id: str = typer.Argument(
+        ..., help="the client tool's call id (state: pending_client_tools)"
+    ),
+    content: str | None = typer.Option(None, "--content", help="the result the model reads"),
+    error: str | None = typer.Option(
+        None, "--error", help="the tool failed: what to tell the model"
+    ),
+    principal: str = PrincipalOpt,
+) -> None:
+    """Give the result of a client tool's call (update ``tool_result``: refusals are errors)."""
+    if (content is None) == (error is None):
+        err.print("error: give exactly one of --content and --error")
+        raise typer.Exit(EXIT_USAGE)
+    upd = ToolResultUpdate(
+        tool_call_id=call_id,
+        content=content if content is not None else error or "",
+        is_error=error is not None,
+        principal_id=principal,
+    )
+
+    async def go(client: Client) -> None:
+        res = await rc.tool_result(client, run_id, upd)
+        out.print(f"result of {res.tool_call_id} given ({res.status})", highlight=False)
 
     _with_client(go)
 
@@ -313,6 +351,7 @@ def chat(
                     "max_turns",
                     "loop_detected",
                     "budget_exceeded",
+                    "guardrail",
                 ):
                     res = await h.result()
                     _print_result(res, False)

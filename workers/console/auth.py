@@ -336,8 +336,10 @@ def _refuse(status: int, message: str) -> web.Response:
     return web.json_response({"error": message}, status=status)
 
 
-PUBLIC_PATHS = ("/static/",)
-"""Paths served without authentication (the page's script and style, nothing about runs)."""
+PUBLIC_PATHS = ("/static/", "/callbacks/")
+"""Paths served without authentication: the page's script and style (nothing about runs), and
+the callbacks of tools finished later (their signed token is the credential,
+workers/console/callbacks.py)."""
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 

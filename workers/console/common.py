@@ -17,11 +17,12 @@ from typing import TypeVar
 from aiohttp import web
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pydantic import BaseModel, ValidationError
-from temporalio.client import Client, WorkflowUpdateFailedError
+from temporalio.client import Client, WorkflowExecutionDescription, WorkflowUpdateFailedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from workers import client as rc
 from workers.console import auth as ca
+from workers.listing import quote
 from workflows.inbound import validation_problems
 from workflows.models import WORKFLOW_NAME
 
@@ -111,6 +112,14 @@ def _no_such_run(run_id: str) -> web.HTTPNotFound:
 async def _own_run(request: web.Request) -> str:
     """The path's run id, once it is known to be a run (``AgentRun``) of the person's tenants.
 
+    As :func:`_own_run_described`, without the description.
+    """
+    return (await _own_run_described(request))[0]
+
+
+async def _own_run_described(request: web.Request) -> tuple[str, WorkflowExecutionDescription]:
+    """The path's run id and its description (latest execution), once it is the person's.
+
     Raises:
         web.HTTPNotFound: ``{"error": "no such run: <id>"}``, the same status and body whether
             the id is missing, another tenant's run or another workflow type (no existence
@@ -128,13 +137,13 @@ async def _own_run(request: web.Request) -> str:
     tenant = ((desc.search_attributes or {}).get("TenantId") or ["default"])[0]
     if desc.workflow_type != WORKFLOW_NAME or not ident.may_see(str(tenant)):
         raise _no_such_run(run_id)
-    return run_id
+    return run_id, desc
 
 
 def _tenant_filter(ident: ca.Identity) -> str:
     if "*" in ident.tenants:
         return ""
-    names = ", ".join(f"'{rc._quote(t)}'" for t in sorted(ident.tenants))  # noqa: SLF001
+    names = ", ".join(f"'{quote(t)}'" for t in sorted(ident.tenants))
     return f" AND TenantId IN ({names})"
 
 

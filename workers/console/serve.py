@@ -7,19 +7,27 @@ An aiohttp application (:func:`build_app`) on ``127.0.0.1:8235`` by default:
   Events: ``id`` is the item's offset, ``data`` its JSON; a ``Last-Event-ID`` header (sent by a
   browser's ``EventSource`` when it reconnects) or ``?from=N`` resumes; an ``end`` event follows
   ``run_finished``; a comment line keeps idle connections open every :data:`KEEPALIVE_SECONDS`.
-* ``GET /api/runs`` -- recent runs (visibility query, newest first); ``GET /runs/{run_id}`` --
-  the ``state`` query.
+* ``GET /api/runs`` -- recent runs (visibility query, newest first; filters ``status``, ``agent``,
+  ``principal``, ``parent``); ``GET /runs/{run_id}`` -- the run's page: the ``state`` query, or
+  its history when it is closed or no worker answers (:mod:`workers.console.run_view`).
 * ``POST /runs`` (``{"input", "agent"?, "mode"?, "principal_id"?, "tenant_id"?}``) starts a run;
   ``POST /runs/{run_id}/approve`` and ``/reject`` (``{"tool_call_id", "principal_id", "reason"?,
   "comment"?, "arguments"?}``) decide a pending call through the update ``decide``;
-  ``POST /runs/{run_id}/interrupt`` (``{"principal_id", "reason"?}``) and ``/messages``
-  (``{"content", "principal_id"}``) send those signals.
+  ``POST /runs/{run_id}/interrupt`` (``{"principal_id", "reason"?}``), ``/pause``, ``/resume``
+  (``{"principal_id"?}``) and ``/messages`` (``{"content", "principal_id"}``) send those signals;
+  ``POST /runs/{run_id}/tool-result`` (``{"tool_call_id", "content", "is_error"?}``) gives a
+  client tool's result through the update ``tool_result``.
 
 * ``GET /api/memory?tenant=T&q=...`` -- what runs remember about you (your ``user:`` scope);
   ``POST /api/memory/{item_id}/delete`` deletes one of your items for real (audited).
 * ``GET /api/suites`` -- recent evaluation suites; ``GET /api/suites/{suite_id}`` -- a suite's report
   so far (the JSON of ``agentctl eval report --json``); ``GET /suites/{suite_id}`` -- the suite's
   live view (``workers/console/static/suite.html``: per variant, the paired comparison, per case).
+* ``POST /agui`` -- the AG-UI protocol: a ``RunAgentInput`` in, AG-UI events out as Server-Sent
+  Events; the thread is a durable conversation run (:mod:`workers.console.agui`, docs/agui.md).
+* ``POST /callbacks/{token}`` -- an outside system finishes a tool call that handed it a
+  callback URL (``{"result": ...}`` or ``{"error": "..."}``; :mod:`workers.console.callbacks`).
+  No login: the signed token is the credential; rate and size limited.
 * ``GET /api/session`` -- who you are (``principal_id``, ``roles``, ``tenants``) and the
   ``csrf_token`` the page sends back as ``X-CSRF-Token``.
 
@@ -38,7 +46,8 @@ Errors are JSON ``{"error": message}``: 400 bad input, 401 not authenticated, 40
 does not answer for, 503 the Temporal server is unreachable.
 
 The handlers live in modules by job: :mod:`workers.console.runs` (the runs),
-:mod:`workers.console.events` (the event stream), :mod:`workers.console.memory`,
+:mod:`workers.console.events` (the event stream), :mod:`workers.console.agui` (AG-UI),
+:mod:`workers.console.memory`,
 :mod:`workers.console.suites`, and :mod:`workers.console.common` what they share; this module
 builds the application and serves it, and re-exports the public names of the others.
 """
@@ -46,6 +55,7 @@ builds the application and serves it, and re-exports the public names of the oth
 from __future__ import annotations
 
 import asyncio
+import secrets
 import sys
 from collections.abc import Callable
 
@@ -53,9 +63,12 @@ from aiohttp import web
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from temporalio.client import Client
 
-from workers import decision_keys
+from activities.callbacks import CallbackSigner
+from workers import callback_keys, decision_keys
 from workers.config import load_settings
 from workers.console import auth as ca
+from workers.console.agui import _agui
+from workers.console.callbacks import CALLBACKS_KEY, CallbackState, _callback
 from workers.console.common import (
     AUTH_KEY,
     CLIENT_KEY,
@@ -75,12 +88,15 @@ from workers.console.runs import (
     InterruptBody,
     MessageBody,
     StartBody,
+    ToolResultBody,
     _decider,
     _interrupt,
     _message,
+    _pauser,
     _runs,
     _start,
     _state,
+    _tool_result,
 )
 from workers.console.suites import _suite, _suite_page, _suites
 from workers.metrics_server import MetricsEndpoint
@@ -99,6 +115,7 @@ __all__ = [
     "MemoryDeleteBody",
     "MessageBody",
     "StartBody",
+    "ToolResultBody",
     "build_app",
     "run_server",
     "start_server",
@@ -124,12 +141,15 @@ def build_app(
     *,
     gate: ca.Gate,
     signer: Ed25519PrivateKey | None = None,
+    callbacks: CallbackSigner | None = None,
 ) -> web.Application:
     """The application: routes above, ``client`` for Temporal, ``web_ui_url(run_id)`` for links.
 
     ``task_queue`` is where ``POST /runs`` starts runs (None: ``AGENT_TASK_QUEUE``); ``gate``
     says who may use it (:mod:`workers.console.auth`); ``signer`` signs its decisions (None:
-    a fresh key, whose signatures only a spec listing its public key accepts).
+    a fresh key, whose signatures only a spec listing its public key accepts); ``callbacks``
+    holds the key callback tokens are checked with (None: a fresh key, which no worker signs
+    with: every callback is refused as forged).
     """
     app = web.Application(
         middlewares=[_no_framing, ca.guard(gate), _errors], client_max_size=1024 * 1024
@@ -139,6 +159,9 @@ def build_app(
     app[CLIENT_KEY] = client
     app[WEB_UI_KEY] = web_ui_url
     app[QUEUE_KEY] = task_queue or ""
+    app[CALLBACKS_KEY] = CallbackState(
+        callbacks or CallbackSigner(secrets.token_bytes(32), "http://127.0.0.1")
+    )
     app.router.add_get("/", _index)
     app.router.add_static("/static/", STATIC)
     app.router.add_get("/api/session", _session)
@@ -148,13 +171,18 @@ def build_app(
     app.router.add_get("/runs/{run_id}/events", _events)
     app.router.add_post("/runs/{run_id}/approve", _decider("approve"))
     app.router.add_post("/runs/{run_id}/reject", _decider("reject"))
+    app.router.add_post("/runs/{run_id}/tool-result", _tool_result)
     app.router.add_post("/runs/{run_id}/interrupt", _interrupt)
     app.router.add_post("/runs/{run_id}/messages", _message)
+    app.router.add_post("/runs/{run_id}/pause", _pauser("pause"))
+    app.router.add_post("/runs/{run_id}/resume", _pauser("resume"))
+    app.router.add_post("/callbacks/{token}", _callback)
     app.router.add_get("/api/memory", _memory)
     app.router.add_post("/api/memory/{item_id}/delete", _memory_delete)
     app.router.add_get("/api/suites", _suites)
     app.router.add_get("/api/suites/{suite_id}", _suite)
     app.router.add_get("/suites/{suite_id}", _suite_page)
+    app.router.add_post("/agui", _agui)
     return app
 
 
@@ -190,6 +218,7 @@ async def start_server(
             task_queue,
             gate=gate,
             signer=decision_keys.load_or_create(settings.state_dir),
+            callbacks=callback_keys.signer(settings),
         ),
         access_log=None,
         shutdown_timeout=1.0,

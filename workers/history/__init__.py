@@ -15,6 +15,8 @@ This package reads it without running any workflow code, one job a module:
   ``_entries``) of model steps, tool calls, decisions, other signals and the outcome
   (``agentctl audit RUN_ID [--json]``); :func:`audit_run` fetches and audits.
 * ``_render``: :func:`render_audit_text` prints an audit.
+* ``_capture``: :func:`capture` / :func:`capture_run` turn a finished run into an evaluation
+  case with its recorded tool calls (``agentctl eval capture RUN_ID``).
 * ``_actions``: :func:`billable_actions`, the Temporal Cloud actions a history shows, by kind
   (in every audit as ``Audit.actions``).
 * ``_replay``: :func:`replay` / :func:`replay_file` replay recorded histories with the *current*
@@ -28,6 +30,7 @@ This package reads it without running any workflow code, one job a module:
 from workers.history import _entries
 from workers.history._actions import billable_actions
 from workers.history._audit import audit, audit_run
+from workers.history._capture import CaptureError, capture, capture_run
 from workers.history._entries import *  # noqa: F403 - the audit's data, listed in its __all__
 from workers.history._fetch import (
     MAX_CHAIN,
@@ -42,11 +45,14 @@ from workers.history._replay import ReplayReport, replay, replay_file, replay_hi
 
 __all__ = [
     "MAX_CHAIN",
+    "CaptureError",
     "ForkError",
     "ReplayReport",
     "audit",
     "audit_run",
     "billable_actions",
+    "capture",
+    "capture_run",
     "fetch_chain",
     "fetch_history",
     "fork",

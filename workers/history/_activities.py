@@ -7,12 +7,21 @@ from typing import Any, cast
 from pydantic import ValidationError
 from temporalio.api.enums.v1 import EventType
 
-from activities.contracts import MODEL_COMPLETE, SPEC_RESOLVE, TOOL_INVOKE, ToolCallRequest
+from activities.contracts import (
+    GUARDRAIL_CHECK,
+    MODEL_COMPLETE,
+    SPEC_RESOLVE,
+    TOOL_INVOKE,
+    ToolCallRequest,
+)
+from activities.judge import POLICY_JUDGE
 from activities.spec import PinnedSpec
 from workers.history._entries import (
     ActivityEntry,
     ApprovalRequestedEntry,
     AskedToolCall,
+    DecisionEntry,
+    GuardrailEntry,
     ModelStepEntry,
     SpecResolvedEntry,
     ToolCallEntry,
@@ -20,7 +29,7 @@ from workers.history._entries import (
 from workers.history._payloads import as_dict, first_object
 from workers.history._rules import failure_text, status_after_policy, tool_failure_status
 from workers.history._walk import At, Walk, iso, ms_between
-from workflows.policy import evaluate, parse_arguments, re2_search, re_search
+from workflows.policy import CedarFacts, decide, parse_arguments, re2_search, re_search
 from workflows.turn import unique_call_ids
 from workflows.versions import PATCH_POLICY_RE2, PATCH_UNIQUE_CALL_IDS
 
@@ -117,6 +126,10 @@ def on_closed(w: Walk, at: At) -> None:
     result = first_object(w.conv, attrs.result) if status == "completed" else {}
     attempts = w.started_attempts.get(attrs.scheduled_event_id, 0)
     latency = ms_between(sched, at.ev)
+    if result:
+        for raw in result.get("tool_outcomes") or []:  # held calls' results, checked
+            _guardrails(w, at, as_dict(raw))
+        _guardrails(w, at, result)
     if isinstance(entry, ModelStepEntry):
         entry.status = status  # pyright: ignore[reportAttributeAccessIssue] - model steps take the tool statuses' subset only
         entry.attempts, entry.latency_ms, entry.error = attempts, latency, error
@@ -133,6 +146,53 @@ def on_closed(w: Walk, at: At) -> None:
     elif isinstance(entry, ActivityEntry):
         entry.status, entry.attempts, entry.latency_ms = status, attempts, latency
         entry.error = error
+        if entry.activity_type == POLICY_JUDGE and result:
+            _judged(w, first_object(w.conv, sched.activity_task_scheduled_event_attributes.input),
+                    result, at)  # fmt: skip
+
+
+def _judged(w: Walk, inp: dict[str, Any], result: dict[str, Any], at: At) -> None:
+    """The judge's verdict (``policy.judge``): approve or reject is a decision of ``judge:<model>``.
+
+    ``escalate`` decides nothing: the call goes on waiting for a person.
+    """
+    from workers.history._people import settle  # the module of decisions; it imports this one
+
+    call_id, verdict = str(inp.get("tool_call_id", "")), str(result.get("verdict", ""))
+    if verdict not in ("approve", "reject") or call_id in w.verdicts:
+        return
+    who = f"judge:{inp.get('model', '')}"
+    w.timeline.append(
+        DecisionEntry(
+            **at.mark,
+            via="judge",
+            decision=verdict,
+            tool_call_id=call_id,
+            who=who,
+            comment=str(result.get("reason", "")),
+            accepted=True,
+        )
+    )
+    settle(w, call_id, verdict, who, None, at)
+
+
+def _guardrails(w: Walk, at: At, result: dict[str, Any]) -> None:
+    """The ``guardrails`` an activity's result records (trips), onto the timeline."""
+    for raw in result.get("guardrails") or []:
+        trip = as_dict(raw)
+        if not trip.get("guardrail"):
+            continue
+        w.timeline.append(
+            GuardrailEntry(
+                **at.mark,
+                turn=int(trip.get("turn") or 0),
+                stage=str(trip.get("stage", "")),
+                guardrail=str(trip["guardrail"]),
+                action=str(trip.get("action", "")),
+                detail=str(trip.get("detail", "")),
+                tool_call_id=trip.get("tool_call_id"),
+            )
+        )
 
 
 def _tool_closed(
@@ -143,6 +203,8 @@ def _tool_closed(
         entry.result_chars = int(result.get("output_chars") or 0)
         entry.truncated = bool(result.get("truncated"))
         entry.duration_ms = result.get("duration_ms")
+        content = result.get("content")
+        entry.result = content if isinstance(content, str) else None
         if isinstance(result.get("arguments"), dict):
             entry.arguments = result["arguments"]
     elif status == "cancelled":
@@ -210,14 +272,28 @@ def _tool_ran_in_step(w: Walk, outcome: dict[str, Any]) -> None:
 
 
 def _announce_call(w: Walk, turn: int, call: AskedToolCall, at: At) -> None:
-    """A tool call the model asked for, settled by the pinned policy as the workflow does."""
-    decision = evaluate(
+    """A tool call the model asked for, settled by the pinned policy as the workflow does.
+
+    Cedar policies read the run's usage when the call was asked for, which the history does not
+    hold here: they are given 0 (the run's own records correct the entry when the history holds
+    them, ``RunResult.tool_calls``).
+    """
+    roles = w.req.get("roles")
+    facts = CedarFacts(
+        tenant_id=w.request_field("tenant_id", "default"),
+        principal_id=w.request_field("principal_id", "anonymous"),
+        roles=[str(r) for r in cast("list[Any]", roles)] if isinstance(roles, list) else [],
+        agent=w.pinned.spec.name if w.pinned else "",
+        turn=turn,
+        now=iso(at.ev),
+    )
+    decision = decide(
         w.policy(),
         w.tool_info(call.name),
+        call.id,
         call.name,
         call.arguments,
-        w.request_field("tenant_id", "default"),
-        w.request_field("principal_id", "anonymous"),
+        facts,
         search=re2_search if w.took(PATCH_POLICY_RE2) else re_search,
     )
     status, args = status_after_policy(call, decision, turn)
@@ -230,6 +306,7 @@ def _announce_call(w: Walk, turn: int, call: AskedToolCall, at: At) -> None:
         requested_arguments=args,
         policy=decision.action,
         policy_reason=decision.reason,
+        policy_id=decision.policy_id,
         status=status,
     )
     w.tools[call.id] = rec
@@ -269,6 +346,10 @@ def on_marker(w: Walk, at: At) -> None:
     error = failure_text(a.failure) if failed else None
     result = first_object(w.conv, a.details["result"]) if "result" in a.details else {}
     status = "failed" if failed else "completed"
+    if result:
+        _guardrails(w, at, result)
+    if kind == GUARDRAIL_CHECK:
+        return
     if kind == SPEC_RESOLVE:
         entry = SpecResolvedEntry(**at.mark, status=status, agent=str(w.req.get("agent", "")))
         entry.error = error

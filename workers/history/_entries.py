@@ -20,6 +20,7 @@ __all__ = [
     "Audit",
     "ContinuedAsNewEntry",
     "DecisionEntry",
+    "GuardrailEntry",
     "ModelStepEntry",
     "RunFinishedEntry",
     "RunStartedEntry",
@@ -149,6 +150,7 @@ class ToolCallEntry(_Entry):
     status: str = "pending"
     policy: str = "allow"
     policy_reason: str | None = None
+    policy_id: str | None = None
     decided_by: str | None = None
     ran: bool = False
     attempts: int = 0
@@ -157,10 +159,15 @@ class ToolCallEntry(_Entry):
     duration_ms: float | None = None
     latency_ms: float | None = None
     error: str | None = None
+    result: str | None = Field(
+        default=None,
+        description="the tool message the model was given (ToolOutcome.content, as redacted "
+        "and cut by the tool step) of a call that ran and returned; None otherwise",
+    )
 
 
 class DecisionEntry(_Entry):
-    """An approve/reject decision: a signal, an update ``decide``, or the approval timer.
+    """An approve/reject decision: a signal, an update ``decide``, the approval timer or the judge.
 
     ``accepted`` is whether it decided the call; ``ignored_reason`` says why not, as the
     workflow would record it (derived from the history with the run's pinned policy, checked
@@ -169,7 +176,7 @@ class DecisionEntry(_Entry):
     """
 
     kind: Literal["decision"] = "decision"
-    via: Literal["signal", "update", "timer"]
+    via: Literal["signal", "update", "timer", "judge"]
     decision: Literal["approve", "reject", "timeout"]
     tool_call_id: str
     who: str
@@ -233,6 +240,22 @@ class RunFinishedEntry(_Entry):
     duration_ms: float | None = None
 
 
+class GuardrailEntry(_Entry):
+    """A guardrail tripped (docs/guardrails.md).
+
+    Read from the activity that checked the text: ``guardrail.check`` (stage ``input``), ``tool.invoke`` or a model step's held calls
+    (``tool_results``), ``model.complete`` (``output``). ``detail`` never holds what was found.
+    """
+
+    kind: Literal["guardrail_tripped"] = "guardrail_tripped"
+    turn: int = 0
+    stage: str
+    guardrail: str
+    action: str
+    detail: str = ""
+    tool_call_id: str | None = None
+
+
 TimelineEntry = Annotated[
     RunStartedEntry
     | SpecResolvedEntry
@@ -243,6 +266,7 @@ TimelineEntry = Annotated[
     | SignalEntry
     | ActivityEntry
     | ContinuedAsNewEntry
+    | GuardrailEntry
     | RunFinishedEntry,
     Field(discriminator="kind"),
 ]
@@ -305,6 +329,7 @@ class Audit(BaseModel):
         DecisionEntry, "Every approve/reject (accepted or ignored) and approval timeout, in order."
     )
     signals = _Kind(SignalEntry, "The other signals, in order.")
+    guardrails = _Kind(GuardrailEntry, "The guardrails that tripped, in order.")
 
     @property
     def ignored(self) -> list[DecisionEntry | SignalEntry]:

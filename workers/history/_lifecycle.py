@@ -163,11 +163,15 @@ def apply_record(w: Walk, r: dict[str, Any], mark: dict[str, Any]) -> None:
         w.timeline.append(rec)
     rec.status = str(r.get("status", rec.status))
     rec.policy = str(r.get("policy", rec.policy))
+    rec.policy_id = r.get("policy_id") or rec.policy_id
     rec.decided_by = r.get("decided_by") or rec.decided_by
     if r.get("reason") and rec.status in ("error", "timed_out") and not rec.error:
         rec.error = r["reason"]
-    if r.get("arguments") is not None:
-        rec.arguments = r["arguments"]
+    ran_with = r.get("run_arguments")  # set where they differ from the model's (#40)
+    if ran_with is None:
+        ran_with = r.get("arguments")
+    if ran_with is not None:
+        rec.arguments = ran_with
     if rec.ran:
         rec.result_chars = int(r.get("result_chars") or rec.result_chars or 0)
         rec.duration_ms = r.get("duration_ms", rec.duration_ms)

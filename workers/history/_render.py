@@ -134,6 +134,13 @@ def _run_finished(e: en.RunFinishedEntry) -> str:
     )
 
 
+def _guardrail(e: en.GuardrailEntry) -> str:
+    call = f" (call {e.tool_call_id})" if e.tool_call_id else ""
+    return (
+        f"turn {e.turn}: guardrail {e.guardrail} tripped on {e.stage}{call}: {e.action}; {e.detail}"
+    )
+
+
 _LINES: dict[type, Callable[[Any], str]] = {
     en.RunStartedEntry: _run_started,
     en.SpecResolvedEntry: _spec_resolved,
@@ -144,6 +151,7 @@ _LINES: dict[type, Callable[[Any], str]] = {
     en.SignalEntry: _signal,
     en.ActivityEntry: _activity,
     en.ContinuedAsNewEntry: _continued,
+    en.GuardrailEntry: _guardrail,
     en.RunFinishedEntry: _run_finished,
 }
 

@@ -52,6 +52,7 @@ from aiohttp import web
 
 from workers.testing._loop_thread import LoopThread
 from workers.testing._sse import completion_chunks, write_event_stream
+from workers.testing.prefix_cache import PrefixCache
 from workers.testing.scripted_replies import (
     RecordedRequest,
     Reply,
@@ -95,9 +96,7 @@ __all__ = [
     "main",
 ]
 
-# --------------------------------------------------------------------------------------------
-# The server
-# --------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------ The server
 
 
 class ScriptedModel:
@@ -120,6 +119,7 @@ class ScriptedModel:
         chunk_delay: seconds between two streamed chunks (a reply's ``chunk_delay`` overrides).
         stream_usage: send the usage chunk when a streamed request asks for it
             (``stream_options.include_usage``); False plays a server that never sends usage.
+        prompt_cache: report cached prompt tokens as a prefix cache would (:class:`PrefixCache`).
 
     At most one of ``script``, ``scripts`` and ``responder`` may be given (none: every request
     gets ``default``); ``default`` cannot be combined with ``responder``.
@@ -146,10 +146,12 @@ class ScriptedModel:
         chunk_chars: int = 4,
         chunk_delay: float = 0.0,
         stream_usage: bool = True,
+        prompt_cache: bool = False,
     ) -> None:
         self.chunk_chars = max(1, int(chunk_chars))
         self.chunk_delay = _check_delay(chunk_delay)
         self.stream_usage = stream_usage
+        self._prompt_cache = PrefixCache() if prompt_cache else None
         given = [
             n
             for n, v in (("script", script), ("scripts", scripts), ("responder", responder))
@@ -415,7 +417,8 @@ class ScriptedModel:
         if calls:
             message["tool_calls"] = calls
         finish = reply.finish_reason or ("tool_calls" if calls else "stop")
-        payload = completion_payload(n, self.model, message, finish, body.get("messages") or [])
+        messages, cache = body.get("messages") or [], self._prompt_cache
+        payload = completion_payload(n, self.model, message, finish, messages, cache)
         if request is not None and body.get("stream"):
             options = body.get("stream_options") or {}
             chunks = completion_chunks(

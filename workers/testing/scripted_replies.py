@@ -17,6 +17,8 @@ from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from workers.testing.prefix_cache import PrefixCache
+
 _ERROR_TYPES = {
     400: ("invalid_request_error", None),
     401: ("invalid_request_error", "invalid_api_key"),
@@ -443,12 +445,24 @@ def conversation_marker(
     )
 
 
+def _cached_tokens(cache: PrefixCache, messages: list[Any]) -> int:
+    return _approx_tokens(
+        sum(_message_chars(m) for m in messages[: cache.cached_messages(messages)])
+    )
+
+
 def completion_payload(
-    n: int, model: str, message: dict[str, Any], finish: str, messages: list[Any]
+    n: int,
+    model: str,
+    message: dict[str, Any],
+    finish: str,
+    messages: list[Any],
+    cache: PrefixCache | None = None,
 ) -> dict[str, Any]:
     """The ``chat.completion`` object number ``n`` answering ``messages`` with ``message``.
 
-    Usage is approximated from characters (:func:`_approx_tokens`), prompt and completion.
+    Usage is approximated from characters (:func:`_approx_tokens`), prompt and completion; with
+    ``cache``, its ``prompt_tokens_details.cached_tokens`` too.
     """
     prompt_tokens = _approx_tokens(sum(_message_chars(m) for m in messages))
     completion_tokens = _approx_tokens(_message_chars(message))
@@ -463,5 +477,10 @@ def completion_payload(
             "prompt_tokens": prompt_tokens,
             "completion_tokens": completion_tokens,
             "total_tokens": prompt_tokens + completion_tokens,
+            **(
+                {"prompt_tokens_details": {"cached_tokens": _cached_tokens(cache, messages)}}
+                if cache is not None
+                else {}
+            ),
         },
     }

@@ -41,20 +41,179 @@ async function call(method, path, body) {
 
 function showError(e) { $("error").textContent = e ? String(e.message || e) : ""; }
 
+// The list: what each run was asked, by whom, when, its agent, status and cost; filtered on the
+// server (GET /api/runs?status=&agent=&principal=). Children of suites and runs are not listed here.
+function short(text, n) {
+  if (!text) return "";
+  const t = text.replace(/\s+/g, " ").trim();
+  return t.length <= n ? t : t.slice(0, n - 1) + "…";
+}
+
+function when(iso) {
+  if (!iso) return "";
+  const d = new Date(iso);
+  const today = new Date().toDateString() === d.toDateString();
+  const time = d.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", hour12: false });
+  return today ? time : d.toLocaleDateString([], { month: "short", day: "numeric" }) + " " + time;
+}
+
+function usd(x) { return typeof x === "number" ? "$" + x.toFixed(x && x < 0.01 ? 4 : 2) : ""; }
+
+function filterQuery() {
+  const q = new URLSearchParams({ limit: "30" });
+  for (const [k, id] of [["status", "f-status"], ["agent", "f-agent"], ["principal", "f-principal"]]) {
+    const v = $(id).value.trim();
+    if (v) q.set(k, v);
+  }
+  return q.toString();
+}
+
+function remember(listId, values) {
+  const dl = $(listId);
+  const have = new Set([...dl.options].map((o) => o.value));
+  for (const v of values) if (v && !have.has(v)) { dl.append(el("option", "", v)); have.add(v); }
+}
+
+let listing = 0;  // the newest list request: an older answer arriving late is dropped
 async function loadRuns() {
+  const mine = ++listing;
   try {
-    const { runs } = await call("GET", "/api/runs?limit=30");
-    const ul = $("runs");
-    ul.replaceChildren();
+    const { runs } = await call("GET", "/api/runs?" + filterQuery());
+    if (mine !== listing) return;
+    const body = $("runs").tBodies[0];
+    body.replaceChildren();
     for (const r of runs) {
-      const li = el("li", r.run_id === current ? "current" : "");
-      li.append(el("span", "id", r.run_id), el("span", "badge " + (r.agent_status || r.status),
-        r.agent_status || r.status));
-      li.title = `${r.agent || ""} started ${r.started_at || ""}`;
-      li.onclick = () => { location.hash = "run=" + encodeURIComponent(r.run_id); };
-      ul.append(li);
+      const tr = el("tr", r.run_id === current ? "current" : "");
+      tr.dataset.runId = r.run_id;
+      const req = el("td", "request", short(r.request, 70) || r.run_id);
+      req.title = (r.request || "") + "\n" + r.run_id;
+      if (!r.request) req.classList.add("id");
+      const started = el("td", "when", when(r.started_at));
+      started.title = r.started_at || "";
+      const status = el("td");
+      status.append(el("span", "badge " + r.status, r.status.replace(/_/g, " ")));
+      tr.append(req, el("td", "agent", r.agent || ""), el("td", "who", r.principal_id || ""),
+        started, status, el("td", "cost", usd(r.cost_usd)));
+      tr.onclick = () => { location.hash = "run=" + encodeURIComponent(r.run_id); };
+      body.append(tr);
     }
+    if (!runs.length) {
+      const tr = el("tr", "empty");
+      const td = el("td", "", "no runs match");
+      td.colSpan = 6;
+      tr.append(td);
+      body.append(tr);
+    }
+    remember("agents-seen", runs.map((r) => r.agent));
+    remember("people-seen", runs.map((r) => r.principal_id));
   } catch (e) { /* the list refreshes again shortly */ }
+}
+
+for (const id of ["f-status", "f-agent", "f-principal"]) $(id).addEventListener("change", loadRuns);
+$("filters").onsubmit = (e) => { e.preventDefault(); loadRuns(); };
+$("f-mine").onclick = async () => {
+  await sessionReady;
+  const f = $("f-principal");
+  f.value = f.value === session.principal_id ? "" : session.principal_id;
+  loadRuns();
+};
+
+// What the run's status allows (the server says: GET /runs/{id} "controls"); nothing else shows.
+let allowed = [];
+function setControls(controls) {
+  allowed = controls || [];
+  $("interrupt").hidden = !allowed.includes("interrupt");
+  $("pause").hidden = !allowed.includes("pause");
+  $("resume").hidden = !allowed.includes("resume");
+  $("message").hidden = !allowed.includes("message");
+  $("approvals").hidden = !allowed.includes("decide");
+}
+
+function meta(page) {
+  const dl = $("run-meta");
+  dl.replaceChildren();
+  const rows = [
+    ["Request", page.input || ""],
+    ["Agent", page.agent || ""],
+    ["Person", page.principal_id ? `${page.principal_id}@${page.tenant_id || "default"}` : ""],
+    ["Started", page.started_at ? new Date(page.started_at).toLocaleString() : ""],
+    ["Cost", `${usd((page.usage || {}).cost_usd || 0)} · ${(page.usage || {}).total_tokens || 0} tokens`],
+  ];
+  for (const [k, v] of rows) {
+    const row = el("div", "kv");
+    row.append(el("dt", "", k), el("dd", "", v));
+    dl.append(row);
+  }
+}
+
+function showNote(text) {
+  $("note").textContent = text || "";
+  $("note").hidden = !text;
+}
+
+// A closed run's page, or an open one no worker answers for: read from its history.
+function fromHistory(page) {
+  const tl = $("timeline");
+  tl.replaceChildren();
+  for (const c of page.tool_calls || []) {
+    const card = el("div", "tool" + (c.status !== "ok" ? " error" : ""));
+    card.append(el("div", "",
+      `tool ${c.name} (${c.id}) → ${c.status} · ${Math.round(c.duration_ms || 0)} ms` +
+      (c.reason ? ` · ${c.reason}` : "")), el("pre", "", pretty(c.arguments)));
+    tl.append(card);
+  }
+  for (const d of page.decisions || []) {
+    tl.append(el("div", "meta", `${d.decision} by ${d.principal_id}: ${d.tool_call_id}`));
+  }
+  for (const ch of page.children || []) {
+    const row = el("div", "meta child");
+    const a = el("a", "", ch.run_id);
+    a.href = "#run=" + encodeURIComponent(ch.run_id);
+    row.append(el("span", "", `child run (${ch.agent || ""}): `), a, el("span", "", ` ${ch.status || ""}`));
+    tl.append(row);
+  }
+  for (const act of page.pending_activities || []) {
+    tl.append(el("div", "meta", `waiting on ${act.activity} (attempt ${act.attempt})`));
+  }
+  if (page.output) {
+    const s = el("div", "step");
+    s.append(el("div", "meta", `answer · turn ${page.turns || page.turn || ""}`), el("div", "text", page.output));
+    tl.append(s);
+  }
+  if (page.closed) {
+    const why = page.stopped_reason || page.error || "";
+    tl.append(el("div", "step finished", `Run ${page.status}: ${why}`));
+  }
+}
+
+let retry = null;  // re-reads an open run's page while no worker answers
+async function loadPage(runId, first) {
+  const page = await call("GET", `/runs/${encodeURIComponent(runId)}`);
+  if (runId !== current) return;
+  $("web-ui").href = page.web_ui;
+  setStatus(page.status);
+  meta(page);
+  setControls(page.controls);
+  showNote(page.note);
+  if (page.source === "history") {
+    fromHistory(page);
+    if (!page.closed) retry = setTimeout(() => loadPage(runId, false).catch(showError), 5000);
+    return;
+  }
+  if (first || !source) openStream(runId);
+}
+
+function openStream(runId) {
+  if (source) source.close();
+  $("timeline").replaceChildren();
+  $("approvals").replaceChildren();
+  step = null;
+  source = new EventSource(`/runs/${encodeURIComponent(runId)}/events`);
+  source.onmessage = (m) => onEvent(JSON.parse(m.data));
+  source.addEventListener("end", () => { source.close(); loadRuns(); });
+  source.addEventListener("error", (m) => {
+    if (m.data) { showError(JSON.parse(m.data).error); source.close(); }
+  });
 }
 
 function setStatus(status) {
@@ -95,13 +254,49 @@ function approvalCard(ev) {
   $("approvals").append(card);
 }
 
+// A client tool's call (client_tool_requested): the person gives its result (POST tool-result).
+function clientToolCard(ev) {
+  const card = el("div", "approval client-tool");
+  card.id = "client-" + ev.tool_call_id;
+  card.append(el("div", "", `Waiting for the client: ${ev.name} (${ev.tool_call_id})`),
+    el("pre", "", pretty(ev.arguments)));
+  const input = el("textarea", "");
+  input.rows = 3;
+  input.placeholder = "the result the model reads";
+  const row = el("div", "row");
+  const ok = el("button", "approve", "Send result");
+  const bad = el("button", "reject", "Send as error");
+  const send = async (isError) => {
+    ok.disabled = bad.disabled = true;
+    try {
+      await call("POST", `/runs/${encodeURIComponent(current)}/tool-result`, {
+        tool_call_id: ev.tool_call_id, content: input.value, is_error: isError,
+      });
+      showError(null);
+    } catch (e) { showError(e); ok.disabled = bad.disabled = false; }
+  };
+  ok.onclick = () => send(false);
+  bad.onclick = () => send(true);
+  row.append(ok, bad);
+  card.append(input, row);
+  $("approvals").append(card);
+}
+
 function onEvent(ev) {
   const tl = $("timeline");
   switch (ev.type) {
     case "run_started":
       tl.append(el("div", "meta", `agent ${ev.agent}: ${ev.input}`));
       break;
-    case "status": setStatus(ev.status); break;
+    case "status": setStatus(ev.status); refreshSoon(); break;
+    case "child_started": {
+      const row = el("div", "meta child");
+      const a = el("a", "", ev.child_run_id);
+      a.href = "#run=" + encodeURIComponent(ev.child_run_id);
+      row.append(el("span", "", `child run (${ev.agent || ""}): `), a);
+      tl.append(row);
+      break;
+    }
     case "model_started": newStep(ev); break;
     case "model_retry":
       if (step) step.querySelector(".text").textContent = "";
@@ -126,6 +321,8 @@ function onEvent(ev) {
       break;
     }
     case "tool_finished": {
+      const waiting = $("client-" + ev.tool_call_id);
+      if (waiting) waiting.remove();
       const card = toolCards[ev.tool_call_id] || tl.appendChild(el("div", "tool"));
       card.firstChild.textContent =
         `tool ${ev.name} (${ev.tool_call_id}) → ${ev.status} · ${Math.round(ev.duration_ms || 0)} ms`;
@@ -134,6 +331,15 @@ function onEvent(ev) {
       break;
     }
     case "approval_requested": approvalCard(ev); break;
+    case "client_tool_requested": {
+      const card = el("div", "tool");
+      card.append(el("div", "", `client tool ${ev.name} (${ev.tool_call_id}) waiting…`),
+        el("pre", "", pretty(ev.arguments)));
+      toolCards[ev.tool_call_id] = card;
+      tl.append(card);
+      clientToolCard(ev);
+      break;
+    }
     case "approval_decided": {
       const card = $("approval-" + ev.tool_call_id);
       if (card) card.remove();
@@ -143,7 +349,7 @@ function onEvent(ev) {
     case "run_finished": {
       const r = ev.result || {};
       setStatus(r.status);
-      $("approvals").replaceChildren();
+      setControls([]);
       tl.append(el("div", "step finished", `Run ${r.status}: ${r.stopped_reason || ""}`));
       break;
     }
@@ -151,7 +357,8 @@ function onEvent(ev) {
 }
 
 async function select(runId) {
-  if (source) source.close();
+  if (source) { source.close(); source = null; }
+  if (retry) { clearTimeout(retry); retry = null; }
   current = runId;
   step = null;
   $("empty").hidden = true;
@@ -159,18 +366,12 @@ async function select(runId) {
   $("run-id").textContent = runId;
   $("timeline").replaceChildren();
   $("approvals").replaceChildren();
+  $("run-meta").replaceChildren();
+  showNote(null);
+  setControls([]);
   showError(null);
   setStatus("…");
-  try {
-    const st = await call("GET", `/runs/${encodeURIComponent(runId)}`);
-    $("web-ui").href = st.web_ui;
-  } catch (e) { showError(e); }
-  source = new EventSource(`/runs/${encodeURIComponent(runId)}/events`);
-  source.onmessage = (m) => onEvent(JSON.parse(m.data));
-  source.addEventListener("end", () => { source.close(); loadRuns(); });
-  source.addEventListener("error", (m) => {
-    if (m.data) { showError(JSON.parse(m.data).error); source.close(); }
-  });
+  try { await loadPage(runId, true); } catch (e) { showError(e); }
   loadRuns();
 }
 
@@ -185,10 +386,35 @@ $("start").onsubmit = async (e) => {
   } catch (err) { showError(err); }
 };
 
-$("interrupt").onclick = async () => {
-  try { await call("POST", `/runs/${encodeURIComponent(current)}/interrupt`, {}); }
-  catch (e) { showError(e); }
-};
+async function signal(what) {
+  try {
+    await call("POST", `/runs/${encodeURIComponent(current)}/${what}`, {});
+    showError(null);
+    setTimeout(() => refreshControls(current), 500);
+  } catch (e) { showError(e); }
+}
+$("interrupt").onclick = () => signal("interrupt");
+$("pause").onclick = () => signal("pause");
+$("resume").onclick = () => signal("resume");
+
+// Re-read what the run allows when its status changes (from the event stream), once per burst
+// (a page opened late replays every status event at once; each read is a query).
+let refreshTimer = null;
+function refreshSoon() {
+  if (refreshTimer) clearTimeout(refreshTimer);
+  const runId = current;
+  refreshTimer = setTimeout(() => { refreshTimer = null; refreshControls(runId); }, 300);
+}
+
+async function refreshControls(runId) {
+  try {
+    const page = await call("GET", `/runs/${encodeURIComponent(runId)}`);
+    if (runId !== current) return;
+    setControls(page.controls);
+    meta(page);
+    showNote(page.note);
+  } catch (e) { /* the next status change tries again */ }
+}
 
 $("message").onsubmit = async (e) => {
   e.preventDefault();

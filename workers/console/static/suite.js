@@ -46,12 +46,35 @@ function render(r) {
   for (const id of ids) {
     ct.append(row([id, ...names.map((n) => {
       const cs = (r.variants[n].cases || {})[id];
-      return cs ? `${cs.passed}/${cs.runs}` : "-";
+      if (!cs) return "-";
+      const left = cs.left_recording || []; // a captured case: where runs left the recording
+      return `${cs.passed}/${cs.runs}` + (left.length ? ` · ${left.join("; ")}` : "");
     })]));
   }
 }
 
+// The suite's own runs (its child workflows): listed here, not among people's runs.
+async function loadRuns() {
+  try {
+    const q = new URLSearchParams({ parent: suiteId, limit: "200" });
+    const resp = await fetch(`/api/runs?${q}`, { credentials: "same-origin" });
+    if (!resp.ok) return;
+    const { runs } = await resp.json();
+    const t = $("suite-runs");
+    t.replaceChildren(row(["run", "agent", "status", "tokens", "cost USD"], true));
+    for (const r of runs) {
+      const tr = row(["", r.agent, r.status, r.total_tokens, num(r.cost_usd, 6)]);
+      const a = document.createElement("a");
+      a.href = "/#run=" + encodeURIComponent(r.run_id);
+      a.textContent = r.run_id;
+      tr.firstChild.replaceChildren(a);
+      t.append(tr);
+    }
+  } catch (e) { /* refreshed with the report */ }
+}
+
 async function refresh() {
+  loadRuns();  // from the listing: shown even when no worker answers for the report
   try {
     const resp = await fetch(`/api/suites/${encodeURIComponent(suiteId)}`,
       { credentials: "same-origin" });
