@@ -101,7 +101,7 @@ $(VENV)/.bench-installed: $(VENV)/.installed
 bench: $(VENV)/.bench-installed ## benchmarks beside the OpenAI Agents SDK plugin (bench/README.md); BENCH_ARGS=--quick
 	$(BIN)/python -m bench.run $(BENCH_ARGS)
 
-chaos: install ## runs with approvals while workers and the dev server are SIGKILLed (bench/chaos.py); CHAOS_ARGS=--quick
+chaos: install ## runs with approvals while workers and the dev server are SIGKILLed (bench/chaos.py); CHAOS_ARGS=--quick, --two-hosts
 	$(BIN)/python -m bench.chaos $(CHAOS_ARGS)
 
 upgrade-chaos: install ## 200 runs in flight while a changed build is ramped 0 -> 50 -> 100% with one rollback (bench/upgrade_chaos.py)

@@ -14,6 +14,8 @@ extra          packages                what imports them
 ``code-mode``  pydantic-monty (43 MB)  Code Mode: a script over the agent's tools
                                        (activities/code_mode.py, a spec's ``code_mode``)
 ``otel``       opentelemetry           tracing (workers/telemetry.py, ``AGENT_OTEL``)
+``s3``         aioboto3, boto3         payloads and the sandbox's files in S3 (``AGENT_PAYLOAD_STORE=s3``:
+                                       workers/payloads/converter.py, activities/s3_files.py)
 =============  ======================  =============================================================
 
 Sizes are what each adds to an installed virtual environment (2026-11-27). Memory (numpy,

@@ -193,8 +193,9 @@ class JudgeSettings(BaseModel):
 class Policy(BaseModel):
     """Tool policy of an agent.
 
-    ``default`` applies to tools without an entry: ``by_risk`` means read tools are allowed and
-    write/exec/network tools need approval. ``approvers`` lists principals (``alice``) or roles
+    ``default`` applies to tools without an entry: ``by_risk`` means read tools are allowed, write
+    tools and sandboxed exec tools (``run_command``) need approval, and other exec tools and
+    network tools are denied (give them an entry). ``approvers`` lists principals (``alice``) or roles
     (``role:reviewer``) that may decide approvals; an empty list means any principal may decide.
     A tool's own ``approvers`` replaces this list for that tool.
     ``approval_timeout_seconds`` is a durable timer; when it fires the pending call is settled by
@@ -205,7 +206,9 @@ class Policy(BaseModel):
 
     default: PolicyAction | Literal["by_risk"] = Field(
         default="by_risk",
-        description="action for tools without an entry (by_risk: by the tool's risk)",
+        description="action for tools without an entry (by_risk: by the tool's risk: read "
+        "allowed; write and sandboxed exec, e.g. run_command, need approval; other exec and "
+        "network denied)",
     )
     tools: dict[str, ToolPolicy] = Field(
         default_factory=dict, description="tool name -> its policy"

@@ -1,6 +1,6 @@
 """``make chaos``: many runs with approvals while workers and the dev server are SIGKILLed.
 
-``python -m bench.chaos [--quick] [--runs N] [--kill-every S] [--deadline S] [--port P]``
+``python -m bench.chaos [--quick] [--two-hosts] [--runs N] [--kill-every S] [--deadline S] [--port P]``
 
 It starts, by itself and on non-default ports, a dev server on a SQLite file
 (``temporal server start-dev --db-filename``), the scripted model server (real HTTP,
@@ -13,9 +13,16 @@ approvals; its wait crosses the kills); every fourth run is of agent ``chaos_jud
 judge (``policy.judge``, the scripted model) approves its ``write_file`` calls and escalates its
 effects to the driver (:func:`judge_reply`). Approvals are decided through the
 ``decide`` update for even runs and the ``approve``/``reject`` signals for odd ones; every fifth
-run has its first ``chaos_effect`` rejected. Meanwhile one of the two workers is SIGKILLed every
+run has its first ``chaos_effect`` rejected. The sandboxed ``run_python`` call writes a file that a
+later ``run_python`` call of the run reads back (the run's files travel through the payload
+store), and the final answer quotes it. Meanwhile one of the two workers is SIGKILLed every
 ``--kill-every`` seconds (and restarted), and the dev server is SIGKILLed and restarted on its
 SQLite file when a third and two thirds of the runs have closed.
+
+``--two-hosts``: the two workers are two hosts, sharing no folder (:mod:`bench.chaos_hosts`):
+each its own ``AGENT_HOME``, memory on PostgreSQL (the ``pgserver`` wheel), payloads and the
+sandbox's files in an S3 API (moto's server). The report adds what the bucket holds and what the
+hosts' local stores hold (nothing, or the report is not OK).
 
 It prints runs completed / total, approvals lost, calls run without approval, duplicated side
 effects (journal entries per idempotency key above one), drain time, and every run still open at
@@ -42,8 +49,9 @@ from typing import Any
 
 import yaml
 
+from bench.chaos_hosts import start_two_hosts, use_bucket_here
 from bench.chaos_procs import Fleet
-from bench.chaos_report import collect, memory_check, print_report
+from bench.chaos_report import collect, memory_check, print_report, sandbox_note
 from workers.testing.scripted_model import Reply, ScriptedModel, text, tool_call
 
 _RUN = re.compile(r"chaos run (\d+)")
@@ -66,10 +74,11 @@ def _extraction(msgs: list[dict[str, Any]]) -> Reply | None:
 
 
 def responder(request: dict[str, Any]) -> Reply:
-    """The model of one chaos run: 6 tool turns then an answer, from the tool messages so far.
+    """The model of one chaos run: 7 tool turns then an answer, from the tool messages so far.
 
     Turn 4 is a Code Mode script whose one tool call (an effect) waits for approval inside the
-    script; turn 5 runs Python in the bubblewrap sandbox.
+    script; turn 5 runs Python in the bubblewrap sandbox, writing a file that turn 7 reads back
+    (often on the other worker, or host); the answer quotes it.
     """
     msgs = [m for m in request.get("messages") or [] if isinstance(m, dict)]
     extraction = _extraction(msgs)
@@ -88,12 +97,18 @@ def responder(request: dict[str, Any]) -> Reply:
         ("calculator", {"expression": f"{i} + 1"}),
         *([("chaos_ask", {"question": f"run {i}?"})] if asks_client(i) else []),
         ("run_code", {"script": f'await chaos_effect(label="{i}-c")'}),
-        ("run_python", {"code": f"print({i} * 2)"}),
+        ("run_python", {"code": f"open('r{i}.txt', 'w').write({sandbox_note(i)!r})"}),
         ("chaos_effect", {"label": f"{i}-b"}),
+        ("run_python", {"code": f"print(open('r{i}.txt').read())", "files": [f"r{i}.txt"]}),
     ]
     if done < len(steps):
         return tool_call(*steps[done]).with_delay(MODEL_SECONDS)
-    return text(f"chaos run {i} done").with_delay(MODEL_SECONDS)
+    last = next((m for m in reversed(msgs) if m.get("role") == "tool"), {})
+    try:  # the file read back, as the sandbox printed it
+        quoted = str(json.loads(str(last.get("content") or "")).get("stdout", "")).strip()
+    except (ValueError, AttributeError):
+        quoted = "(no file)"
+    return text(f"chaos run {i} done: {quoted}").with_delay(MODEL_SECONDS)
 
 
 def judge_reply(msgs: list[dict[str, Any]]) -> Reply | None:
@@ -152,7 +167,7 @@ def write_spec(workdir: Path) -> Path:
         # every run hands its transcript to the (tenant, principal) consolidation workflow
         "memory": {"read": ["user"], "write": ["user"], "consolidate_after_seconds": 1},
         "workspace": str(ws),
-        "limits": {"max_turns": 10, "max_seconds": 7200},
+        "limits": {"max_turns": 12, "max_seconds": 7200},
         "model_timeout_seconds": 10,
     }
     rubric = "Approve writing the run's own files; escalate anything with side effects."
@@ -363,20 +378,28 @@ async def chaos(args: argparse.Namespace, workdir: Path, fleet: Fleet) -> dict[s
     deadline = time.monotonic() + args.deadline
     journal = workdir / "journal.jsonl"
     os.environ["CHAOS_JOURNAL"] = str(journal)
-    memory_url = f"sqlite://{workdir / 'memory.db'}"
+    hosts = await start_two_hosts(workdir) if args.two_hosts else None
+    memory_url = hosts.memory_url if hosts else f"sqlite://{workdir / 'memory.db'}"
     os.environ["AGENT_MEMORY_URL"] = memory_url
-    os.environ["AGENT_STATE_DIR"] = str(workdir / "state")
+    os.environ["AGENT_STATE_DIR"] = str(workdir / "state")  # two hosts: each its own (worker_env)
     model = ScriptedModel(responder=responder).start()
     try:
         await fleet.start_server()
         tq = f"chaos-{uuid.uuid4().hex[:6]}"
         fleet.worker_args = dict(task_queue=tq, model_url=model.base_url,
                                  spec_file=write_spec(workdir))  # fmt: skip
+        if hosts:
+            fleet.worker_env = [hosts.worker_env(k) for k in range(2)]
+            use_bucket_here(hosts)
+            print(f"two hosts: {', '.join(str(h) for h in hosts.homes)}; memory on PostgreSQL, "
+                  f"payloads and files in s3://{hosts.bucket} ({hosts.s3.url})")  # fmt: skip
         for k in range(2):
             fleet.spawn_worker(k)
         for w in fleet.workers:
             await w.wait_ready(90)
-        client = await connect(Settings(temporal_address=fleet.address, task_queue=tq))
+        settings = (hosts.client_settings(fleet.address, tq) if hosts
+                    else Settings(temporal_address=fleet.address, task_queue=tq))  # fmt: skip
+        client = await connect(settings)
         t0 = time.monotonic()
         suffix = uuid.uuid4().hex[:6]
         index = {f"chaos-{suffix}-{i}": i for i in range(args.runs)}
@@ -394,6 +417,11 @@ async def chaos(args: argparse.Namespace, workdir: Path, fleet: Fleet) -> dict[s
             await asyncio.gather(*tasks, return_exceptions=True)
         report = await collect(client, index, approver, journal, fleet)
         report.update(await memory_check(memory_url, report, deadline))
+        if hosts:
+            report.update(await asyncio.to_thread(hosts.figures))
+            th = report["two_hosts"]
+            report["ok"] = bool(report["ok"] and not any(th["files_in_local_stores"].values())
+                                and th["payload_objects"] and th["file_objects"])  # fmt: skip
         report.update(
             all_closed=all_closed,
             wall_seconds=round(t_end - t0, 1),
@@ -403,6 +431,9 @@ async def chaos(args: argparse.Namespace, workdir: Path, fleet: Fleet) -> dict[s
         return report
     finally:
         model.stop()
+        if hosts:
+            fleet.stop_all()  # the workers first: they use the stores
+            await asyncio.to_thread(hosts.stop)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -412,6 +443,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     ap.add_argument("--runs", type=int, default=None, help="runs (default 200; --quick: 30)")
     ap.add_argument("--quick", action="store_true", help="30 runs")
+    ap.add_argument("--two-hosts", action="store_true",
+                    help="two hosts: each worker its own AGENT_HOME; memory on PostgreSQL "
+                         "(pgserver), payloads and sandbox files in S3 (moto's server)")  # fmt: skip
     ap.add_argument("--rate", type=float, default=1.0, help="runs started per second")
     ap.add_argument("--kill-every", type=float, default=4.0, help="seconds between worker kills")
     ap.add_argument("--deadline", type=float, default=None,

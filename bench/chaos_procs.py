@@ -57,6 +57,8 @@ class Fleet:
     server: Any = None  # subprocess.Popen of the dev server
     workers: list[WorkerProc] = field(default_factory=list)
     worker_args: dict[str, Any] = field(default_factory=dict)
+    worker_env: list[dict[str, str]] = field(default_factory=list)
+    """Environment added to worker ``index`` (two-host mode: each its own ``AGENT_HOME``)."""
     server_starts: int = 0
     worker_kills: int = 0
     server_kills: int = 0
@@ -111,8 +113,9 @@ class Fleet:
 
     def spawn_worker(self, index: int) -> WorkerProc:
         """Start worker ``index`` (``python -m bench.worker_proc``, as ``agentctl worker``)."""
+        env = self.worker_env[index] if index < len(self.worker_env) else None
         proc = spawn_worker("ours", self.address, workdir=self.workdir, name=f"worker{index}",
-                            **self.worker_args)  # fmt: skip
+                            env=env, **self.worker_args)  # fmt: skip
         if index < len(self.workers):
             self.workers[index] = proc
         else:

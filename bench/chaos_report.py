@@ -9,6 +9,8 @@
   did not end ``ok`` with the driver's answer.
 * duplicated side effects: idempotency keys with more than one ``effect`` line in the journal;
   ``attempts`` lines show how often Temporal ran a call more than once (at least once).
+* completed runs without their sandbox file: the run's answer does not quote the file its first
+  ``run_python`` call wrote and its last one read back (:func:`sandbox_note`).
 """
 
 from __future__ import annotations
@@ -20,6 +22,11 @@ import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
+
+
+def sandbox_note(i: int) -> str:
+    """What run ``i``'s sandboxed call writes to its file and the run's answer quotes."""
+    return f"run {i} file {i * 2}"
 
 
 def read_journal(path: Path) -> list[dict[str, Any]]:
@@ -55,7 +62,7 @@ async def _outcome(client: Any, wid: str) -> dict[str, Any]:
     if desc.status == WorkflowExecutionStatus.COMPLETED:
         res = await h.result()
         out.update(status=res.status, error=res.error, decisions=res.decisions,
-                   tool_calls=res.tool_calls)  # fmt: skip
+                   tool_calls=res.tool_calls, output=res.output)  # fmt: skip
     elif desc.status == WorkflowExecutionStatus.RUNNING:
         out["workflow_task_failures"] = await _history_failures(h)
     return out
@@ -108,6 +115,11 @@ async def collect(
         w for w, i in index.items()
         if outcomes[w].get("status") == "completed" and not (ws / f"out/{i}.txt").is_file()
     ]  # fmt: skip
+    missing_sandbox = [
+        w for w, i in index.items()
+        if outcomes[w].get("status") == "completed"
+        and sandbox_note(i) not in str(outcomes[w].get("output") or "")
+    ]  # fmt: skip
     stuck = {w: o for w, o in outcomes.items() if o["execution"] == "RUNNING"}
     client_lost = _client_check(approver, outcomes)
     report = {
@@ -130,6 +142,7 @@ async def collect(
         "side_effects": sum(effects.values()),
         "calls_attempted_more_than_once": sum(1 for n in attempts.values() if n > 1),
         "completed_runs_missing_their_file": missing_files,
+        "completed_runs_missing_their_sandbox_file": missing_sandbox,
         "stuck_runs": {w: o.get("workflow_task_failures", []) for w, o in stuck.items()},
         "failed_runs": {
             w: o.get("error")
@@ -148,6 +161,7 @@ async def collect(
         and not report["calls_run_without_approval"]
         and not report["duplicated_side_effects"]
         and not missing_files
+        and not missing_sandbox
         and not client_lost
     )
     return report
@@ -226,6 +240,14 @@ def print_report(r: dict[str, Any]) -> None:
       f"by themselves (server down at start) and were restarted")  # fmt: skip
     if r["completed_runs_missing_their_file"]:
         p(f"completed runs without their written file: {r['completed_runs_missing_their_file']}")
+    if r.get("completed_runs_missing_their_sandbox_file"):
+        p(f"completed runs whose answer lacks their sandbox file: "
+          f"{r['completed_runs_missing_their_sandbox_file'][:10]}")  # fmt: skip
+    th = r.get("two_hosts")
+    if th:
+        p(f"two hosts:                   {th['payload_objects']} payloads and {th['file_objects']} "
+          f"sandbox files in s3://{th['bucket']}; files in the hosts' local stores: "
+          f"{th['files_in_local_stores']}")  # fmt: skip
     for label in ("approvals_lost", "calls_run_without_approval", "duplicated_side_effects",
                   "client_tool_results_lost"):  # fmt: skip
         for item in r[label][:10]:

@@ -85,7 +85,23 @@ async def _build(args: argparse.Namespace) -> tuple[Any, Worker]:
         from workers.config import Settings
         from workers.worker import build_worker
 
+        # make chaos --two-hosts: each worker is a host of its own (AGENT_HOME) sharing the
+        # stores of many hosts (bench/chaos_hosts.py); unset, the settings below stand
+        from_env = {
+            field: os.environ[name]
+            for name, field in (
+                ("AGENT_HOME", "home"),
+                ("AGENT_PAYLOAD_STORE", "payload_store"),
+                ("AGENT_PAYLOAD_THRESHOLD_BYTES", "payload_threshold_bytes"),
+                ("AGENT_S3_BUCKET", "s3_bucket"),
+                ("AGENT_S3_PREFIX", "s3_prefix"),
+            )
+            if os.environ.get(name)
+        }
+        if args.payload_store:
+            from_env["payload_store"] = args.payload_store
         settings = Settings(
+            **from_env,
             temporal_address=args.address,
             task_queue=args.task_queue,
             openai_base_url=args.model_url,
@@ -104,7 +120,6 @@ async def _build(args: argparse.Namespace) -> tuple[Any, Worker]:
             # AGENT_WORKFLOW_SANDBOX=true: measure what running without the sandbox buys
             workflow_sandbox=os.environ.get("AGENT_WORKFLOW_SANDBOX", "").lower() in ("1", "true"),
             **({"payload_dir": args.payload_dir} if args.payload_dir else {}),
-            **({"payload_store": args.payload_store} if args.payload_store else {}),
         )
         conv, _ = converter_choice(settings)
         client = await connect(settings, data_converter=conv)

@@ -31,13 +31,13 @@ from activities.model import ModelActivities
 from activities.redaction import RedactingInterceptor
 from activities.runtime import RuntimeActivities
 from activities.spec import SpecError, load_rate_limits, load_spec_file
-from activities.storage import LocalStorageDriver
 from activities.tokens import tokens_count
 from activities.tools import load_tool_modules
 from activities.tools.sandbox_tools import configure as configure_sandbox
 from workers.config import STATE_DIR_DEFAULT, Settings, builtin_spec_file, load_settings
 from workers.home import ensure_home_files
 from workers.metrics_server import MetricsEndpoint, endpoint_from_settings
+from workers.payloads.converter import build_file_store
 from workers.payloads.encryption import codec_from_setting
 from workers.sandbox import workflow_runner
 from workers.versioning import deployment_config
@@ -245,7 +245,12 @@ def _all_activities(settings: Settings, runtime: RuntimeActivities) -> list[Any]
         max_reply_bytes=settings.model_max_reply_bytes,
     )
     evals = EvalActivities(settings.openai_base_url, settings.openai_api_key)
-    memory = MemoryActivities(settings.openai_base_url, settings.openai_api_key, settings.state_dir)
+    memory = MemoryActivities(
+        settings.openai_base_url,
+        settings.openai_api_key,
+        settings.state_dir,
+        memory_url=settings.memory_store_url,  # PostgreSQL: the pending runs are shared too
+    )
     code = CodeRunner(Path(settings.state_dir).expanduser() / "code-mode")
     return [
         model.model_complete,
@@ -286,7 +291,7 @@ def build_worker(
     configure_memory(settings.memory_store_url)
     configure_sandbox(
         Path(settings.state_dir) / "sandbox",
-        store=None if settings.payload_store == "s3" else LocalStorageDriver(settings.payload_path),
+        store=build_file_store(settings),  # the bucket with AGENT_PAYLOAD_STORE=s3
         codec=codec_from_setting(settings.encryption_keys),
     )
     runtime = runtime or runtime_activities(settings)

@@ -2,8 +2,9 @@
 
 Evaluated in the workflow (never in an activity), so no tool call can bypass it. Order:
 the tool's rules (first whose condition holds), then the tool's own ``action``, then the agent's
-``policy.default`` (``by_risk``: read tools allowed, write/exec/network tools need approval).
-Tools with ``risk`` exec or network are never allowed by ``by_risk`` without an explicit entry.
+``policy.default`` (``by_risk``: read tools allowed; write tools and sandboxed exec tools such as
+``run_command`` need approval; other exec tools and network tools denied). Tools with ``risk``
+exec or network are never allowed by ``by_risk`` without an explicit entry.
 
 Patterns (``arg_matches``, ``arg_not_matches``) are matched by the engine the caller passes:
 :func:`re2_search` (RE2: linear time in the argument's length, so no pattern can freeze the worker

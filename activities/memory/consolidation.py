@@ -3,7 +3,9 @@
 Two activities (workers/worker.py registers them):
 
 * ``memory.handoff`` (a local activity of ``AgentRun`` at the end of a run whose spec writes
-  memory): keeps the run's transcript in the store's pending table (idempotent per run) and
+  memory): keeps the run's transcript among the pending runs (idempotent per run: a SQLite file in
+  the worker's state folder, or with a PostgreSQL store its table ``memory_pending``, which every
+  worker on every host reads) and
   signal-with-starts the one :class:`workflows.memory_consolidation.MemoryConsolidation` workflow
   of (tenant, principal), which debounces. The run's result waits only for this local activity.
 * ``memory.consolidate``: for each pending run, asks the model (any OpenAI-compatible endpoint)
@@ -25,6 +27,7 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, cast
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, Field
 from temporalio import activity
@@ -118,6 +121,50 @@ class Pending:
             self._db.execute("DELETE FROM pending WHERE run_id = ?", (run_id,))
 
 
+class SharedPending:
+    """:class:`Pending` in the memory store's PostgreSQL, for workers on many hosts.
+
+    ``memory.handoff`` runs on the worker of the run's last workflow task and
+    ``memory.consolidate`` on any worker of the queue: with a pending file in each worker's state
+    folder, a run handed off on one host and consolidated on another found nothing to extract and
+    its facts were lost. The table is opened on first use (a worker starts while the database is
+    still coming up). Same methods as :class:`Pending`.
+    """
+
+    def __init__(self, url: str) -> None:
+        self._url = url
+        self._pg: Any = None
+        self._lock = threading.Lock()
+
+    def _table(self) -> Any:
+        with self._lock:
+            if self._pg is None:
+                from activities.memory.pg_store import PostgresPending
+
+                self._pg = PostgresPending(self._url)
+            return self._pg
+
+    def add(self, inp: HandoffInput) -> None:
+        """Keep ``inp`` (a second add of the same run changes nothing)."""
+        self._table().add(inp)
+
+    def get(self, tenant_id: str, run_id: str) -> HandoffInput | None:
+        """The pending run of that tenant, or None (done already)."""
+        body = self._table().get(tenant_id, run_id)
+        return HandoffInput.model_validate_json(body) if body else None
+
+    def done(self, run_id: str) -> None:
+        """Forget a consolidated run."""
+        self._table().done(run_id)
+
+
+def pending_for(state_dir: str, memory_url: str | None) -> Pending | SharedPending:
+    """Where transcripts wait: the PostgreSQL store's table, else ``<state_dir>/memory-pending.db``."""
+    if memory_url and urlsplit(memory_url).scheme in ("postgresql", "postgres"):
+        return SharedPending(memory_url)
+    return Pending(Path(state_dir).expanduser() / "memory-pending.db")
+
+
 def _get(obj: object, key: str) -> Any:
     """``obj.get(key)`` when ``obj`` is a dict (parsed JSON), else None."""
     return cast("dict[str, Any]", obj).get(key) if isinstance(obj, dict) else None
@@ -165,11 +212,15 @@ def _from_prompt(text: str, system_prompt: str) -> bool:
 class MemoryActivities:
     """The consolidation activities of one worker (endpoint of the extraction model)."""
 
-    def __init__(self, base_url: str, api_key: str, state_dir: str) -> None:
+    def __init__(
+        self, base_url: str, api_key: str, state_dir: str, memory_url: str | None = None
+    ) -> None:
+        # memory_url: the store (AGENT_MEMORY_URL); a PostgreSQL one keeps the pending runs
+        # there too (SharedPending), else they wait in state_dir
         import openai  # here, not at the top: workflows/ import this module's names
 
         self._client = openai.AsyncOpenAI(base_url=base_url, api_key=api_key, max_retries=0)
-        self._pending = Pending(Path(state_dir).expanduser() / "memory-pending.db")
+        self._pending = pending_for(state_dir, memory_url)
 
     @activity.defn(name=HANDOFF)
     async def handoff(self, inp: HandoffInput) -> str:

@@ -312,3 +312,67 @@ def _item(body: Any) -> MemoryItem:
     if isinstance(body, str):
         return MemoryItem.model_validate_json(body)
     return MemoryItem.model_validate(body)
+
+
+class PostgresPending:
+    """Runs waiting for consolidation, in the memory store's PostgreSQL (table ``memory_pending``).
+
+    The same methods as :class:`activities.memory.consolidation.Pending` (a SQLite file in one
+    worker's state folder), for workers on many hosts: ``memory.handoff`` runs on the worker of
+    the run's workflow task, ``memory.consolidate`` on any worker of the queue, so the transcript
+    one keeps must be what another reads. One row a run::
+
+        memory_pending(run_id text primary key, tenant text, body text, created double precision)
+
+    One connection behind a lock, opened again when it broke (the server restarted).
+
+    Raises:
+        psycopg.OperationalError: the server cannot be reached.
+        activities.extras.MissingExtraError: psycopg is not installed (extra ``postgres``).
+    """
+
+    def __init__(self, url: str) -> None:
+        try:
+            import psycopg
+        except ModuleNotFoundError as e:  # the optional extra `postgres`
+            raise missing_extra("postgres", "the memory store on PostgreSQL", e) from e
+        self._url = url
+        self._lock = threading.Lock()
+        self._db = psycopg.connect(url, autocommit=True)
+        self._db.execute(
+            "CREATE TABLE IF NOT EXISTS memory_pending (run_id TEXT PRIMARY KEY, "
+            "tenant TEXT NOT NULL, body TEXT NOT NULL, created DOUBLE PRECISION NOT NULL)"
+        )
+
+    def _conn(self) -> Any:
+        import psycopg
+
+        if self._db.closed or self._db.broken:
+            self._db = psycopg.connect(self._url, autocommit=True)
+        return self._db
+
+    def add(self, inp: Any) -> None:
+        """Keep ``inp`` (a ``HandoffInput``; a second add of the same run changes nothing)."""
+        with self._lock:
+            self._conn().execute(
+                "INSERT INTO memory_pending VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING",
+                (inp.run_id, inp.tenant_id, inp.model_dump_json(), time.time()),
+            )
+
+    def get(self, tenant_id: str, run_id: str) -> str | None:
+        """The pending run's JSON body (a ``HandoffInput``) of that tenant, or None (done)."""
+        with self._lock:
+            row = (
+                self._conn()
+                .execute(
+                    "SELECT body FROM memory_pending WHERE run_id = %s AND tenant = %s",
+                    (run_id, tenant_id),
+                )
+                .fetchone()
+            )
+        return str(row[0]) if row else None
+
+    def done(self, run_id: str) -> None:
+        """Forget a consolidated run."""
+        with self._lock:
+            self._conn().execute("DELETE FROM memory_pending WHERE run_id = %s", (run_id,))

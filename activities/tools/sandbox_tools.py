@@ -6,7 +6,8 @@ name is looked up among the files earlier calls of the same run produced, then i
 is kept for the run's later calls and listed in the result as ``{"name", "size", "sha256"}``.
 
 The files a call writes go into the **payload store** (the worker's ``AGENT_PAYLOAD_DIR``, through
-:class:`activities.storage.LocalStorageDriver`; encrypted with the worker's payload codec when
+:class:`activities.storage.LocalStorageDriver`, or with ``AGENT_PAYLOAD_STORE=s3`` the bucket,
+through :class:`activities.s3_files.S3FileStore`; encrypted with the worker's payload codec when
 ``AGENT_ENCRYPTION_KEYS`` is set), and the outcome names them (``ToolOutcome.files``: name ->
 key). The run records the keys and hands them to its later sandboxed calls
 (``InvokeToolInput.run_files``), so a later call finds them on any worker that shares the store.
@@ -35,6 +36,7 @@ from temporalio.api.common.v1 import Payload
 from activities import metrics
 from activities.sandbox import BubblewrapBackend, Limits, SandboxBackend
 from activities.sandbox.bwrap import new_workdir
+from activities.storage import PayloadIntegrityError, PayloadNotFoundError, PayloadStoreError
 from activities.tools import beneath
 from activities.tools.builtin import resolve_in_workspace
 from activities.tools.registry import ToolContext, ToolError, tool
@@ -79,6 +81,8 @@ def _get(key: str) -> bytes:
 
     Raises:
         ToolError: no store here, or the key cannot be read (missing, tampered, wrong key).
+        activities.storage.PayloadStoreError: the store could not be reached or read (S3 down, a
+            disk error): raised, so Temporal retries the call.
     """
     if not _store:
         raise ToolError("this worker has no payload store to read the run's files from")
@@ -88,7 +92,11 @@ def _get(key: str) -> bytes:
         payload.ParseFromString(store.get_bytes(key))
         if codec is not None:
             payload = codec.decrypt(payload)
-    except Exception as e:  # noqa: BLE001 - missing, tampered or undecryptable: the model is told
+    except (PayloadNotFoundError, PayloadIntegrityError) as e:  # the model is told
+        raise ToolError(f"the run's file {key} cannot be read: {e}") from None
+    except (PayloadStoreError, ImportError):
+        raise  # the store, not the file: retried
+    except Exception as e:  # noqa: BLE001 - undecryptable, not a payload: the model is told
         raise ToolError(f"the run's file {key} cannot be read: {e}") from None
     return bytes(payload.data)
 

@@ -12,7 +12,12 @@ from workers.config import Settings
 from workers.metrics_server import HEALTH_PATH, METRICS_PATH, split_address
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
-SECRET_VARIABLES = {"OPENAI_API_KEY", "TEMPORAL_API_KEY", "AGENT_ENCRYPTION_KEYS"}
+SECRET_VARIABLES = {
+    "OPENAI_API_KEY",
+    "TEMPORAL_API_KEY",
+    "AGENT_ENCRYPTION_KEYS",
+    "AGENT_MEMORY_URL",
+}
 
 
 def dockerfile() -> list[tuple[str, str]]:

@@ -129,7 +129,8 @@ def test_the_extras_are_not_runtime_dependencies_and_the_tests_install_them():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     runtime_deps = " ".join(project["dependencies"])
     extras = project["optional-dependencies"]
-    for extra, package in (("evals", "scipy"), ("postgres", "psycopg"), ("code-mode", "monty")):
+    for extra, package in (("evals", "scipy"), ("postgres", "psycopg"), ("code-mode", "monty"),
+                           ("s3", "boto3")):  # fmt: skip
         assert package not in runtime_deps
         assert any(package in req for req in extras[extra])
-    assert "temporal-agent-runtime[evals,postgres,code-mode,otel]" in extras["test"]
+    assert "temporal-agent-runtime[evals,postgres,code-mode,otel,s3]" in extras["test"]

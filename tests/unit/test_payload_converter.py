@@ -120,11 +120,11 @@ def test_s3_store_errors_are_clear(tmp_path: Path):
     with pytest.raises(PayloadStoreConfigError, match="AGENT_S3_BUCKET"):
         build_data_converter(settings_in(tmp_path, payload_store="s3"))
     try:
-        import aioboto3  # noqa: F401  # pyright: ignore[reportMissingImports] - optional: the test covers both cases
+        import aioboto3  # noqa: F401  # optional: the test covers both cases
     except ImportError:
         with pytest.raises(PayloadStoreConfigError) as ei:
             build_data_converter(settings_in(tmp_path, payload_store="s3", s3_bucket="b"))
-        assert 'pip install "temporalio[aioboto3]"' in str(ei.value)
+        assert "pip install 'temporal-agent-runtime[s3]'" in str(ei.value)
     else:  # pragma: no cover - aioboto3 installed: building works without network
         build_data_converter(settings_in(tmp_path, payload_store="s3", s3_bucket="b"))
 

@@ -57,6 +57,11 @@ def test_policy_by_risk_defaults():
     assert evaluate(p, READ, "read_file", "{}", "t", "u").action == "allow"
     assert evaluate(p, WRITE, "write_file", "{}", "t", "u").action == "approve"
     assert evaluate(p, SHELL, "shell", "{}", "t", "u").action == "deny"  # no shell without policy
+    # the one default docs/agents-tools-policy.md, docs/sandbox.md and the spec reference state
+    sandboxed = SHELL.model_copy(update={"name": "run_command", "sandboxed": True})
+    assert evaluate(p, sandboxed, "run_command", "{}", "t", "u").action == "approve"
+    net = ToolInfo(name="fetch", description="", parameters={}, risk="network")
+    assert evaluate(p, net, "fetch", "{}", "t", "u").action == "deny"
 
 
 def test_policy_rules_over_arguments_tenant_and_principal():

@@ -12,9 +12,11 @@ the SDK's (experimental) external payload storage attached, chosen by
                            :class:`activities.storage.LocalStorageDriver`; the history keeps a
                            reference of about 230 bytes.
 ``s3``                     the SDK's ``S3StorageDriver`` writes them to ``AGENT_S3_BUCKET`` under
-                           ``AGENT_S3_PREFIX`` (needs ``pip install "temporalio[aioboto3]"``;
-                           credentials and region from the usual AWS environment, e.g.
-                           ``AWS_PROFILE``, ``AWS_REGION``, ``AWS_ENDPOINT_URL_S3`` for MinIO).
+                           ``AGENT_S3_PREFIX`` (needs the extra ``s3``:
+                           ``pip install 'temporal-agent-runtime[s3]'``; credentials and region
+                           from the usual AWS environment, e.g. ``AWS_PROFILE``, ``AWS_REGION``,
+                           ``AWS_ENDPOINT_URL_S3`` for MinIO), and the sandbox's files go to the
+                           same bucket (:func:`build_file_store`).
 ``none``                   nothing is stored externally (every payload inline, 2 MiB hard limit).
 =========================  =========================================================================
 
@@ -64,6 +66,8 @@ from temporalio.converter import (
     StorageDriverStoreContext,
 )
 
+from activities.extras import install_hint, installed
+from activities.s3_files import S3FileStore
 from activities.storage import LocalStorageDriver
 from workers.config import Settings, load_settings
 from workers.payloads.encryption import codec_from_setting
@@ -73,6 +77,7 @@ __all__ = [
     "PayloadStoreConfigError",
     "build_data_converter",
     "build_external_storage",
+    "build_file_store",
     "is_reference",
     "reference_of",
     "resolve_references",
@@ -82,7 +87,7 @@ __all__ = [
 S3_DRIVER_NAME = "aws.s3driver"
 """Name of the S3 driver in references (the SDK's default, shared with the other SDKs)."""
 
-AIOBOTO3_HINT = 'pip install "temporalio[aioboto3]"  (installs aioboto3 and types-aioboto3[s3])'
+AIOBOTO3_HINT = install_hint("s3") + "  (installs aioboto3 and boto3)"
 
 _REFERENCE_MESSAGE_TYPE = ExternalStorageReference.DESCRIPTOR.full_name.encode()
 _LEGACY_REFERENCE_ENCODING = b"json/external-storage-reference"
@@ -161,6 +166,32 @@ def build_external_storage(
     )
 
 
+def build_file_store(settings: Settings) -> LocalStorageDriver | S3FileStore:
+    """Where the sandbox's files go (``put_bytes``/``get_bytes``, activities/tools/sandbox_tools.py).
+
+    With ``AGENT_PAYLOAD_STORE=s3`` the bucket of the payloads (``AGENT_S3_BUCKET``, keys under
+    ``<AGENT_S3_PREFIX>sandbox-files/``): every worker that shares the bucket reads a run's files,
+    whichever host wrote them. Otherwise the local payload folder (``AGENT_PAYLOAD_DIR``): one
+    machine's disk.
+
+    Raises:
+        PayloadStoreConfigError: ``s3`` without ``AGENT_S3_BUCKET``, or boto3 not installed.
+    """
+    if settings.payload_store != "s3":
+        return LocalStorageDriver(settings.payload_path)
+    if not settings.s3_bucket:
+        raise PayloadStoreConfigError(
+            "AGENT_PAYLOAD_STORE=s3 needs AGENT_S3_BUCKET (the bucket payloads and the sandbox's "
+            "files are written to); or set AGENT_PAYLOAD_STORE=local"
+        )
+    if not installed("boto3"):
+        raise PayloadStoreConfigError(
+            f"AGENT_PAYLOAD_STORE=s3 keeps the sandbox's files in S3 with boto3, which is not "
+            f"installed: {AIOBOTO3_HINT}; or set AGENT_PAYLOAD_STORE=local"
+        )
+    return S3FileStore(settings.s3_bucket, settings.s3_prefix)
+
+
 def _build_s3_driver(settings: Settings, s3_client: S3StorageDriverClient | None) -> StorageDriver:
     if not settings.s3_bucket:
         raise PayloadStoreConfigError(
@@ -169,7 +200,7 @@ def _build_s3_driver(settings: Settings, s3_client: S3StorageDriverClient | None
         )
     if s3_client is None:
         try:  # the SDK's aioboto3 adapter imports aioboto3, botocore and types_aiobotocore_s3
-            import aioboto3  # noqa: F401  # pyright: ignore[reportMissingImports] - optional: only with AGENT_PAYLOAD_STORE=s3
+            import aioboto3  # noqa: F401  # optional: only with AGENT_PAYLOAD_STORE=s3
             import temporalio.contrib.aws.s3driver.aioboto3  # noqa: F401
         except ImportError as e:
             raise PayloadStoreConfigError(
@@ -247,7 +278,7 @@ class _LazyAioboto3Client(S3StorageDriverClient):
         self._by_loop: dict[int, S3StorageDriverClient] = {}
 
     async def _client(self) -> S3StorageDriverClient:
-        import aioboto3  # pyright: ignore[reportMissingImports] - optional: only with AGENT_PAYLOAD_STORE=s3
+        import aioboto3  # optional: only with AGENT_PAYLOAD_STORE=s3
         from temporalio.contrib.aws.s3driver.aioboto3 import new_aioboto3_client
 
         loop_id = id(asyncio.get_running_loop())
