@@ -47,17 +47,13 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from bench.chaos_agents import MODEL_SECONDS, judge_reply, judged, write_spec
 from bench.chaos_hosts import start_two_hosts, use_bucket_here
 from bench.chaos_procs import Fleet
 from bench.chaos_report import collect, memory_check, print_report, sandbox_note
 from workers.testing.scripted_model import Reply, ScriptedModel, text, tool_call
 
 _RUN = re.compile(r"chaos run (\d+)")
-MODEL_SECONDS = 0.5
-"""How long the scripted model takes to answer (keeps model steps in flight when a worker dies)."""
-
 
 FACT = "chaos run {i} remembers fact {i}"
 """What the consolidation of run ``i`` extracts (one fact per run; make chaos counts them)."""
@@ -111,23 +107,6 @@ def responder(request: dict[str, Any]) -> Reply:
     return text(f"chaos run {i} done: {quoted}").with_delay(MODEL_SECONDS)
 
 
-def judge_reply(msgs: list[dict[str, Any]]) -> Reply | None:
-    """The judge's verdict when ``msgs`` ask the judge: approve ``write_file``, escalate the rest."""
-    if not msgs or "security judge" not in str(msgs[0].get("content") or ""):
-        return None
-    asked = str(msgs[-1].get("content") or "")
-    if "tool: write_file" in asked:
-        verdict = {"verdict": "approve", "reason": "writing the run's own file is routine"}
-    else:
-        verdict = {"verdict": "escalate", "reason": "side effects need a person"}
-    return text(json.dumps(verdict)).with_delay(MODEL_SECONDS)
-
-
-def judged(index: int) -> bool:
-    """Whether run ``index`` is of agent ``chaos_judged`` (every fourth run)."""
-    return index % 4 == 3
-
-
 def asks_client(index: int) -> bool:
     """Whether run ``index`` calls the client tool ``chaos_ask`` (every third run)."""
     return index % 3 == 1
@@ -142,41 +121,6 @@ def rejects(index: int, name: str, arguments: Any) -> bool:
     """Whether the chaos driver rejects this call: the first effect of every fifth run."""
     label = arguments.get("label") if isinstance(arguments, dict) else None
     return name == "chaos_effect" and index % 5 == 4 and label == f"{index}-a"
-
-
-def write_spec(workdir: Path) -> Path:
-    """The chaos agent's spec (workspace under ``workdir``)."""
-    ws = workdir / "ws"
-    ws.mkdir(parents=True, exist_ok=True)
-    agent = {
-        "model": "scripted",
-        "system_prompt": "You are the chaos agent.",
-        "tools": [
-            "write_file",
-            "chaos_effect",
-            "calculator",
-            "run_python",
-            {
-                "name": "chaos_ask",
-                "client": True,
-                "description": "Ask the client a question.",
-                "parameters": {"type": "object", "properties": {"question": {"type": "string"}}},
-            },
-        ],
-        "code_mode": {"tools": ["chaos_effect", "calculator"]},
-        # every run hands its transcript to the (tenant, principal) consolidation workflow
-        "memory": {"read": ["user"], "write": ["user"], "consolidate_after_seconds": 1},
-        "workspace": str(ws),
-        "limits": {"max_turns": 12, "max_seconds": 7200},
-        "model_timeout_seconds": 10,
-    }
-    rubric = "Approve writing the run's own files; escalate anything with side effects."
-    judge = {"model": "scripted", "rubric": rubric, "timeout_seconds": 30}
-    agents = {"chaos": agent, "chaos_judged": {**agent, "policy": {"judge": judge}}}
-    body = {"tool_modules": ["bench.chaos_tools"], "agents": agents}
-    path = workdir / "agents.yml"
-    path.write_text(yaml.safe_dump(body, sort_keys=False))
-    return path
 
 
 class Approver:
@@ -370,6 +314,14 @@ async def _start_runs(client: Any, tq: str, index: dict[str, int], rate: float) 
         await asyncio.sleep(1.0 / rate)
 
 
+async def _two_host_figures(hosts: Any, report: dict[str, Any]) -> None:
+    """Add the shared stores' figures; not ok when a file stayed in a host's local store."""
+    report.update(await asyncio.to_thread(hosts.figures))
+    th = report["two_hosts"]
+    report["ok"] = bool(report["ok"] and not any(th["files_in_local_stores"].values())
+                        and th["payload_objects"] and th["file_objects"])  # fmt: skip
+
+
 async def chaos(args: argparse.Namespace, workdir: Path, fleet: Fleet) -> dict[str, Any]:
     """One chaos session; returns the report (see :func:`bench.chaos_report.collect`)."""
     from workers.client import connect
@@ -403,8 +355,7 @@ async def chaos(args: argparse.Namespace, workdir: Path, fleet: Fleet) -> dict[s
         t0 = time.monotonic()
         suffix = uuid.uuid4().hex[:6]
         index = {f"chaos-{suffix}-{i}": i for i in range(args.runs)}
-        print(f"starting {args.runs} runs on {tq} at {args.rate}/s; "
-              f"a worker SIGKILL every {args.kill_every} s")  # fmt: skip
+        print(f"starting {args.runs} runs on {tq} at {args.rate}/s; a worker SIGKILL every {args.kill_every} s")  # fmt: skip
         approver = Approver(client, tq, index)
         tasks = [asyncio.ensure_future(_start_runs(client, tq, index, args.rate)),
                  asyncio.ensure_future(approver.loop()),
@@ -418,10 +369,7 @@ async def chaos(args: argparse.Namespace, workdir: Path, fleet: Fleet) -> dict[s
         report = await collect(client, index, approver, journal, fleet)
         report.update(await memory_check(memory_url, report, deadline))
         if hosts:
-            report.update(await asyncio.to_thread(hosts.figures))
-            th = report["two_hosts"]
-            report["ok"] = bool(report["ok"] and not any(th["files_in_local_stores"].values())
-                                and th["payload_objects"] and th["file_objects"])  # fmt: skip
+            await _two_host_figures(hosts, report)
         report.update(
             all_closed=all_closed,
             wall_seconds=round(t_end - t0, 1),

@@ -100,6 +100,18 @@ def _decisions_check(
     return lost, unapproved
 
 
+def _judge_decisions(outcomes: dict[str, dict[str, Any]]) -> dict[str, int]:
+    """The judge's decisions of every run, by decision (approve / reject)."""
+    return dict(
+        Counter(
+            x.decision
+            for o in outcomes.values()
+            for x in o.get("decisions") or []
+            if x.via == "judge"
+        )
+    )
+
+
 async def collect(
     client: Any, index: dict[str, int], approver: Any, journal: Path, fleet: Any
 ) -> dict[str, Any]:
@@ -131,12 +143,7 @@ async def collect(
         "approvals_lost": sorted(lost),
         "calls_run_without_approval": sorted(set(unapproved)),
         "client_tool_results": len(approver.answered),
-        "judge_decisions": Counter(
-            x.decision
-            for o in outcomes.values()
-            for x in o.get("decisions") or []
-            if x.via == "judge"
-        ),
+        "judge_decisions": _judge_decisions(outcomes),
         "client_tool_results_lost": client_lost,
         "duplicated_side_effects": sorted(k for k, n in effects.items() if n > 1),
         "side_effects": sum(effects.values()),

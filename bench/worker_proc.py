@@ -75,6 +75,25 @@ async def _pydantic_worker(
     return client, worker
 
 
+def _host_settings() -> dict[str, str]:
+    """Settings of one host under ``make chaos --two-hosts``, read from the environment.
+
+    Each worker is a host of its own (``AGENT_HOME``) sharing the stores of many hosts
+    (bench/chaos_hosts.py); unset, the settings of :func:`_build` stand.
+    """
+    return {
+        field: os.environ[name]
+        for name, field in (
+            ("AGENT_HOME", "home"),
+            ("AGENT_PAYLOAD_STORE", "payload_store"),
+            ("AGENT_PAYLOAD_THRESHOLD_BYTES", "payload_threshold_bytes"),
+            ("AGENT_S3_BUCKET", "s3_bucket"),
+            ("AGENT_S3_PREFIX", "s3_prefix"),
+        )
+        if os.environ.get(name)
+    }
+
+
 async def _build(args: argparse.Namespace) -> tuple[Any, Worker]:
     from temporalio.client import Client
 
@@ -85,19 +104,7 @@ async def _build(args: argparse.Namespace) -> tuple[Any, Worker]:
         from workers.config import Settings
         from workers.worker import build_worker
 
-        # make chaos --two-hosts: each worker is a host of its own (AGENT_HOME) sharing the
-        # stores of many hosts (bench/chaos_hosts.py); unset, the settings below stand
-        from_env = {
-            field: os.environ[name]
-            for name, field in (
-                ("AGENT_HOME", "home"),
-                ("AGENT_PAYLOAD_STORE", "payload_store"),
-                ("AGENT_PAYLOAD_THRESHOLD_BYTES", "payload_threshold_bytes"),
-                ("AGENT_S3_BUCKET", "s3_bucket"),
-                ("AGENT_S3_PREFIX", "s3_prefix"),
-            )
-            if os.environ.get(name)
-        }
+        from_env = _host_settings()
         if args.payload_store:
             from_env["payload_store"] = args.payload_store
         settings = Settings(

@@ -123,6 +123,11 @@ def controls(*, closed: bool, status: str, paused: bool, pending: int, worker: b
     return out
 
 
+def _waiting_calls(page: Mapping[str, Any]) -> int:
+    """Calls the page's run waits on a person for: approvals and client tools' results."""
+    return len(page.get("pending_approvals") or []) + len(page.get("pending_client_tools") or [])
+
+
 def _memo_input(memo: Mapping[str, Any]) -> str | None:
     req = memo.get(rc.MEMO_REQUEST)
     if isinstance(req, dict):
@@ -315,8 +320,7 @@ async def run_page(
                 closed=closed,
                 status=str(page.get("status")),
                 paused=bool(page.get("paused")),
-                pending=len(page.get("pending_approvals") or [])
-                + len(page.get("pending_client_tools") or []),
+                pending=_waiting_calls(page),
                 worker=bool(worker),
             ),
         }
