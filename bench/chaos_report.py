@@ -233,6 +233,7 @@ def print_report(r: dict[str, Any]) -> None:
     p(f"calls run without approval:  {len(r['calls_run_without_approval'])}")
     p(f"client tool results lost:    {len(r['client_tool_results_lost'])} "
       f"(of {r['client_tool_results']} results the runs took)")  # fmt: skip
+    p(f"the judge's decisions:       {r.get('judge_decisions') or 'none'} (runs of chaos_judged)")
     p(f"duplicated side effects:     {len(r['duplicated_side_effects'])} "
       f"(of {r['side_effects']} effects; {r['calls_attempted_more_than_once']} calls were "
       f"attempted more than once)")  # fmt: skip
