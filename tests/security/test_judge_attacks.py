@@ -22,7 +22,7 @@ from tests.support.harness import Harness, until_state
 from tests.support.history import no_task_failed
 from tests.support.judge import JUDGE_MODEL, AgentAndJudge, judged, verdict
 from workers import client as rc
-from workers.testing.scripted_model import Reply, text, tool_call
+from workers.testing.scripted_model import Reply, ScriptedModel, text, tool_call
 from workflows.models import ApproveSignal
 
 INJECTION = (
@@ -153,3 +153,27 @@ async def test_the_judge_never_sees_the_runs_secrets(
     shown = json.dumps(script.judge_requests[0])
     assert secret not in shown and "[REDACTED]" in shown
     assert res.tool_calls[0].status == "rejected"
+
+
+async def test_no_client_decides_in_a_judges_name_where_the_run_has_no_judge(
+    client: Client, tmp_path: Path
+):
+    """From workflow revision 6 the ``judge:`` names are refused in every run, judge or none."""
+    model = ScriptedModel([tool_call("deploy", {"target": "prod"}, id="c1"), text("ok")])
+    agents = {"default": {"policy": {"tools": {"deploy": {"action": "approve"}}}}}
+    async with Harness(client, tmp_path, model, agents=agents) as h:
+        handle = await h.start("deploy", principal_id="alice")
+        await until_state(handle, lambda s: s.status == "awaiting_approval")
+        with pytest.raises(WorkflowUpdateFailedError) as e:
+            await rc.decide(client, handle.id, "c1", "approve", "judge:x")
+        assert "judge" in str(e.value.cause)
+        await rc.approve_signal(
+            client, handle.id, ApproveSignal(tool_call_id="c1", principal_id="judge:x")
+        )
+        st = await until_state(handle, lambda s: bool(s.ignored_signals))
+        assert "no client may decide in its name" in st.ignored_signals[0].reason
+        assert st.decisions == [] and st.pending_approvals
+        await rc.decide(client, handle.id, "c1", "reject", "alice", reason="no")
+        res = await asyncio.wait_for(handle.result(), 60)
+        await no_task_failed(handle)
+    assert res.tool_calls[0].status == "rejected" and not h.journal.exists()
