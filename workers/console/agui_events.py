@@ -8,10 +8,8 @@ what is in :mod:`workers.console.agui` and docs/agui.md.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
@@ -20,7 +18,7 @@ from temporalio.client import WorkflowUpdateFailedError
 from temporalio.service import RPCError
 
 from workers import client as rc
-from workers.live_reader import run_events
+from workers.console.events import event_stream
 
 if TYPE_CHECKING:
     from ag_ui.core import BaseEvent
@@ -211,37 +209,6 @@ async def error(out: AguiStream, e: BaseException, code: str | None = None) -> N
     await out.send(RunErrorEvent(message=msg, code=code or type(e).__name__))
 
 
-async def _events(
-    client: Any, wf_id: str, offset: int, live_secret: bytes | None
-) -> AsyncIterator[dict[str, Any] | None]:
-    """The run's events from ``offset``; None after :data:`IDLE_CHECK_SECONDS` without one.
-
-    Read as the console reads them (:func:`workers.live_reader.run_events`: text from the workers'
-    live channels when ``live_secret`` is given, step events from the run's stream).
-    """
-    events = run_events(client, wf_id, offset, secret=live_secret)
-    nxt: asyncio.Future[dict[str, Any]] | None = None
-    try:
-        while True:
-            nxt = nxt or asyncio.ensure_future(anext(events))
-            done, _ = await asyncio.wait({nxt}, timeout=IDLE_CHECK_SECONDS)
-            if not done:
-                yield None
-                continue
-            try:
-                ev = nxt.result()
-            except StopAsyncIteration:
-                return
-            nxt = None
-            yield ev
-    finally:
-        if nxt is not None and not nxt.done():
-            nxt.cancel()
-            with contextlib.suppress(BaseException):
-                await nxt
-        await events.aclose()
-
-
 class _Follower:
     """The run's events of one response, one at a time; :meth:`on` says when to stop."""
 
@@ -340,7 +307,11 @@ class _Follower:
 async def follow(client: Any, out: AguiStream, offset: int, live_secret: bytes | None) -> None:
     """Translate the run's events from ``offset`` until it waits for the front end or ends."""
     f = _Follower(client, out)
-    async for ev in _events(client, out.workflow_id, offset, live_secret):
-        if await (f.idle() if ev is None else f.on(ev)):
-            return
+    events = event_stream(
+        client, out.workflow_id, offset, 0, live_secret, quiet_seconds=IDLE_CHECK_SECONDS
+    )
+    async with contextlib.aclosing(events):  # the live reader's connections close with the reply
+        async for ev in events:
+            if await (f.idle() if ev is None else f.on(ev)):
+                return
     await finish(out)

@@ -81,10 +81,12 @@ async def event_stream(
     from_offset: int,
     skip_chars: int,
     live_secret: bytes | None,
+    quiet_seconds: float = KEEPALIVE_SECONDS,
 ) -> AsyncGenerator[dict[str, Any] | None, None]:
     """The run's events (:func:`workers.live_reader.run_events`); None after each silence.
 
-    None comes every :data:`KEEPALIVE_SECONDS` without an event: send a keepalive then.
+    None comes every ``quiet_seconds`` (default :data:`KEEPALIVE_SECONDS`) without an event: send
+    a keepalive then (the console), or check what the run waits for (AG-UI).
 
     Raises:
         RPCError, WorkflowUpdateFailedError: as :func:`workers.live_reader.run_events`.
@@ -96,7 +98,7 @@ async def event_stream(
     try:
         while True:
             nxt = nxt or asyncio.ensure_future(anext(events))
-            done, _ = await asyncio.wait({nxt}, timeout=KEEPALIVE_SECONDS)
+            done, _ = await asyncio.wait({nxt}, timeout=quiet_seconds)
             if not done:
                 yield None
                 continue
