@@ -23,7 +23,7 @@ from activities.contracts import (
 )
 from activities.mcp.config import canonical_tool_name
 from activities.model_reply import cached_prompt_count, token_count, without_lone_surrogates
-from activities.rules import token_upper_bound
+from activities.rules import token_upper_bound, tool_finished_fields
 from activities.streaming import ReplyCutOff
 
 
@@ -126,25 +126,23 @@ def log_step(bound: Any, reply: ModelReply, batches: int) -> None:
 
 
 def finished_event(first: StepToolCall, out: ToolOutcome) -> dict[str, Any]:
-    """The ``tool_finished`` event of a ``tools_first`` call, as the workflow would emit it."""
+    """The ``tool_finished`` event of a ``tools_first`` call, as the workflow would emit it.
+
+    Built by :func:`activities.rules.tool_finished_fields`, as the workflow's; the model's
+    arguments, and ``run_arguments`` when the tool's validated ones differ.
+    """
     call = first.call
-    arguments: Any = out.arguments
-    if arguments is None:
-        arguments = call.arguments
-        if isinstance(arguments, str):
-            with contextlib.suppress(ValueError):
-                arguments = json.loads(arguments)
+    arguments: Any = call.arguments
+    if isinstance(arguments, str):
+        with contextlib.suppress(ValueError):
+            arguments = json.loads(arguments)
+    ran = out.arguments if out.failure is None and out.arguments != arguments else None
     status = out.status if out.failure is None else ("timed_out" if out.timed_out else "error")
-    return {
-        "type": "tool_finished",
-        "turn": call.turn,
-        "tool_call_id": call.call_id,
-        "name": call.name,
-        "arguments": arguments,
-        "status": status,
-        "duration_ms": out.duration_ms if out.failure is None else None,
-        "result": out.content,
-    }
+    duration = out.duration_ms if out.failure is None else None
+    fields = tool_finished_fields(
+        call.call_id, call.name, arguments, ran, status, duration, out.content
+    )
+    return {"type": "tool_finished", "turn": call.turn, **fields}
 
 
 def with_outcomes(

@@ -87,3 +87,30 @@ def failure_text(
         )
         return "timed_out", text
     return "error", f"The tool failed and was given up after {attempts} attempt(s): {message}"
+
+
+def tool_finished_fields(
+    call_id: str,
+    name: str,
+    arguments: Any,
+    run_arguments: dict[str, Any] | None,
+    status: str,
+    duration_ms: float | None,
+    result: str,
+    recorded: str | None = None,
+) -> dict[str, Any]:
+    """The fields of a ``tool_finished`` event (beside ``type`` and ``turn``), built one way.
+
+    The workflow emits them for every call (``workflows/tool_calls.py``, ``ToolStep.finished``);
+    a model step that ran held calls publishes them for a watched run
+    (``activities/model_parts.py``). ``arguments`` are the model's; ``run_arguments`` (only
+    when given) those the call ran with, when a person or the tool's validation changed them;
+    ``recorded`` (only when given) how a replay answered the call.
+    """
+    fields: dict[str, Any] = {"tool_call_id": call_id, "name": name, "arguments": arguments}
+    if run_arguments is not None:
+        fields["run_arguments"] = run_arguments
+    fields.update(status=status, duration_ms=duration_ms, result=result)
+    if recorded is not None:
+        fields["recorded"] = recorded
+    return fields

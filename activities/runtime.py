@@ -19,6 +19,7 @@ import structlog
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
+from tenacity import AsyncRetrying, RetryCallState, stop_after_attempt, wait_fixed
 
 from activities import metrics
 from activities.callbacks import CallbackSigner
@@ -389,9 +390,11 @@ class RuntimeActivities:
         """Run a model step's ``tools_first`` calls concurrently, inside that step's activity.
 
         Each call gets ``timeout_seconds`` per attempt and ``max_attempts`` attempts, 1 s apart
-        (what its own ``tool.invoke`` activity would get from Temporal). Business errors come
-        back as ``status="error"``, as from ``tool.invoke``; a call that fails on every attempt
-        comes back with ``failure`` (and ``timed_out``) set. Returns one outcome per call, in order.
+        (what its own ``tool.invoke`` activity would get from Temporal). These retries are not
+        Temporal's because a retry of the step's activity would ask the model again too; they are
+        tenacity's. Business errors come back as ``status="error"``, as from ``tool.invoke``; a
+        call that fails on every attempt comes back with ``failure`` (and ``timed_out``) set.
+        Returns one outcome per call, in order.
 
         Raises:
             asyncio.CancelledError: the step was cancelled (interrupt, deadline); the calls are too.
@@ -408,39 +411,46 @@ class RuntimeActivities:
 
     async def _attempts(self, first: StepToolCall) -> ToolOutcome:
         req, bound = first.call, _bound_log(first.call)
-        attempts = max(1, first.max_attempts)
-        failure, timed_out = "not run", False
-        for attempt in range(1, attempts + 1):
-            started = time.perf_counter()
-            try:
-                outcome = await asyncio.wait_for(self._checked(req), first.timeout_seconds)
-            except TimeoutError:
-                failure, timed_out = f"timed out after {first.timeout_seconds:g} s", True
-            except Exception as exc:  # noqa: BLE001 - retried, then given to the workflow
-                failure, timed_out = f"{type(exc).__name__}: {exc}", False
-            else:
-                bound.info("tool_call", status=outcome.status, duration_ms=outcome.duration_ms,
-                           output_chars=outcome.output_chars, in_model_step=True)  # fmt: skip
-                metrics.tool_call(req.name, outcome.status, outcome.duration_ms)
-                return outcome
+        attempts, limit = max(1, first.max_attempts), first.timeout_seconds
+
+        async def attempt() -> ToolOutcome:
+            return await asyncio.wait_for(self._checked(req), limit)
+
+        def failed(state: RetryCallState) -> None:  # after each failed attempt (tenacity)
             bound.warning(
                 "tool_infrastructure_error",
-                attempt=attempt,
-                duration_ms=round((time.perf_counter() - started) * 1000, 2),
-                error=failure,  # redacted by the logging chain (activities/redaction.py)
-            )
-            if attempt < attempts:
-                await asyncio.sleep(1.0)
+                attempt=state.attempt_number,
+                elapsed_ms=round((state.seconds_since_start or 0.0) * 1000, 2),  # since the first
+                error=_failure(state.outcome.exception() if state.outcome else None, limit)[0],
+            )  # the error is redacted by the logging chain (activities/redaction.py)
 
-        metrics.tool_call(req.name, "timed_out" if timed_out else "infrastructure_error")
-        return ToolOutcome(
-            call_id=req.call_id,
-            name=req.name,
-            status="error",
-            content=failure_text(timed_out, False, failure, attempts)[1],
-            failure=failure,
-            timed_out=timed_out,
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(attempts), wait=wait_fixed(1.0), after=failed, reraise=True
         )
+        try:
+            outcome: ToolOutcome = await retrying(attempt)
+        except Exception as exc:  # noqa: BLE001 - given to the workflow after the last attempt
+            failure, timed_out = _failure(exc, limit)
+            metrics.tool_call(req.name, "timed_out" if timed_out else "infrastructure_error")
+            return ToolOutcome(
+                call_id=req.call_id,
+                name=req.name,
+                status="error",
+                content=failure_text(timed_out, False, failure, attempts)[1],
+                failure=failure,
+                timed_out=timed_out,
+            )
+        bound.info("tool_call", status=outcome.status, duration_ms=outcome.duration_ms,
+                   output_chars=outcome.output_chars, in_model_step=True)  # fmt: skip
+        metrics.tool_call(req.name, outcome.status, outcome.duration_ms)
+        return outcome
+
+
+def _failure(exc: BaseException | None, timeout_seconds: float) -> tuple[str, bool]:
+    """What an attempt's exception says, and whether it was the attempt's timeout."""
+    if isinstance(exc, TimeoutError):
+        return f"timed out after {timeout_seconds:g} s", True
+    return f"{type(exc).__name__}: {exc}", False
 
 
 def _tool_span(req: InvokeToolInput) -> AbstractContextManager[Any]:

@@ -61,10 +61,6 @@ class ToolStep(Protocol):
         """Carry ``calls`` out as ordinary calls of the run: policy, approvals, activities."""
         ...
 
-    def finished(self, rec: ToolCallRecord, result: str) -> None:
-        """Emit ``tool_finished`` for a call that ended with ``result``."""
-        ...
-
 
 STDOUT_CAP = 16_000
 """Characters of the script's ``print()`` output the model is given."""
@@ -154,7 +150,7 @@ def _sub_calls(call: ToolCallRequest, calls: int, out: CodeStepOutput) -> list[T
 async def run_script(
     host: ToolStep, call: ToolCallRequest, rec: ToolCallRecord, info: ToolInfo
 ) -> str:
-    """Run one Code Mode call to its end; returns the tool result text.
+    """Run one Code Mode call to its end; returns the tool result text (``rec`` settled).
 
     Never raises for the script's own errors; ``Stop`` (an interrupt, the deadline) passes through.
     """
@@ -210,5 +206,4 @@ def _finish(host: ToolStep, rec: ToolCallRecord, text: str, ok: bool, started: A
     rec.status = "ok" if ok else "error"
     rec.result_chars = len(text)
     rec.duration_ms = (workflow.now() - started).total_seconds() * 1000
-    host.finished(rec, text)
-    return text
+    return text  # the tool step emits tool_finished (ToolStep.settle)

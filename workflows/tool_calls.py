@@ -2,10 +2,11 @@
 
 :class:`ToolStep` works on the run's :class:`workflows.run_context.RunContext`. How each call
 settles (denied, approved, rejected, timed out, failed, cancelled) and the text the model is told
-come from :mod:`workflows.turn`; this module only schedules the activities and waits. An
-``ask_<NAME>`` call is a child run (:mod:`workflows.children`), ``handoff_to_<NAME>`` a handoff
-(:mod:`workflows.handoff`), a Code Mode call a script (:mod:`workflows.code_mode`). Results go
-back into the transcript in the order the model wrote the calls.
+come from :mod:`workflows.turn`. Each call that may run goes to its runner
+(:mod:`workflows.tool_runners`: an activity, a local activity, an MCP server's or sandboxed
+tool, a child run, a handoff, a client tool, a Code Mode script, a replay's recorded result),
+and :meth:`ToolStep.settle` records how it ended. Results go back into the transcript in the
+order the model wrote the calls.
 """
 
 from __future__ import annotations
@@ -14,25 +15,24 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, CancelledError
+from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     import workflows.activity_options as options
     import workflows.charges as charges
-    import workflows.render as render
     import workflows.turn as turn
     from activities.contracts import ToolCallRequest, ToolInfo, ToolOutcome
-    from activities.evals.contracts import Recording
-    from activities.interfaces import policy_judge, tool_invoke
+    from activities.interfaces import policy_judge
     from activities.judge import JudgeVerdict
+    from activities.rules import tool_finished_fields
     from workflows.approvals import Decisions
     from workflows.children import ChildStep
-    from workflows.client_tools import NOT_SUPPORTED, ClientTools
-    from workflows.code_mode import run_script
+    from workflows.client_tools import ClientTools
     from workflows.handoff import HandoffStep
     from workflows.models import PendingApproval, ToolCallRecord
     from workflows.policy import CedarFacts, Search, decide, re2_search, re_search
     from workflows.run_context import RunContext, Stop, cause_message
+    from workflows.tool_runners import Ran, Runners
 
 if TYPE_CHECKING:
     from workflows.guardrails import GuardrailStep
@@ -60,11 +60,9 @@ class ToolStep:
         self.ctx = ctx
         self.guard = guard
         self.client = client or ClientTools(ctx)
-        self._client_ok: bool | None = None  # patch client-tools, once asked
         self._decisions = decisions
         self._children = children
-        self._handoffs = handoffs
-        self._ask_share = 1  # children started in this turn share what is left of the budget
+        self.runners = Runners(ctx, self, children, handoffs, self.client)
 
     async def run(self, calls: list[ToolCallRequest]) -> None:
         """Carry out a turn's calls and append one ``tool`` message per call, in call order.
@@ -73,7 +71,7 @@ class ToolStep:
             Stop: interrupted, out of time, or approvals timed out with ``on_approval_timeout: fail``.
         """
         tools = {t.name: t for t in self.ctx.pinned().tools}
-        self._ask_share = sum(
+        self.runners.child.share = sum(
             1 for c in calls if c.name in tools and tools[c.name].kind == "subagent"
         )
         _, outcomes = await self.execute(calls)
@@ -93,12 +91,12 @@ class ToolStep:
         """
         ctx = self.ctx
         tools = {t.name: t for t in ctx.pinned().tools}
-        if self._client_ok is None and any(
+        if self.runners.client.supported is None and any(
             (t := tools.get(c.name)) is not None and t.kind == "client" for c in calls
         ):  # before any command of these calls (a marker after a local activity fails replay)
-            self._client_ok = ctx.versions.client_tools()
+            self.runners.client.supported = ctx.versions.client_tools()
         records, outcomes = self.apply_policy(calls, tools)
-        running: dict[str, asyncio.Future[ToolOutcome | str]] = {}
+        running: dict[str, asyncio.Future[str]] = {}
         for call, rec in zip(calls, records, strict=True):
             if rec.policy == "allow":
                 running[call.id] = asyncio.ensure_future(
@@ -263,7 +261,7 @@ class ToolStep:
 
     async def gather(
         self,
-        running: dict[str, asyncio.Future[ToolOutcome | str]],
+        running: dict[str, asyncio.Future[str]],
         records: list[ToolCallRecord],
         outcomes: dict[str, str],
         bounded: bool,
@@ -283,7 +281,7 @@ class ToolStep:
                     rec.status = "cancelled"
             raise
         for call_id, res in zip(running, results, strict=True):
-            outcomes[call_id] = res if isinstance(res, str) else res.content
+            outcomes[call_id] = res
 
     async def invoke(
         self,
@@ -291,65 +289,43 @@ class ToolStep:
         rec: ToolCallRecord,
         info: ToolInfo | None,
         announce: bool = True,
-    ) -> ToolOutcome | str:
-        """Carry out one allowed or approved call; returns its outcome (or the text it settled to).
+    ) -> str:
+        """Carry out one allowed or approved call through its runner; returns the model's text.
 
-        ``announce``: emit ``tool_started`` (not for a call announced when it was held,
-        workflows/tools_first.py).
+        The runner is chosen now (workflows/tool_runners.py); what it returns is recorded by
+        :meth:`settle`. ``announce``: emit ``tool_started`` (not for a call announced when it
+        was held, workflows/tools_first.py).
+
+        Raises:
+            Stop: an interrupt or the deadline came first (a child run, a client tool, a script).
         """
-        recording = self.ctx.req().recorded_tools
-        if recording is not None and (info is None or info.kind in ("tool", "subagent")):
-            answered = self._from_recording(call, rec, recording)
-            if answered is not None:
-                return answered
-        if info is not None and info.kind == "code":  # a Code Mode script
-            return await run_script(self, call, rec, info)
-        if info is not None and info.kind == "client":  # the client runs it
-            return await self._invoke_client(call, rec, info)
-        if info is not None and info.kind != "tool":  # ask_<NAME>, handoff_to_<NAME>
-            return await self._invoke_agent(call, rec, info)
-        ctx = self.ctx
-        rec.status = "running"
-        ran_with = turn.ran_with(rec)
-        arguments: str | dict[str, Any] = ran_with if isinstance(ran_with, dict) else call.arguments
-        inp, opts = options.tool_invoke(
-            ctx.pinned(), ctx.req(), ctx.s.turn, call, arguments, info, ctx.s.run_files
-        )
-        if rec.run_arguments is not None:  # a person's edit: the Web UI shows what the model asked
-            opts["summary"] = render.tool_summary(call.name, rec.arguments, "(edited at approval)")
-        opts = ctx.with_deadline(opts)
-        if announce:  # not again for a call announced when it was held for the model step
-            ctx.emit("tool_started", tool_call_id=call.id, name=call.name, **turn.shown(rec))
-        try:
-            if ctx.versions.local_tool_activities and options.runs_local(info):
-                out = await options.execute_local(tool_invoke, inp, opts)
-            else:
-                out = await workflow.execute_activity(tool_invoke, inp, **opts)
-        except ActivityError as e:
-            at_deadline = ctx.note_deadline(e)  # then the race ends the run: timeout
-            msg = cause_message(e)
-            settled = turn.settle_failure(
-                timed_out=turn.is_timeout_error(e.cause) and not at_deadline,
-                # interrupt, max_seconds (a cancel, or the timeout of the time left), cancel
-                cancelled=isinstance(e.cause, CancelledError) or at_deadline,
-                message=msg,
-                attempts=options.tool_attempts(info),
-                limit_seconds=info.timeout_seconds if info else None,
-            )
-            rec.status = settled.status
-            rec.reason = msg
-            self.finished(rec, settled.text)
-            return settled.text
-        self.record(rec, out, info)
-        return out
+        ran = await self.runners.choose(info).run(call, rec, info, announce)
+        return self.settle(rec, ran, info)
 
-    def record(
-        self, rec: ToolCallRecord, out: ToolOutcome, info: ToolInfo | None, announce: bool = True
-    ) -> None:
-        """Record the call's outcome (status, timing, files, arguments); emit ``tool_finished``.
+    def settle(
+        self, rec: ToolCallRecord, ran: Ran, info: ToolInfo | None, announce: bool = True
+    ) -> str:
+        """Record how a call ended, the one place that does; returns the text the model reads.
 
-        ``announce``: emit it (not when the model step that ran the call published it).
+        ``ran``: a runner's :data:`~workflows.tool_runners.Ran`, or a held call's outcome from
+        its model step (``failure`` set: it failed on every attempt there). ``announce``: emit
+        ``tool_finished`` (not when the model step that ran the call published it).
         """
+        if isinstance(ran, str):  # the runner settled it (rec.status set)
+            text = ran
+        elif ran.failure is not None:
+            rec.status = "timed_out" if ran.timed_out else "error"
+            rec.reason = ran.failure
+            text = ran.content
+        else:
+            self.record(rec, ran, info)
+            text = ran.content
+        if announce:
+            self.finished(rec, text)
+        return text
+
+    def record(self, rec: ToolCallRecord, out: ToolOutcome, info: ToolInfo | None) -> None:
+        """Record a call's outcome: status, timing, files, arguments, sandbox time, guardrails."""
         rec.status = out.status
         rec.duration_ms = out.duration_ms
         rec.result_chars = out.output_chars
@@ -359,8 +335,6 @@ class ToolStep:
             self.ctx.s.run_files.update(out.files)
         if out.arguments is not None:
             self.ran_with(rec, out.arguments)
-        if announce:
-            self.finished(rec, out.content)
         if out.guardrails and self.guard is not None:  # acted on when the turn's calls settled
             self.guard.note(out.guardrails, rec.id)
 
@@ -375,82 +349,15 @@ class ToolStep:
         else:
             rec.arguments = arguments
 
-    def _from_recording(
-        self, call: ToolCallRequest, rec: ToolCallRecord, recording: Recording
-    ) -> ToolOutcome | str | None:
-        """A replay: the call answered from ``recording`` instead of running (no activity).
-
-        Matched by tool and the model's arguments (:meth:`Recording.match`); its record says
-        ``recorded: answered``. Unmatched: a tool error (``recorded: unmatched``), or None when
-        the recording lets such calls run live (``recorded: live``).
-        """
-        s = self.ctx.s
-        index = recording.match(call.name, rec.arguments, s.replayed)
-        if index is None:
-            rec.recorded = "live" if recording.unmatched == "live" else "unmatched"
-            if rec.recorded == "live":
-                return None
-            rec.status = "error"
-            text = (
-                f"Error: this is a replay of a recorded run, and it made no {call.name} call "
-                "with these arguments, so there is no result for it. Use the results you have."
-            )
-            self.ctx.emit("tool_started", tool_call_id=call.id, name=call.name, **turn.shown(rec))
-            self.finished(rec, text)
-            return text
-        if index not in s.replayed:
-            s.replayed.append(index)
-        got = recording.calls[index]
-        rec.recorded = "answered"
-        self.ctx.emit("tool_started", tool_call_id=call.id, name=call.name, **turn.shown(rec))
-        out = ToolOutcome(
-            call_id=call.id,
-            name=call.name,
-            status="ok" if got.status == "ok" else "error",
-            content=got.result,
-            output_chars=len(got.result),
-            arguments=got.run_arguments,
-        )
-        self.record(rec, out, None)
-        return out
-
-    async def _invoke_agent(
-        self, call: ToolCallRequest, rec: ToolCallRecord, info: ToolInfo
-    ) -> str:
-        """An ``ask_*`` or ``handoff_to_*`` call: a child run, or a handoff noted for the turn's end."""
-        agent = info.agent or info.name
-        self.ctx.emit("tool_started", tool_call_id=call.id, name=call.name, **turn.shown(rec))
-        if info.kind == "handoff":
-            text = self._handoffs.ask(rec, agent)
-        else:
-            text = await self._children.ask(call, rec, info, self._ask_share)
-        self.finished(rec, text)
-        return text
-
-    async def _invoke_client(
-        self, call: ToolCallRequest, rec: ToolCallRecord, info: ToolInfo
-    ) -> str:
-        """A client tool's call: published, then its ``tool_result`` awaited (or its timeout)."""
-        if not self._client_ok:  # a history recorded without patch client-tools (none exists)
-            rec.status = "error"
-            text = NOT_SUPPORTED
-        else:
-            text = await self.client.run(call, rec, info)
-        self.finished(rec, text)
-        return text
-
     def finished(self, rec: ToolCallRecord, result: str) -> None:
         """Emit ``tool_finished`` for a call that ended with ``result``."""
         self.ctx.emit(
             "tool_finished",
-            tool_call_id=rec.id,
-            name=rec.name,
-            **turn.shown(rec),
-            status=rec.status,
-            duration_ms=rec.duration_ms,
-            result=result,
-            **({"recorded": rec.recorded} if rec.recorded is not None else {}),
-        )
+            **tool_finished_fields(
+                rec.id, rec.name, rec.arguments, rec.run_arguments, rec.status, rec.duration_ms,
+                result, rec.recorded,
+            ),
+        )  # fmt: skip
 
     async def _await_approvals(self) -> None:
         """Wait until every pending call has a verdict (or the approval timeout).

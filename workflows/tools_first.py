@@ -166,14 +166,9 @@ class ToolsFirst:
                 content="The tool call's result did not come back from the model step.",
                 failure="no result",
             )
-            if out.failure is not None:
-                rec.status = "timed_out" if out.timed_out else "error"
-                rec.reason = out.failure
-                if not published:
-                    self._tools.finished(rec, out.content)
-            else:
-                self._tools.record(rec, out, tools.get(call.name), announce=not published)
-            texts[call.call_id] = out.content
+            texts[call.call_id] = self._tools.settle(
+                rec, out, tools.get(call.name), announce=not published
+            )
         self._fill(texts)
         s.tools_first.clear()
 
@@ -209,7 +204,7 @@ class ToolsFirst:
         if not s.tools_first:
             return
         held, tools = list(s.tools_first), {t.name: t for t in self.ctx.pinned().tools}
-        running: dict[str, asyncio.Future[ToolOutcome | str]] = {}
+        running: dict[str, asyncio.Future[str]] = {}
         records: list[ToolCallRecord] = []
         for first in held:
             call = first.call
