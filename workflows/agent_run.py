@@ -92,12 +92,12 @@ class AgentRun(RunHandlers):
         self._children = ChildStep(ctx)
         self._handoffs = HandoffStep(ctx)
         self._guard = GuardrailStep(ctx)
-        self._model = ModelStep(ctx, self._guard)
         self._client = ClientTools(ctx)
         self._tools = ToolStep(
             ctx, self._children, self._handoffs, self._decisions, self._guard, self._client
         )
-        self._model.first = self._first = ToolsFirst(ctx, self._tools)
+        self._first = ToolsFirst(ctx, self._tools)
+        self._model = ModelStep(ctx, self._first, self._guard)
         self._compaction = CompactionStep(ctx)
         self._plan = PlanStep(ctx, self._model, self._tools)
 

@@ -33,12 +33,17 @@ SA_REFRESH_TURNS = 5
 class ModelStep:
     """Runs the model steps of one run."""
 
-    def __init__(self, ctx: RunContext, guard: GuardrailStep | None = None) -> None:
-        """Work on ``ctx``; ``guard`` records what the reply's text tripped; creates no command."""
+    def __init__(
+        self, ctx: RunContext, first: ToolsFirst, guard: GuardrailStep | None = None
+    ) -> None:
+        """Work on ``ctx``; creates no command.
+
+        ``first`` holds tool calls for the next step (workflows/tools_first.py); ``guard``
+        records what the reply's text tripped.
+        """
         self.ctx = ctx
         self.guard = guard
-        self.first: ToolsFirst | None = None
-        """Tool calls held for the next step (``AgentRun`` sets it; workflows/tools_first.py)."""
+        self.first = first
 
     async def step(self) -> ModelReply | None:
         """One turn's model step; None when its output could not be parsed (the model was told).
@@ -132,7 +137,7 @@ class ModelStep:
             inp, opts = options.model_complete(
                 pinned, ctx.req(), s.turn, s.messages, model=name, stream=ctx.events.watched()
             )
-            if self.first is not None and s.tools_first:
+            if s.tools_first:
                 with_calls = await self.first.attach(inp, opts)
                 if with_calls is None:  # they ran as local activities: the messages changed
                     continue
@@ -146,8 +151,7 @@ class ModelStep:
                 ctx.emit("model_finished", reply=ModelReply(model=name))
                 if isinstance(e, Stop):
                     raise
-                if self.first is not None:  # calls that ran before the model failed
-                    self.first.settle_from_failure(e)
+                self.first.settle_from_failure(e)  # calls that ran before the model failed
                 fallback = model_choice.next_model(models, index, e)
                 if fallback is None:
                     raise
@@ -157,8 +161,7 @@ class ModelStep:
                 )
                 index += 1
                 continue
-            if self.first is not None:
-                self.first.settle(reply.tool_outcomes, reply.tool_events_published)
+            self.first.settle(reply.tool_outcomes, reply.tool_events_published)
             if reply.model_skipped:
                 ctx.emit("model_finished", reply=reply)
                 return reply
