@@ -161,7 +161,7 @@ async def run_script(
     script = args.get("script")
     rec.status = "running"
     started = workflow.now()
-    host.ctx.emit("tool_started", tool_call_id=call.id, name=call.name, arguments=rec.arguments)
+    host.ctx.tool_started(rec)
     if cm is None or not isinstance(script, str) or not script.strip():
         text = script_result(
             None, "", 0, 0, "give the script as a non-empty string argument 'script'"

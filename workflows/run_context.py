@@ -28,7 +28,14 @@ with workflow.unsafe.imports_passed_through():
     from activities.contracts import ModelReply
     from activities.spec import PinnedSpec
     from workflows.events import RunEvents
-    from workflows.models import IgnoredSignal, LiveStatus, RunData, RunRequest, RunStatus
+    from workflows.models import (
+        IgnoredSignal,
+        LiveStatus,
+        RunData,
+        RunRequest,
+        RunStatus,
+        ToolCallRecord,
+    )
     from workflows.versions import Versions
 
 T = TypeVar("T")
@@ -135,6 +142,18 @@ class RunContext:
             events.finish(turn, fields["result"].model_dump(mode="json"))
         else:
             events.emit(type, turn, **fields)
+
+    def tool_started(self, rec: ToolCallRecord) -> None:
+        """Emit ``tool_started`` for the call of ``rec`` (its one builder; creates no command).
+
+        Fields: ``tool_call_id``, ``name``, ``arguments`` (the model's) and ``run_arguments``
+        when the call runs with others (a person's edit). ``tool_finished`` is built by
+        :func:`activities.rules.tool_finished_fields`.
+        """
+        fields: dict[str, Any] = {"arguments": rec.arguments}
+        if rec.run_arguments is not None:
+            fields["run_arguments"] = rec.run_arguments
+        self.emit("tool_started", tool_call_id=rec.id, name=rec.name, **fields)
 
     def publish(self) -> None:
         """The status people see into the stream, and the Web UI's current details."""

@@ -132,7 +132,7 @@ class ActivityRunner:
             opts["summary"] = render.tool_summary(call.name, rec.arguments, "(edited at approval)")
         opts = ctx.with_deadline(opts)
         if announce:
-            ctx.emit("tool_started", tool_call_id=call.id, name=call.name, **turn.shown(rec))
+            ctx.tool_started(rec)
         try:
             if self.kind == "local_activity":
                 return await options.execute_local(tool_invoke, inp, opts)
@@ -169,7 +169,7 @@ class ChildRunner:
     ) -> Ran:
         """Run the child to its end; its answer (or why it has none) is the text."""
         assert info is not None  # kind_of gives "child" only for a tool of the spec
-        self.ctx.emit("tool_started", tool_call_id=call.id, name=call.name, **turn.shown(rec))
+        self.ctx.tool_started(rec)
         return await self._children.ask(call, rec, info, self.share)
 
 
@@ -188,7 +188,7 @@ class HandoffRunner:
     ) -> Ran:
         """Note the handoff (no command); the text says whether it was taken."""
         assert info is not None
-        self.ctx.emit("tool_started", tool_call_id=call.id, name=call.name, **turn.shown(rec))
+        self.ctx.tool_started(rec)
         return self._handoffs.ask(rec, info.agent or info.name)
 
 
@@ -257,7 +257,7 @@ class RecordedRunner:
             if rec.recorded == "live":
                 return await self._live.run(call, rec, info, announce)
             rec.status = "error"
-            self.ctx.emit("tool_started", tool_call_id=call.id, name=call.name, **turn.shown(rec))
+            self.ctx.tool_started(rec)
             return (
                 f"Error: this is a replay of a recorded run, and it made no {call.name} call "
                 "with these arguments, so there is no result for it. Use the results you have."
@@ -266,7 +266,7 @@ class RecordedRunner:
             s.replayed.append(index)
         got = recording.calls[index]
         rec.recorded = "answered"
-        self.ctx.emit("tool_started", tool_call_id=call.id, name=call.name, **turn.shown(rec))
+        self.ctx.tool_started(rec)
         return ToolOutcome(
             call_id=call.id,
             name=call.name,

@@ -90,7 +90,7 @@ class ToolsFirst:
                     call=inp, timeout_seconds=info.timeout_seconds, max_attempts=info.max_attempts
                 )
             )
-            ctx.emit("tool_started", tool_call_id=call.id, name=call.name, arguments=rec.arguments)
+            ctx.tool_started(rec)
             s.messages.append({"role": "tool", "tool_call_id": call.id, "content": ""})
         ctx.publish()
         return True

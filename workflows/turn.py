@@ -208,14 +208,6 @@ def ran_with(rec: ToolCallRecord) -> dict[str, Any] | str:
     return rec.run_arguments if rec.run_arguments is not None else rec.arguments
 
 
-def shown(rec: ToolCallRecord) -> dict[str, Any]:
-    """The arguments of ``tool_started``/``tool_finished``: ``arguments``, ``run_arguments``."""
-    out: dict[str, Any] = {"arguments": rec.arguments}
-    if rec.run_arguments is not None:
-        out["run_arguments"] = rec.run_arguments
-    return out
-
-
 def settle_by_verdict(verdict: Decision | None) -> Settled | None:
     """How a call that waited for a person settles: None when approved (it runs)."""
     if verdict is not None and verdict.decision == "approve":
