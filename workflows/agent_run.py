@@ -178,11 +178,10 @@ class AgentRun(RunHandlers):
         # fails replay), in the same task as its marker: no action of its own (docs/throughput.md)
         in_step, resolve_local, model_arguments = Versions.at_start()
         try:
+            inp, opts = options.spec_resolve(req, Versions.rev_to_pin(resolve_local))
             if resolve_local:
-                inp, opts = options.spec_resolve(req, WORKFLOW_REV)
                 pinned = await options.execute_local(spec_resolve, inp, opts)
             else:  # runs started before revision 4 (their spec.resolve is an activity)
-                inp, opts = options.spec_resolve(req, 3)
                 pinned = await workflow.execute_activity(spec_resolve, inp, **opts)
         except ActivityError as e:
             mcp = isinstance(e.cause, ApplicationError) and e.cause.type == ERR_MCP_UNAVAILABLE

@@ -136,8 +136,8 @@ class ChildStep:
 
     async def ask(
         self, call: ToolCallRequest, rec: ToolCallRecord, info: ToolInfo, share: int
-    ) -> str:
-        """Run the child of one ``ask_*`` call; returns the text for the model.
+    ) -> turn.Settled:
+        """Run the child of one ``ask_*`` call; returns how the call ended and the model's text.
 
         ``share``: how many children of this turn share what is left of the budget. Never raises
         for the child's outcome; when the call is cancelled (interrupt, deadline) the child is
@@ -147,8 +147,9 @@ class ChildStep:
         ran_with = turn.ran_with(rec)
         task = task_of(ran_with if isinstance(ran_with, dict) else call.arguments)
         if task is None:
-            rec.status = "error"
-            return f"ask_{agent} needs a `task`: the task for {agent}, as a non-empty string."
+            return turn.Settled(
+                "error", f"ask_{agent} needs a `task`: the task for {agent}, as a non-empty string."
+            )
         s, req = self.ctx.s, self.ctx.req()
         child_id = child_workflow_id(workflow.info().workflow_id, agent, s.children)
         limits = child_limits(s.usage, s.max_total_tokens, s.max_cost_usd, share)
@@ -171,7 +172,7 @@ class ChildStep:
         )
         self.ctx.publish()
         result = await self._child_result(handle)
-        return self._child_ended(record, rec, agent, result)
+        return self._child_ended(record, agent, result)
 
     async def _child_result(
         self, handle: workflow.ChildWorkflowHandle[Any, RunResult]
@@ -188,13 +189,7 @@ class ChildStep:
             await handle.signal("interrupt", {"reason": "the parent run was interrupted"})
             return await asyncio.shield(handle)
 
-    def _child_ended(
-        self,
-        record: ChildRecord,
-        rec: ToolCallRecord,
-        agent: str,
-        result: RunResult,
-    ) -> str:
+    def _child_ended(self, record: ChildRecord, agent: str, result: RunResult) -> turn.Settled:
         s = self.ctx.s
         record.status = result.status
         record.usage = result.usage
@@ -203,7 +198,6 @@ class ChildStep:
         s.child_pending.pop(record.run_id, None)
         self._shown_status_changed(before)
         status, text = child_answer(agent, result)
-        rec.status = "ok" if status == "ok" else "error"
         self.ctx.emit(
             "child_finished",
             run_id=record.run_id,
@@ -212,7 +206,7 @@ class ChildStep:
             usage=result.usage.model_dump(),
         )
         self.ctx.publish()
-        return text
+        return turn.Settled("ok" if status == "ok" else "error", text)
 
     def _child_search_attributes(self, child: RunRequest) -> TypedSearchAttributes | None:
         """The child's search attributes at start (None when the parent's namespace has none)."""

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
+    import workflows.turn as turn
     from activities.client_tool_info import client_tool_info
     from activities.client_tools import ClientToolDef
     from activities.contracts import ToolCallRequest, ToolInfo
@@ -134,11 +135,11 @@ class ClientTools:
             tool_call_id=upd.tool_call_id, status="error" if upd.is_error else "ok"
         )
 
-    async def run(self, call: ToolCallRequest, rec: ToolCallRecord, info: ToolInfo) -> str:
-        """Publish the call and wait for its result (or the tool's timeout); returns the text.
+    async def run(self, call: ToolCallRequest, rec: ToolCallRecord, info: ToolInfo) -> turn.Settled:
+        """Publish the call and wait for its result (or the tool's timeout); how it ended.
 
-        ``rec`` gets its status (``ok``, ``error``, ``timed_out``), duration (the time waited)
-        and the result's size; the caller emits ``tool_finished``.
+        Its status (``ok``, ``error``, ``timed_out``), the time waited and the result's size;
+        the caller records them and emits ``tool_finished`` (``ToolStep.settle``).
 
         Raises:
             Stop: ``interrupted`` while waiting (the caller marks the call cancelled).
@@ -168,14 +169,18 @@ class ClientTools:
                 lambda: cid in s.client_results, timeout, f"client tool {call.name}"
             )
         except TimeoutError:
-            rec.status = "timed_out"
-            rec.reason = f"no result from the client within {timeout:g} s"
-            rec.duration_ms = round((workflow.now() - started).total_seconds() * 1000, 1)
-            return timed_out_text(call.name, timeout)
+            return turn.Settled(
+                "timed_out",
+                timed_out_text(call.name, timeout),
+                reason=f"no result from the client within {timeout:g} s",
+                duration_ms=round((workflow.now() - started).total_seconds() * 1000, 1),
+            )
         finally:
             s.client_waiting.pop(cid, None)
         res = s.client_results[cid]
-        rec.status = "error" if res.is_error else "ok"
-        rec.duration_ms = round((workflow.now() - started).total_seconds() * 1000, 1)
-        rec.result_chars = len(res.content)
-        return result_text(res, ctx.pinned().spec.max_tool_output_chars)
+        return turn.Settled(
+            "error" if res.is_error else "ok",
+            result_text(res, ctx.pinned().spec.max_tool_output_chars),
+            duration_ms=round((workflow.now() - started).total_seconds() * 1000, 1),
+            result_chars=len(res.content),
+        )

@@ -149,8 +149,8 @@ def _sub_calls(call: ToolCallRequest, calls: int, out: CodeStepOutput) -> list[T
 
 async def run_script(
     host: ToolStep, call: ToolCallRequest, rec: ToolCallRecord, info: ToolInfo
-) -> str:
-    """Run one Code Mode call to its end; returns the tool result text (``rec`` settled).
+) -> turn.Settled:
+    """Run one Code Mode call to its end; how it ended, and the tool result text.
 
     Never raises for the script's own errors; ``Stop`` (an interrupt, the deadline) passes through.
     """
@@ -166,7 +166,7 @@ async def run_script(
         text = script_result(
             None, "", 0, 0, "give the script as a non-empty string argument 'script'"
         )
-        return _finish(host, rec, text, False, started)
+        return _finish(text, False, started)
     inp = _first_input(pinned, cm, script)
     calls = steps = 0
     printed = ""
@@ -199,11 +199,10 @@ async def run_script(
         )
     text = script_result(out, printed, calls, steps, error)
     ok = error is None and out is not None and out.status == "done"
-    return _finish(host, rec, text, ok, started)
+    return _finish(text, ok, started)
 
 
-def _finish(host: ToolStep, rec: ToolCallRecord, text: str, ok: bool, started: Any) -> str:
-    rec.status = "ok" if ok else "error"
-    rec.result_chars = len(text)
-    rec.duration_ms = (workflow.now() - started).total_seconds() * 1000
-    return text  # the tool step emits tool_finished (ToolStep.settle)
+def _finish(text: str, ok: bool, started: Any) -> turn.Settled:
+    """How the script's call ended; the tool step records it (``ToolStep.settle``)."""
+    duration = (workflow.now() - started).total_seconds() * 1000
+    return turn.Settled("ok" if ok else "error", text, duration_ms=duration, result_chars=len(text))

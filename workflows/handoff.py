@@ -15,9 +15,9 @@ from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     import workflows.activity_options as options
+    import workflows.turn as turn
     from activities.interfaces import spec_resolve
     from activities.spec import Limits, PinnedSpec
-    from workflows.models import ToolCallRecord
     from workflows.run_context import Stop, cause_message
 
 if TYPE_CHECKING:
@@ -51,14 +51,13 @@ class HandoffStep:
         """Work on ``ctx``; creates no command."""
         self.ctx = ctx
 
-    def ask(self, rec: ToolCallRecord, agent: str) -> str:
-        """The ``handoff_to_*`` call: note the handover for the end of the turn."""
+    def ask(self, agent: str) -> turn.Settled:
+        """The ``handoff_to_*`` call: note the handover for the end of the turn; how it ended."""
         s = self.ctx.s
         status, text = handoff_text(agent, s.handoff_to)
-        rec.status = "ok" if status == "ok" else "error"
         if status == "ok":
             s.handoff_to = agent
-        return text
+        return turn.Settled("ok" if status == "ok" else "error", text)
 
     async def apply(self) -> None:
         """At the end of a turn: pin the other agent's spec and carry on with it.

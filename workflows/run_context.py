@@ -82,7 +82,6 @@ class RunContext:
     Attributes:
         s: the run state (replaced as a whole when a continued run takes its carry back).
         events: the run's event stream (:mod:`workflows.events`).
-        decisions: approvals and rejections as they arrive (:class:`workflows.handlers.Decisions`).
         outside_task: whether this activation runs outside a workflow task (revision 3).
     """
 

@@ -120,9 +120,8 @@ class ToolStep:
                     running[call.id] = asyncio.ensure_future(
                         self.invoke(call, rec, tools.get(call.name))
                     )
-                elif settled is not None:
-                    rec.status = settled.status
-                    outcomes[call.id] = settled.text
+                elif settled is not None:  # rejected, or its approval timed out: not run
+                    outcomes[call.id] = self.settle(rec, settled, None, announce=False)
         if running:
             # tool calls (their activities' timeouts bound them) and handoffs (noted at once);
             # a child run or a Code Mode script races the deadline timer (RunContext.race)
@@ -166,9 +165,8 @@ class ToolStep:
             rec.policy_id = decision.policy_id
             records.append(rec)
             s.tool_calls.append(rec)
-            if settled is not None:
-                rec.status = settled.status
-                outcomes[call.id] = settled.text
+            if settled is not None:  # denied: not run
+                outcomes[call.id] = self.settle(rec, settled, None, announce=False)
             elif decision.action == "approve":
                 s.pending[call.id] = PendingApproval(
                     tool_call_id=call.id,
@@ -278,7 +276,7 @@ class ToolStep:
             for call_id in running:
                 rec = next(r for r in records if r.id == call_id)
                 if rec.status in ("pending", "running"):
-                    rec.status = "cancelled"
+                    self.settle(rec, turn.Settled("cancelled", ""), None, announce=False)
             raise
         for call_id, res in zip(running, results, strict=True):
             outcomes[call_id] = res
@@ -307,19 +305,26 @@ class ToolStep:
     ) -> str:
         """Record how a call ended, the one place that does; returns the text the model reads.
 
-        ``ran``: a runner's :data:`~workflows.tool_runners.Ran`, or a held call's outcome from
-        its model step (``failure`` set: it failed on every attempt there). ``announce``: emit
-        ``tool_finished`` (not when the model step that ran the call published it).
+        ``ran``: a runner's :data:`~workflows.tool_runners.Ran`, the policy's or a person's
+        verdict (a :class:`workflows.turn.Settled`: denied, rejected, approval timed out,
+        cancelled), or a held call's outcome from its model step (``failure`` set: it failed on
+        every attempt there). ``announce``: emit ``tool_finished`` (not for a call that never
+        ran, nor when the model step that ran the call published it).
         """
-        if isinstance(ran, str):  # the runner settled it (rec.status set)
-            text = ran
-        elif ran.failure is not None:
-            rec.status = "timed_out" if ran.timed_out else "error"
-            rec.reason = ran.failure
-            text = ran.content
-        else:
+        if isinstance(ran, ToolOutcome) and ran.failure is not None:
+            status = "timed_out" if ran.timed_out else "error"
+            ran = turn.Settled(status, ran.content, reason=ran.failure)
+        if isinstance(ran, ToolOutcome):
             self.record(rec, ran, info)
             text = ran.content
+        else:
+            rec.status, text = ran.status, ran.text
+            if ran.reason is not None:
+                rec.reason = ran.reason
+            if ran.duration_ms is not None:
+                rec.duration_ms = ran.duration_ms
+            if ran.result_chars is not None:
+                rec.result_chars = ran.result_chars
         if announce:
             self.finished(rec, text)
         return text

@@ -4,8 +4,9 @@ Once a call may run (the policy allowed it, or a person or the judge approved it
 (:class:`workflows.tool_calls.ToolStep`) asks :meth:`Runners.choose` for the call's runner, awaits
 ``runner.run(call, rec, info, announce)`` and records what came back in one place
 (``ToolStep.settle``: status, time, files, arguments, the ``tool_finished`` event). A runner
-returns either a :class:`~activities.contracts.ToolOutcome` (the tool ran; the step records it) or
-a ``str``: the runner settled the call itself (``rec.status`` set) and the text is the model's.
+returns either a :class:`~activities.contracts.ToolOutcome` (the tool ran) or a
+:class:`workflows.turn.Settled` (how the call ended otherwise: a failure, a child's answer, a
+handoff, a client's result, a script's); it never writes how the call ended into its record.
 
 ======================  ================  ====================================================
 kind                    runner            what runs the call
@@ -16,8 +17,10 @@ kind                    runner            what runs the call
 ``mcp``                 ActivityRunner    ``tool.invoke``; the worker calls the MCP server
 ``sandbox``             ActivityRunner    ``tool.invoke``; the worker runs it in bubblewrap, and
                                           its time is charged (``workflows/charges.py``)
-``held``                ToolsFirst        a turn's allowed local calls ride the next model step
-                                          (``workflows/tools_first.py``, chosen per turn)
+(held)                  ToolsFirst        not a runner: a turn whose calls would all run as
+                                          ``local_activity`` and are all allowed rides the next
+                                          model step instead (``workflows/tools_first.py``,
+                                          chosen per turn with :func:`kind_of`)
 ``child``               ChildRunner       ``ask_<NAME>``: a child run (``workflows/children.py``)
 ``handoff``             HandoffRunner     ``handoff_to_<NAME>``: noted for the turn's end
 ``client``              ClientRunner      the client runs it; update ``tool_result``
@@ -36,6 +39,7 @@ call too.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from temporalio import workflow
@@ -59,13 +63,13 @@ if TYPE_CHECKING:
     from workflows.code_mode import ToolStep
 
 RunnerKind = Literal[
-    "activity", "local_activity", "mcp", "sandbox", "held", "child", "handoff", "client",
-    "script", "recorded",
+    "activity", "local_activity", "mcp", "sandbox", "child", "handoff", "client", "script",
+    "recorded",
 ]  # fmt: skip
 """Where a call runs (the module docstring's table)."""
 
-Ran = ToolOutcome | str
-"""What a runner returns: the tool's outcome, or the text of a call the runner settled."""
+Ran = ToolOutcome | turn.Settled
+"""What a runner returns: the tool's outcome, or how the call ended otherwise."""
 
 
 class Runner(Protocol):
@@ -148,9 +152,7 @@ class ActivityRunner:
                 attempts=options.tool_attempts(info),
                 limit_seconds=info.timeout_seconds if info else None,
             )
-            rec.status = settled.status
-            rec.reason = msg
-            return settled.text
+            return replace(settled, reason=msg)
 
 
 class ChildRunner:
@@ -189,7 +191,7 @@ class HandoffRunner:
         """Note the handoff (no command); the text says whether it was taken."""
         assert info is not None
         self.ctx.tool_started(rec)
-        return self._handoffs.ask(rec, info.agent or info.name)
+        return self._handoffs.ask(info.agent or info.name)
 
 
 class ClientRunner:
@@ -208,8 +210,7 @@ class ClientRunner:
         """Wait for the client's result, or the tool's timeout."""
         assert info is not None
         if not self.supported:  # a history recorded without patch client-tools (none exists)
-            rec.status = "error"
-            return NOT_SUPPORTED
+            return turn.Settled("error", NOT_SUPPORTED)
         return await self.client.run(call, rec, info)
 
 
@@ -256,11 +257,11 @@ class RecordedRunner:
             rec.recorded = "live" if recording.unmatched == "live" else "unmatched"
             if rec.recorded == "live":
                 return await self._live.run(call, rec, info, announce)
-            rec.status = "error"
             self.ctx.tool_started(rec)
-            return (
+            return turn.Settled(
+                "error",
                 f"Error: this is a replay of a recorded run, and it made no {call.name} call "
-                "with these arguments, so there is no result for it. Use the results you have."
+                "with these arguments, so there is no result for it. Use the results you have.",
             )
         if index not in s.replayed:
             s.replayed.append(index)

@@ -43,6 +43,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.policy import decide, parse_arguments
     from workflows.run_context import RunContext
     from workflows.tool_calls import ToolStep
+    from workflows.tool_runners import kind_of
 
 
 class ToolsFirst:
@@ -97,7 +98,7 @@ class ToolsFirst:
 
     def _may_ride(self, call: ToolCallRequest, info: ToolInfo | None) -> bool:
         ctx = self.ctx
-        if info is None or info.kind != "tool" or info.sandboxed or not options.runs_local(info):
+        if kind_of(info, local_activities=True) != "local_activity":  # tool_runners.py
             return False
         decision = decide(
             ctx.pinned().spec.policy, info, call.id, call.name, call.arguments,

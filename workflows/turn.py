@@ -80,10 +80,19 @@ class Finish:
 
 @dataclass(frozen=True)
 class Settled:
-    """How one tool call ended without running (or after it failed): status and the model's text."""
+    """How one tool call ended, other than with a tool's outcome: status and the model's text.
+
+    Without running (denied, rejected, an approval that timed out), after failing, or settled by
+    its runner (a child run, a handoff, a client tool, a Code Mode script:
+    workflows/tool_runners.py). ``reason`` (why it failed), ``duration_ms`` and
+    ``result_chars``, when known, go into the call's record (``ToolStep.settle``).
+    """
 
     status: ToolCallStatus
     text: str
+    reason: str | None = None
+    duration_ms: float | None = None
+    result_chars: int | None = None
 
 
 Next = CallModel | TellModel | RunTools | WaitForMessage | PauseForBudget | Finish

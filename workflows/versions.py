@@ -107,6 +107,14 @@ class Versions:
         return tools_in_step, resolve_local, workflow.patched(PATCH_MODEL_ARGUMENTS)
 
     @staticmethod
+    def rev_to_pin(spec_resolve_local: bool) -> int:
+        """The revision a new run pins: :data:`WORKFLOW_REV`, or 3 for a run without :data:`PATCH_V4`.
+
+        (Such runs, recorded before revision 4, resolve their spec in an activity.)
+        """
+        return WORKFLOW_REV if spec_resolve_local else 3
+
+    @staticmethod
     def deprecated() -> None:
         """The patches every run takes (their old branches are gone); asked by every run."""
         workflow.deprecate_patch(PATCH_V2)
