@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from workflows.run_context import RunContext
 
 
-class ToolStep(Protocol):
+class ScriptHost(Protocol):
     """What a script's host calls (``workflows.tool_calls.ToolStep``, which runs the script).
 
     A protocol, so that this module needs no import of the tool step that imports it.
@@ -148,7 +148,7 @@ def _sub_calls(call: ToolCallRequest, calls: int, out: CodeStepOutput) -> list[T
 
 
 async def run_script(
-    host: ToolStep, call: ToolCallRequest, rec: ToolCallRecord, info: ToolInfo
+    host: ScriptHost, call: ToolCallRequest, rec: ToolCallRecord, info: ToolInfo
 ) -> turn.Settled:
     """Run one Code Mode call to its end; how it ended, and the tool result text.
 

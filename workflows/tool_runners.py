@@ -60,7 +60,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.run_context import RunContext, cause_message
 
 if TYPE_CHECKING:
-    from workflows.code_mode import ToolStep
+    from workflows.code_mode import ScriptHost
 
 RunnerKind = Literal[
     "activity", "local_activity", "mcp", "sandbox", "child", "handoff", "client", "script",
@@ -219,7 +219,7 @@ class ScriptRunner:
 
     kind: RunnerKind = "script"
 
-    def __init__(self, host: ToolStep) -> None:
+    def __init__(self, host: ScriptHost) -> None:
         """``host`` carries out the calls the script makes (the tool step itself)."""
         self._host = host
 
@@ -284,7 +284,7 @@ class Runners:
     def __init__(
         self,
         ctx: RunContext,
-        host: ToolStep,
+        host: ScriptHost,
         children: ChildStep,
         handoffs: HandoffStep,
         client: ClientTools,
