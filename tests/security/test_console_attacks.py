@@ -22,12 +22,6 @@ from workers.console.auth import AuthConfigError, Authenticator, authenticator_f
 from workers.console.serve import start_server
 
 
-async def _awaiting(h: Harness) -> tuple[Any, str]:
-    handle = await h.start("write it")
-    st = await until_state(handle, lambda s: s.pending_approvals)
-    return handle, st.pending_approvals[0].tool_call_id
-
-
 async def _count_runs(client: Client) -> int:
     n = 0
     async for _ in client.list_workflows("WorkflowType = 'AgentRun'"):
@@ -62,7 +56,7 @@ async def test_another_origin_in_chromium_cannot_approve_start_send_or_interrupt
     from playwright.async_api import async_playwright
 
     async with Harness(client, tmp_path, pending_write()) as h:
-        handle, call_id = await _awaiting(h)
+        handle, call_id = await h.start_held("write it")
         runner, url = await serve_console(client, h.task_queue, Authenticator(token=TOKEN))
         page_html = ATTACK_PAGE % {"console": url, "run": handle.id, "call": call_id}
         evil_runner, evil_url = await serve_page(page_html)
@@ -103,7 +97,7 @@ async def test_dns_rebinding_host_forged_principal_and_no_credential_are_refused
     client: Client, tmp_path: Path
 ):
     async with Harness(client, tmp_path, pending_write()) as h:
-        handle, call_id = await _awaiting(h)
+        handle, call_id = await h.start_held("write it")
         auth = Authenticator(token=TOKEN, principal="alice")
         runner, url = await serve_console(client, h.task_queue, auth)
         port = url.rsplit(":", 1)[1]
@@ -170,7 +164,7 @@ async def test_a_person_sees_and_acts_on_their_own_tenants_runs_only(
 ):
     proxy = Authenticator(mode="proxy", trusted_proxies=frozenset({"127.0.0.1"}))
     async with Harness(client, tmp_path, pending_write()) as h:
-        handle, call_id = await _awaiting(h)  # tenant "default"
+        handle, call_id = await h.start_held("write it")  # tenant "default"
         runner, url = await serve_console(client, h.task_queue, proxy)
         bob = {"X-Forwarded-User": "bob", "X-Forwarded-Groups": "tenant:acme,role:reviewer"}
         carol = {"X-Forwarded-User": "carol", "X-Forwarded-Groups": "tenant:default"}

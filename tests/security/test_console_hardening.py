@@ -32,15 +32,14 @@ DECOY = """<!doctype html><html><body style="margin:0">
 </body></html>"""
 
 
-async def _start_in(h: Harness, tenant: str) -> tuple[Any, str]:
-    handle = await h.start("write it", tenant_id=tenant, principal_id="alice")
-    st = await until_state(handle, lambda s: s.pending_approvals)
-    return handle, st.pending_approvals[0].tool_call_id
-
-
 def _assert_no_framing(headers: Any, what: str) -> None:
     assert headers.get("X-Frame-Options") == "DENY", what
     assert "frame-ancestors 'none'" in headers.get("Content-Security-Policy", ""), what
+
+
+async def _start_in(h: Harness, tenant: str) -> tuple[Any, str]:
+    """A run of ``alice`` in ``tenant`` with a call held for approval: (handle, call id)."""
+    return await h.start_held("write it", tenant_id=tenant, principal_id="alice")
 
 
 async def test_a_page_on_another_port_cannot_frame_the_console_over_a_decoy(
