@@ -2,14 +2,24 @@
 
 The one way :mod:`workers.metrics_server` (``/healthz``, ``/metrics``) and
 :mod:`workers.live_server` (``/live/{run_id}``) listen: :func:`split_address` reads the address,
-:func:`listen` binds it and :func:`http_url` writes the URL others reach it at.
+:func:`listen` binds it and :func:`http_url` writes the URL others reach it at. And the one way
+the live channel and the run console (``/runs/{id}/events``, AG-UI) open a Server-Sent Events
+answer: :func:`open_sse`.
 """
 
 from __future__ import annotations
 
 from aiohttp import web
 
-__all__ = ["http_url", "listen", "split_address"]
+__all__ = ["SSE_HEADERS", "http_url", "listen", "open_sse", "split_address"]
+
+SSE_HEADERS = {
+    "Content-Type": "text/event-stream",
+    "Cache-Control": "no-cache",
+    "X-Accel-Buffering": "no",
+}
+"""Headers of a Server-Sent Events answer: the media type (WHATWG HTML "Server-sent events"), no
+cache, and ``X-Accel-Buffering: no`` so that a proxy such as nginx passes each event on at once."""
 
 
 def split_address(address: str) -> tuple[str | None, int]:
@@ -54,3 +64,16 @@ async def listen(app: web.Application, address: str) -> tuple[web.AppRunner, str
 def http_url(host: str, port: int) -> str:
     """``http://host:port``, an IPv6 host in brackets (``http://[::1]:9464``)."""
     return f"http://{f'[{host}]' if ':' in host else host}:{port}"
+
+
+async def open_sse(
+    request: web.Request, headers: dict[str, str] | None = None
+) -> web.StreamResponse:
+    """Start ``request``'s answer as Server-Sent Events (:data:`SSE_HEADERS` and ``headers``).
+
+    Returns:
+        The prepared response (its headers sent): write the events to it.
+    """
+    resp = web.StreamResponse(headers={**SSE_HEADERS, **(headers or {})})
+    await resp.prepare(request)
+    return resp

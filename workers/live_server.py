@@ -30,7 +30,7 @@ from aiohttp import web
 from activities.live import BROKER, verify_token
 from activities.private_files import private_file
 from workers.config import Settings
-from workers.http_site import http_url, listen
+from workers.http_site import http_url, listen, open_sse
 
 __all__ = [
     "IDENTITY_MARK",
@@ -149,14 +149,7 @@ class LiveServer:
                 text=json.dumps({"error": "from must be a non-negative integer"}),
                 content_type="application/json",
             )
-        resp = web.StreamResponse(
-            headers={
-                "Content-Type": "text/event-stream",
-                "Cache-Control": "no-cache",
-                "X-Accel-Buffering": "no",
-            }
-        )
-        await resp.prepare(request)
+        resp = await open_sse(request)
         items = BROKER.subscribe(run_id, int(raw))
         nxt: asyncio.Future[dict[str, object]] | None = None
         try:
