@@ -30,7 +30,7 @@ from aiohttp import web
 from activities.live import BROKER, verify_token
 from activities.private_files import private_file
 from workers.config import Settings
-from workers.metrics_server import split_address
+from workers.http_site import http_url, listen, open_sse
 
 __all__ = [
     "IDENTITY_MARK",
@@ -116,22 +116,13 @@ class LiveServer:
         """
         app = web.Application()
         app.router.add_get("/live/{run_id}", self._live)
-        runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
-        await runner.setup()
-        host, port = split_address(self.address)
-        try:
-            await web.TCPSite(runner, host, port).start()
-        except BaseException:
-            await runner.cleanup()
-            raise
-        self._runner = runner
-        bound = runner.addresses[0][1]
+        self._runner, host, bound = await listen(app, self.address)
         if self._advertise:
             adv = self._advertise
             self.url = adv if adv.startswith(("http://", "https://")) else f"http://{adv}"
         else:
             shown = host if host not in (None, "0.0.0.0", "::") else socket.getfqdn()
-            self.url = f"http://{f'[{shown}]' if ':' in shown else shown}:{bound}"
+            self.url = http_url(shown, bound)
         BROKER.bind(asyncio.get_running_loop())
         log.info("live_serving", url=self.url)
         return self.url
@@ -158,14 +149,7 @@ class LiveServer:
                 text=json.dumps({"error": "from must be a non-negative integer"}),
                 content_type="application/json",
             )
-        resp = web.StreamResponse(
-            headers={
-                "Content-Type": "text/event-stream",
-                "Cache-Control": "no-cache",
-                "X-Accel-Buffering": "no",
-            }
-        )
-        await resp.prepare(request)
+        resp = await open_sse(request)
         items = BROKER.subscribe(run_id, int(raw))
         nxt: asyncio.Future[dict[str, object]] | None = None
         try:

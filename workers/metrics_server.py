@@ -49,6 +49,7 @@ from temporalio.runtime import LoggingConfig, PrometheusConfig, Runtime, Telemet
 from temporalio.worker import Worker
 
 from workers.config import Settings
+from workers.http_site import http_url, listen, split_address
 from workers.logging_setup import core_logging_config
 from workers.run_counts import RunCounts
 
@@ -72,21 +73,6 @@ RUN_COUNTS_TIMEOUT = 8.0
 """Seconds a scrape waits for a refresh of the run counts before it answers the last ones."""
 
 Phase = Literal["starting", "polling", "serving", "stopping", "stopped"]
-
-
-def split_address(address: str) -> tuple[str | None, int]:
-    """``"host:port"`` -> ``(host, port)``; ``":9464"``: every interface (host None).
-
-    ``"[::1]:9464"`` -> ``("::1", 9464)``.
-
-    Raises:
-        ValueError: no port.
-    """
-    host, sep, port = address.rpartition(":")
-    if not sep or not port.isdigit():
-        raise ValueError(f"{address!r} is not host:port")
-    host = host.strip("[]")
-    return host or None, int(port)
 
 
 class Health:
@@ -203,18 +189,8 @@ class MetricsEndpoint:
         app = web.Application()
         app.router.add_get(HEALTH_PATH, self._healthz)
         app.router.add_get(METRICS_PATH, self._metrics)
-        runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
-        await runner.setup()
-        host, port = split_address(self.address)
-        try:
-            await web.TCPSite(runner, host, port).start()
-        except BaseException:
-            await runner.cleanup()
-            raise
-        self._runner = runner
-        bound = runner.addresses[0]
-        shown = host or "0.0.0.0"
-        self.url = f"http://{f'[{shown}]' if ':' in shown else shown}:{bound[1]}"
+        self._runner, host, bound = await listen(app, self.address)
+        self.url = http_url(host or "0.0.0.0", bound)
         log.info("metrics_serving", url=self.url, sdk=self.sdk is not None)
         return self.url
 

@@ -20,11 +20,11 @@ from typing import Any
 
 import aiohttp
 import pytest
-from aiohttp import web
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
 from tests.support.agui import TOKEN, serve, sse, types
+from tests.support.console import serve_page
 from tests.support.harness import CHROMIUM, CHROMIUM_ARGS, Harness
 from workers import client as rc
 from workers.console.agui import thread_workflow_id
@@ -271,21 +271,12 @@ async def test_chromium_client_two_turns_and_another_origin_refused(client: Clie
     async with Harness(client, tmp_path, _model()) as h:
         runner, url = await serve(client, h, page_html)
         evil_thread = str(uuid.uuid4())
-        evil = web.Application()
         evil_html = ATTACK % {
             "thread": json.dumps(evil_thread),
             "agui": json.dumps(f"{url}/agui"),
             "bundle": "<script>" + bundle.replace("</script", "<\\/script") + "</script>",
         }
-
-        async def _evil(_r: web.Request) -> web.Response:
-            return web.Response(text=evil_html, content_type="text/html")
-
-        evil.router.add_get("/", _evil)
-        evil_runner = web.AppRunner(evil)
-        await evil_runner.setup()
-        await web.TCPSite(evil_runner, "127.0.0.1", 0).start()
-        evil_url = f"http://127.0.0.1:{evil_runner.addresses[0][1]}/"
+        evil_runner, evil_url = await serve_page(evil_html)
         try:
             async with async_playwright() as pw:
                 browser = await pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)

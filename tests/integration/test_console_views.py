@@ -18,10 +18,10 @@ from temporalio.client import Client
 
 from activities.evals.contracts import SuiteRequest, Variant
 from tests.support import evals
+from tests.support.console import serve_console
 from tests.support.harness import CHROMIUM, CHROMIUM_ARGS, Harness, until_state
 from workers import client as rc
 from workers.console.auth import Authenticator
-from workers.console.serve import start_server
 from workers.eval_client import start_suite
 from workers.testing.scripted_model import ScriptedModel, text, tool_call
 
@@ -109,14 +109,7 @@ async def test_the_list_filters_groups_and_pages_read_history_without_a_worker(
                 break
             await asyncio.sleep(0.1)
         [suite_child] = children
-        runner, url = await start_server(
-            client,
-            "127.0.0.1",
-            0,
-            lambda r: f"http://ui/{r}",
-            h.task_queue,
-            Authenticator(token=TOKEN),
-        )
+        runner, url = await serve_console(client, h.task_queue, Authenticator(token=TOKEN))
         try:
             async with async_playwright() as pw:
                 browser = await pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)

@@ -17,7 +17,15 @@ from temporalio.client import Client
 
 from activities.live import sign_token
 from tests.support.harness import Harness
-from tests.support.live import events_of, read_sse_approving, step_texts
+from tests.support.live import (
+    TWO_STEPS_AND_AN_APPROVAL,
+    chain_of_turns,
+    events_of,
+    read_approving,
+    read_sse_approving,
+    step_texts,
+    watched_through_a_crash,
+)
 from workers import client as rc
 from workers.console.auth import Authenticator
 from workers.console.serve import start_server
@@ -55,6 +63,21 @@ def step_items(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [e for e in events if not e.get("live")]
 
 
+async def read_after(
+    client: Client, run_id: str, last: dict[str, Any], stats: ReaderStats
+) -> list[dict[str, Any]]:
+    """A reader that resumes after ``last``: from its offset on, less its ``chars`` already read."""
+    items = run_events(
+        client,
+        run_id,
+        last["offset"] + 1,
+        secret=SECRET,
+        skip_chars=last.get("chars", 0),
+        stats=stats,
+    )
+    return [ev async for ev in items]
+
+
 async def counts(client: Client, run_id: str) -> tuple[int, int]:
     """(signals, accepted updates) in the run's history."""
     hist = await client.get_workflow_handle(run_id).fetch_history()
@@ -71,11 +94,8 @@ async def test_watched_run_in_order_with_live_deltas_and_no_signal(client: Clien
         assert h.live is not None and h.live.url.startswith("http://127.0.0.2:")
         handle = await h.start("read and deploy")
         stats = ReaderStats()
-        events: list[dict[str, Any]] = []
-        async for ev in run_events(client, handle.id, secret=SECRET, stats=stats):
-            events.append(ev)
-            if ev["type"] == "approval_requested":
-                await rc.decide(client, handle.id, ev["tool_call_id"], "approve", "alice")
+        items = run_events(client, handle.id, secret=SECRET, stats=stats)
+        events = await read_approving(items, client, handle.id)
         res = await handle.result()
         signals, updates = await counts(client, handle.id)
         # read again once finished: the same step items (from the live channel's retention)
@@ -89,15 +109,7 @@ async def test_watched_run_in_order_with_live_deltas_and_no_signal(client: Clien
         if e["type"] in ("run_started", "model_started", "model_finished", "approval_requested")
         or e["type"] == "run_finished"
     ]
-    assert order == [
-        "run_started",
-        "model_started",
-        "model_finished",
-        "approval_requested",
-        "model_started",
-        "model_finished",
-        "run_finished",
-    ]
+    assert order == TWO_STEPS_AND_AN_APPROVAL
     assert step_texts(events) == [FIRST, ANSWER]
     live = [e for e in events if e.get("live") and e["type"] == "text_delta"]
     assert len(live) > 3, "the text came in pieces as the model wrote it"
@@ -121,26 +133,17 @@ async def test_reconnecting_reader_loses_no_step_event_across_a_worker_restart(
     )
     async with Harness(client, tmp_path, model, live=WORKER_ADDRESS, live_secret=SECRET) as h:
         handle = await h.start("read it")
-        first: list[dict[str, Any]] = []
-        async for ev in run_events(client, handle.id, secret=SECRET):
-            first.append(ev)
-            if ev["type"] == "tool_started":
-                break
+        first = await read_approving(
+            run_events(client, handle.id, secret=SECRET),
+            client,
+            handle.id,
+            until=lambda ev: ev["type"] == "tool_started",
+        )
         await h.stop_worker()
         await h.start_worker()  # a new live channel, on a new port, that never saw this run
         last = first[-1]
         stats = ReaderStats()
-        rest = [
-            ev
-            async for ev in run_events(
-                client,
-                handle.id,
-                last["offset"] + 1,
-                secret=SECRET,
-                skip_chars=last.get("chars", 0),
-                stats=stats,
-            )
-        ]
+        rest = await read_after(client, handle.id, last, stats)
         res = await handle.result()
         full = [ev async for ev in rc.follow(client, handle.id)]  # the stream's own record
     assert res.status == "completed"
@@ -216,38 +219,21 @@ async def test_worker_killed_mid_stream_gives_model_retry_then_the_right_text(
     client: Client, dev_server_address: str, tmp_path: Path, monkeypatch
 ):
     """Worker processes with their default live channel; the first is SIGKILLed mid-reply."""
-    import os
-    import signal
-
-    from tests.support.harness import spawn_worker_process
-
     monkeypatch.setenv("AGENT_LIVE_SECRET", SECRET.decode())
     monkeypatch.setenv("AGENT_LIVE_ADDRESS", "127.0.0.2:0")
     model = ScriptedModel(
         [*approval_first(LONG)[:1], text(LONG).with_chunk_delay(0.05), text(LONG)], chunk_chars=3
     )
+    stats = ReaderStats()
     async with Harness(client, tmp_path, model, worker=False) as h:
-        log = tmp_path / "worker.log"
-        w1 = spawn_worker_process(h, dev_server_address, log)
-        w2 = None
-        try:
-            handle = await h.start("write slowly")
-            events: list[dict[str, Any]] = []
-            stats = ReaderStats()
-            async for ev in run_events(client, handle.id, secret=SECRET, stats=stats):
-                events.append(ev)
-                if ev["type"] == "approval_requested":
-                    await rc.decide(client, handle.id, ev["tool_call_id"], "approve", "alice")
-                if ev["type"] == "text_delta" and ev.get("live") and w2 is None:
-                    os.killpg(w1.pid, signal.SIGKILL)  # mid-stream: the process is gone
-                    w1.wait()
-                    w2 = spawn_worker_process(h, dev_server_address, log)
-            res = await asyncio.wait_for(handle.result(), timeout=60)
-        finally:
-            for w in (w1, w2):
-                if w is not None and w.poll() is None:
-                    w.send_signal(signal.SIGTERM)
-                    w.wait(timeout=30)
+        # mid-stream, at the first live delta: the process is gone
+        res, events = await watched_through_a_crash(
+            h,
+            dev_server_address,
+            tmp_path / "worker.log",
+            lambda run_id: run_events(client, run_id, secret=SECRET, stats=stats),
+            lambda ev: ev["type"] == "text_delta" and bool(ev.get("live")),
+        )
     assert res.status == "completed" and res.output == LONG
     assert not stats.fallback
     retries = [e for e in events if e["type"] == "model_retry"]
@@ -262,12 +248,7 @@ async def test_worker_killed_mid_stream_gives_model_retry_then_the_right_text(
 
 
 async def test_live_reader_follows_continue_as_new(client: Client, tmp_path: Path):
-    threshold = 96 * 1024
-    turns = 10
-    texts = [f"Turn {i}: " + ("lorem ipsum dolor sit amet " * 60) for i in range(turns)]
-    script = [tool_call("record", {"label": f"t{i}"}, content=texts[i]) for i in range(turns)]
-    model = ScriptedModel([*script, text("all done")], chunk_chars=16)
-    agents = {"default": {"limits": {"continue_as_new_at_bytes": threshold, "max_turns": 40}}}
+    texts, model, agents = chain_of_turns(10)
     async with Harness(
         client, tmp_path, model, agents=agents, live=WORKER_ADDRESS, live_secret=SECRET
     ) as h:
@@ -290,26 +271,16 @@ async def test_reader_dropped_mid_reply_resumes_without_repeating_or_losing_text
     model = ScriptedModel(approval_first(ANSWER), chunk_chars=3)
     async with Harness(client, tmp_path, model, live=WORKER_ADDRESS, live_secret=SECRET) as h:
         handle = await h.start("answer")
-        first: list[dict[str, Any]] = []
-        async for ev in run_events(client, handle.id, secret=SECRET):
-            first.append(ev)
-            if ev["type"] == "approval_requested":
-                await rc.decide(client, handle.id, ev["tool_call_id"], "approve", "alice")
-            if ev.get("live") and ev.get("chars", 0) > 20:
-                break  # the connection drops in the middle of the reply
+        first = await read_approving(
+            run_events(client, handle.id, secret=SECRET),
+            client,
+            handle.id,
+            # the connection drops in the middle of the reply
+            until=lambda ev: bool(ev.get("live")) and ev.get("chars", 0) > 20,
+        )
         await asyncio.sleep(0.3)  # the model goes on writing meanwhile
         last, stats = first[-1], ReaderStats()
-        rest = [
-            ev
-            async for ev in run_events(
-                client,
-                handle.id,
-                last["offset"] + 1,
-                secret=SECRET,
-                skip_chars=last["chars"],
-                stats=stats,
-            )
-        ]
+        rest = await read_after(client, handle.id, last, stats)
         await handle.result()
     assert step_texts(first + rest) == ["", ANSWER]
     assert any(e.get("live") for e in rest), "the rest of the reply came live"
@@ -331,11 +302,8 @@ async def test_a_channel_out_of_reach_still_gives_every_step_event(client: Clien
     ) as h:
         handle = await h.start("deploy and answer")
         stats = ReaderStats()
-        events: list[dict[str, Any]] = []
-        async for ev in run_events(client, handle.id, secret=SECRET, stats=stats):
-            events.append(ev)
-            if ev["type"] == "approval_requested":
-                await rc.decide(client, handle.id, ev["tool_call_id"], "approve", "alice")
+        items = run_events(client, handle.id, secret=SECRET, stats=stats)
+        events = await read_approving(items, client, handle.id)
         await handle.result()
         full = [ev async for ev in rc.follow(client, handle.id)]
     assert not stats.fallback and stats.queries >= 1
@@ -352,11 +320,9 @@ async def test_output_guardrails_keep_a_watched_steps_text_whole(client: Client,
         client, tmp_path, model, agents=agents, live=WORKER_ADDRESS, live_secret=SECRET
     ) as h:
         handle = await h.start("what is my card?")
-        events: list[dict[str, Any]] = []
-        async for ev in run_events(client, handle.id, secret=SECRET):
-            events.append(ev)
-            if ev["type"] == "approval_requested":
-                await rc.decide(client, handle.id, ev["tool_call_id"], "approve", "alice")
+        events = await read_approving(
+            run_events(client, handle.id, secret=SECRET), client, handle.id
+        )
         res = await handle.result()
     assert res.output == "Your card is [REDACTED]."
     assert not [e for e in events if e.get("live")]

@@ -4,37 +4,24 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import signal
 from pathlib import Path
 from typing import Any
 
 from temporalio.client import Client
 
 from tests.support.harness import Harness
+from tests.support.live import (
+    CHAIN_THRESHOLD,
+    TWO_STEPS_AND_AN_APPROVAL,
+    chain_of_turns,
+    read_approving,
+    step_texts,
+    watched_through_a_crash,
+)
 from workers import client as rc
 from workers.testing.scripted_model import ScriptedModel, text, tool_call, tool_calls
 
 ANSWER = "The file says the answer is 42, and the deploy to staging went through."
-
-
-def step_texts(events: list[dict[str, Any]]) -> list[str]:
-    """The text of each model step from its deltas (after the step's last model_retry)."""
-    out: list[str] = []
-    current: list[str] | None = None
-    for ev in events:
-        if ev["type"] == "model_started":
-            current = []
-        elif ev["type"] == "model_retry":
-            current = []
-        elif ev["type"] == "text_delta":
-            assert current is not None, "a text_delta outside a model step"
-            current.append(ev["delta"])
-        elif ev["type"] == "model_finished":
-            assert current is not None
-            out.append("".join(current))
-            current = None
-    return out
 
 
 async def collect(client: Client, run_id: str, from_offset: int = 0) -> list[dict[str, Any]]:
@@ -55,20 +42,14 @@ async def test_stream_of_a_run_with_two_tool_calls_and_an_approval(client: Clien
     model = ScriptedModel(two_calls_and_approval(), chunk_chars=3)
     async with Harness(client, tmp_path, model, worker=False) as h:
         handle = await h.start("read and deploy")
-        events: list[dict[str, Any]] = []
-
-        async def watch() -> None:
-            async for ev in rc.follow(client, handle.id):
-                events.append(ev)
-                if ev["type"] == "approval_requested":
-                    await rc.decide(client, handle.id, ev["tool_call_id"], "approve", "alice")
-
-        watching = asyncio.ensure_future(watch())
+        watching = asyncio.ensure_future(
+            read_approving(rc.follow(client, handle.id), client, handle.id)
+        )
         # The follower's first poll (an update) waits at the server for a worker, so the run's
         # first workflow task already knows it is watched: both model steps stream.
         await asyncio.sleep(0.5)
         await h.start_worker()
-        await asyncio.wait_for(watching, timeout=60)
+        events = await asyncio.wait_for(watching, timeout=60)
         res = await handle.result()
         # a finished run drains its retained items (a worker answers the query)
         again = await collect(client, handle.id)
@@ -82,15 +63,7 @@ async def test_stream_of_a_run_with_two_tool_calls_and_an_approval(client: Clien
         for t in types
         if t not in ("text_delta", "status", "tool_started", "tool_finished", "approval_decided")
     ]
-    assert order == [
-        "run_started",
-        "model_started",
-        "model_finished",
-        "approval_requested",
-        "model_started",
-        "model_finished",
-        "run_finished",
-    ]
+    assert order == TWO_STEPS_AND_AN_APPROVAL
     tools = [(e["type"], e["name"]) for e in events if e["type"].startswith("tool_")]
     assert sorted(tools) == sorted(
         [
@@ -168,31 +141,19 @@ async def test_worker_killed_mid_stream_yields_model_retry_and_the_right_text(
     client: Client, dev_server_address: str, tmp_path: Path, monkeypatch
 ):
     """Workers without a live channel publish through the run's stream (Signals)."""
-    from tests.support.harness import spawn_worker_process
-
     monkeypatch.setenv("AGENT_LIVE_ADDRESS", "off")
     model = ScriptedModel(
         [text(LONG).with_chunk_delay(0.05), text(LONG).with_chunk_delay(0.01)], chunk_chars=3
     )
     async with Harness(client, tmp_path, model, worker=False) as h:
-        log = tmp_path / "worker.log"
-        w1 = spawn_worker_process(h, dev_server_address, log)
-        w2 = None
-        try:
-            handle = await h.start("write slowly")
-            events: list[dict[str, Any]] = []
-            async for ev in rc.follow(client, handle.id):
-                events.append(ev)
-                if ev["type"] == "text_delta" and w2 is None:
-                    os.killpg(w1.pid, signal.SIGKILL)  # mid-stream: the process is gone
-                    w1.wait()
-                    w2 = spawn_worker_process(h, dev_server_address, log)
-            res = await asyncio.wait_for(handle.result(), timeout=60)
-        finally:
-            for w in (w1, w2):
-                if w is not None and w.poll() is None:
-                    w.send_signal(signal.SIGTERM)
-                    w.wait(timeout=30)
+        # mid-stream, at the first delta: the process is gone
+        res, events = await watched_through_a_crash(
+            h,
+            dev_server_address,
+            tmp_path / "worker.log",
+            lambda run_id: rc.follow(client, run_id),
+            lambda ev: ev["type"] == "text_delta",
+        )
     assert res.status == "completed" and res.output == LONG
     retries = [e for e in events if e["type"] == "model_retry"]
     assert len(retries) == 1 and retries[0]["attempt"] == 2
@@ -226,12 +187,8 @@ async def test_long_watched_run_keeps_history_and_stream_bounded(
 
     monkeypatch.setattr(wf_events, "MAX_CARRIED_ITEMS", 60)
     monkeypatch.setattr(wf_events, "MAX_CARRIED_BYTES", 12 * 1024)
-    threshold = 96 * 1024
     turns = 14
-    texts = [f"Turn {i}: " + ("lorem ipsum dolor sit amet " * 60) for i in range(turns)]
-    script = [tool_call("record", {"label": f"t{i}"}, content=texts[i]) for i in range(turns)]
-    model = ScriptedModel([*script, text("all done")], chunk_chars=16)
-    agents = {"default": {"limits": {"continue_as_new_at_bytes": threshold, "max_turns": 40}}}
+    texts, model, agents = chain_of_turns(turns)
     async with Harness(client, tmp_path, model, agents=agents) as h:
         handle = await h.start("a long one")
         seen = [ev async for ev in rc.follow(client, handle.id)]
@@ -246,7 +203,7 @@ async def test_long_watched_run_keeps_history_and_stream_bounded(
     assert step_texts(seen) == [*texts, "all done"]
     for hist in chain:
         size = sum(e.ByteSize() for e in hist.events)
-        assert size < 2 * threshold, f"a run of the chain grew to {size} bytes"
+        assert size < 2 * CHAIN_THRESHOLD, f"a run of the chain grew to {size} bytes"
     for hist in chain[1:]:
         carried = hist.events[0].workflow_execution_started_event_attributes.input.payloads[0]
         carry_events = json.loads(carried.data)["carry"]["events"]

@@ -60,13 +60,12 @@ async def test_allow_deny_and_approve_paths(client: Client, tmp_path: Path):
 async def test_approve_with_edited_arguments_runs_with_the_new_ones(client: Client, tmp_path: Path):
     model = ScriptedModel([tool_call("deploy", {"target": "prod"}), text("done")])
     async with Harness(client, tmp_path, model, agents=GATED) as h:
-        handle = await h.start("deploy")
-        st = await until_state(handle, lambda s: bool(s.pending_approvals))
+        handle, call_id = await h.start_held("deploy")
         await rc.approve_signal(
             client,
             handle.id,
             ApproveSignal(
-                tool_call_id=st.pending_approvals[0].tool_call_id,
+                tool_call_id=call_id,
                 principal_id="olga",
                 arguments={"target": "staging"},
             ),
@@ -90,13 +89,12 @@ async def test_approve_with_edited_arguments_runs_with_the_new_ones(client: Clie
 async def test_reject_never_runs_the_tool_and_tells_the_model(client: Client, tmp_path: Path):
     model = ScriptedModel([tool_call("deploy", {"target": "prod"}), text("ok, not deploying")])
     async with Harness(client, tmp_path, model, agents=GATED) as h:
-        handle = await h.start("deploy")
-        st = await until_state(handle, lambda s: bool(s.pending_approvals))
+        handle, call_id = await h.start_held("deploy")
         await rc.reject_signal(
             client,
             handle.id,
             RejectSignal(
-                tool_call_id=st.pending_approvals[0].tool_call_id,
+                tool_call_id=call_id,
                 principal_id="alice",
                 reason="freeze week",
             ),
@@ -111,8 +109,7 @@ async def test_reject_never_runs_the_tool_and_tells_the_model(client: Client, tm
 async def test_duplicate_stale_and_unauthorised_decisions(client: Client, tmp_path: Path):
     model = ScriptedModel([tool_call("deploy", {"target": "prod"}, id="call_dep"), text("done")])
     async with Harness(client, tmp_path, model, agents=GATED) as h:
-        handle = await h.start("deploy")
-        await until_state(handle, lambda s: bool(s.pending_approvals))
+        handle, _ = await h.start_held("deploy")
         # unauthorised: the update is refused by its validator, the signal is ignored and recorded
         with pytest.raises(WorkflowUpdateFailedError) as exc:
             await rc.decide(client, handle.id, "call_dep", "approve", "mallory")
@@ -257,11 +254,10 @@ async def test_worker_restart_while_awaiting_approval_runs_the_call_once(
 ):
     model = ScriptedModel([tool_call("deploy", {"target": "prod"}), text("done")])
     async with Harness(client, tmp_path, model, agents=GATED) as h:
-        handle = await h.start("deploy")
-        st = await until_state(handle, lambda s: bool(s.pending_approvals))
+        handle, call_id = await h.start_held("deploy")
         await h.stop_worker()
         await h.start_worker()  # a new worker: the run is rebuilt from its history
-        await rc.decide(client, handle.id, st.pending_approvals[0].tool_call_id, "approve", "alice")
+        await rc.decide(client, handle.id, call_id, "approve", "alice")
         res = await handle.result()
     assert res.status == "completed"
     assert deployed(h) == ["prod"]

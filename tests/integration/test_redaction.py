@@ -141,7 +141,7 @@ async def _collect(stream: Any) -> list[dict[str, Any]]:
 async def test_a_key_streamed_through_the_live_channel_is_redacted_whole(
     client: Client, tmp_path: Path
 ) -> None:
-    from workers import client as rc
+    from tests.support.live import read_approving
     from workers.live_reader import run_events
 
     secret = b"redaction-live-secret"
@@ -151,11 +151,9 @@ async def test_a_key_streamed_through_the_live_channel_is_redacted_whole(
     model = ScriptedModel(script, chunk_chars=5)
     async with Harness(client, tmp_path, model, live="127.0.0.1:0", live_secret=secret) as h:
         handle = await h.start("what is the key")
-        events: list[dict[str, Any]] = []
-        async for ev in run_events(client, handle.id, secret=secret):
-            events.append(ev)
-            if ev["type"] == "approval_requested":
-                await rc.decide(client, handle.id, ev["tool_call_id"], "approve", "alice")
+        events = await read_approving(
+            run_events(client, handle.id, secret=secret), client, handle.id
+        )
         res = await handle.result()
     live = [e["delta"] for e in events if e["type"] == "text_delta" and e.get("live")]
     deltas = [e["delta"] for e in events if e["type"] == "text_delta"]

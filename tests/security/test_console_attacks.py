@@ -12,21 +12,14 @@ from typing import Any
 import aiohttp
 import jwt
 import pytest
-from aiohttp import web
 from cryptography.hazmat.primitives.asymmetric import rsa
 from temporalio.client import Client
 
-from tests.support.console import TOKEN, jwks_server, pending_write
+from tests.support.console import TOKEN, jwks_server, pending_write, serve_console, serve_page
 from tests.support.harness import CHROMIUM, CHROMIUM_ARGS, Harness, until_state
 from workers.config import Settings
 from workers.console.auth import AuthConfigError, Authenticator, authenticator_from_settings
 from workers.console.serve import start_server
-
-
-async def _awaiting(h: Harness) -> tuple[Any, str]:
-    handle = await h.start("write it")
-    st = await until_state(handle, lambda s: s.pending_approvals)
-    return handle, st.pending_approvals[0].tool_call_id
 
 
 async def _count_runs(client: Client) -> int:
@@ -63,27 +56,10 @@ async def test_another_origin_in_chromium_cannot_approve_start_send_or_interrupt
     from playwright.async_api import async_playwright
 
     async with Harness(client, tmp_path, pending_write()) as h:
-        handle, call_id = await _awaiting(h)
-        runner, url = await start_server(
-            client,
-            "127.0.0.1",
-            0,
-            lambda r: f"http://ui/{r}",
-            h.task_queue,
-            Authenticator(token=TOKEN),
-        )
-        evil = web.Application()
+        handle, call_id = await h.start_held("write it")
+        runner, url = await serve_console(client, h.task_queue, Authenticator(token=TOKEN))
         page_html = ATTACK_PAGE % {"console": url, "run": handle.id, "call": call_id}
-
-        async def _page(_r: web.Request) -> web.Response:
-            return web.Response(text=page_html, content_type="text/html")
-
-        evil.router.add_get("/", _page)
-        evil_runner = web.AppRunner(evil)
-        await evil_runner.setup()
-        site = web.TCPSite(evil_runner, "127.0.0.1", 0)
-        await site.start()
-        evil_url = f"http://127.0.0.1:{evil_runner.addresses[0][1]}/"
+        evil_runner, evil_url = await serve_page(page_html)
         before = await _count_runs(client)
         try:
             async with async_playwright() as pw:
@@ -121,15 +97,9 @@ async def test_dns_rebinding_host_forged_principal_and_no_credential_are_refused
     client: Client, tmp_path: Path
 ):
     async with Harness(client, tmp_path, pending_write()) as h:
-        handle, call_id = await _awaiting(h)
-        runner, url = await start_server(
-            client,
-            "127.0.0.1",
-            0,
-            lambda r: f"http://ui/{r}",
-            h.task_queue,
-            Authenticator(token=TOKEN, principal="alice"),
-        )
+        handle, call_id = await h.start_held("write it")
+        auth = Authenticator(token=TOKEN, principal="alice")
+        runner, url = await serve_console(client, h.task_queue, auth)
         port = url.rsplit(":", 1)[1]
         bearer = {"Authorization": f"Bearer {TOKEN}"}
         try:
@@ -194,10 +164,8 @@ async def test_a_person_sees_and_acts_on_their_own_tenants_runs_only(
 ):
     proxy = Authenticator(mode="proxy", trusted_proxies=frozenset({"127.0.0.1"}))
     async with Harness(client, tmp_path, pending_write()) as h:
-        handle, call_id = await _awaiting(h)  # tenant "default"
-        runner, url = await start_server(
-            client, "127.0.0.1", 0, lambda r: f"http://ui/{r}", h.task_queue, proxy
-        )
+        handle, call_id = await h.start_held("write it")  # tenant "default"
+        runner, url = await serve_console(client, h.task_queue, proxy)
         bob = {"X-Forwarded-User": "bob", "X-Forwarded-Groups": "tenant:acme,role:reviewer"}
         carol = {"X-Forwarded-User": "carol", "X-Forwarded-Groups": "tenant:default"}
         try:

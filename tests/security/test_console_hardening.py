@@ -14,11 +14,10 @@ from typing import Any
 import aiohttp
 import jwt
 import pytest
-from aiohttp import web
 from temporalio.client import Client
 from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 
-from tests.support.console import TOKEN, jwks_server, pending_write
+from tests.support.console import TOKEN, jwks_server, pending_write, serve_page
 from tests.support.harness import CHROMIUM, CHROMIUM_ARGS, Harness, until_state
 from tests.support.payloads import settings_in
 from workers.console.auth import Authenticator
@@ -33,29 +32,14 @@ DECOY = """<!doctype html><html><body style="margin:0">
 </body></html>"""
 
 
-async def _serve_page(html: str) -> tuple[web.AppRunner, str]:
-    """``html`` served at ``/`` on another port of 127.0.0.1 (same site as the console)."""
-    app = web.Application()
-
-    async def _page(_r: web.Request) -> web.Response:
-        return web.Response(text=html, content_type="text/html")
-
-    app.router.add_get("/", _page)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    return runner, f"http://127.0.0.1:{runner.addresses[0][1]}/"
-
-
-async def _start_in(h: Harness, tenant: str) -> tuple[Any, str]:
-    handle = await h.start("write it", tenant_id=tenant, principal_id="alice")
-    st = await until_state(handle, lambda s: s.pending_approvals)
-    return handle, st.pending_approvals[0].tool_call_id
-
-
 def _assert_no_framing(headers: Any, what: str) -> None:
     assert headers.get("X-Frame-Options") == "DENY", what
     assert "frame-ancestors 'none'" in headers.get("Content-Security-Policy", ""), what
+
+
+async def _start_in(h: Harness, tenant: str) -> tuple[Any, str]:
+    """A run of ``alice`` in ``tenant`` with a call held for approval: (handle, call id)."""
+    return await h.start_held("write it", tenant_id=tenant, principal_id="alice")
 
 
 async def test_a_page_on_another_port_cannot_frame_the_console_over_a_decoy(
@@ -68,7 +52,7 @@ async def test_a_page_on_another_port_cannot_frame_the_console_over_a_decoy(
         runner, url = await start_server(
             client, "127.0.0.1", 0, lambda r: r, h.task_queue, Authenticator(token=TOKEN)
         )
-        evil_runner, evil_url = await _serve_page(DECOY % {"console": url, "run": handle.id})
+        evil_runner, evil_url = await serve_page(DECOY % {"console": url, "run": handle.id})
         try:
             async with aiohttp.ClientSession() as http:
                 for path, headers in (

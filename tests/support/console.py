@@ -1,4 +1,5 @@
-"""What the run console's security tests share: the token they serve with, a run held for approval."""
+"""What the run console's tests share: the token they serve with, a run held for approval, the
+console and another site's page on free ports, an identity provider's keys."""
 
 from __future__ import annotations
 
@@ -8,7 +9,10 @@ from typing import Any
 from aiohttp import web
 from cryptography.hazmat.primitives.asymmetric import rsa
 from jwt.algorithms import RSAAlgorithm
+from temporalio.client import Client
 
+from workers.console.auth import Authenticator
+from workers.console.serve import start_server
 from workers.testing.scripted_model import ScriptedModel, text, tool_call
 
 TOKEN = "security-test-token"
@@ -39,3 +43,26 @@ async def jwks_server() -> tuple[web.AppRunner, str, Any]:
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", 0).start()
     return runner, f"http://127.0.0.1:{runner.addresses[0][1]}/jwks", key
+
+
+async def serve_console(
+    client: Client, task_queue: str | None, auth: Authenticator
+) -> tuple[web.AppRunner, str]:
+    """The run console (:func:`start_server`) on a free port of 127.0.0.1, its Web UI links
+    ``http://ui/<run_id>``: ``(runner, base URL)``; clean up with ``runner.cleanup()``."""
+    return await start_server(client, "127.0.0.1", 0, lambda r: f"http://ui/{r}", task_queue, auth)
+
+
+async def serve_page(html: str) -> tuple[web.AppRunner, str]:
+    """``html`` served at ``/`` on another port of 127.0.0.1 (same site as the console, another
+    origin): ``(runner, the page's URL)``; clean up with ``runner.cleanup()``."""
+    app = web.Application()
+
+    async def _page(_r: web.Request) -> web.Response:
+        return web.Response(text=html, content_type="text/html")
+
+    app.router.add_get("/", _page)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    return runner, f"http://127.0.0.1:{runner.addresses[0][1]}/"

@@ -175,6 +175,19 @@ class Harness:
             self.client, RunRequest(input=input, **kw), task_queue=self.task_queue
         )
 
+    async def start_held(self, input: str, **kw: Any) -> tuple[WorkflowHandle[Any, RunResult], str]:
+        """Start a run (as :meth:`start`) and wait until a call of it is held for approval.
+
+        Returns:
+            The run's handle and the id of the first held call.
+
+        Raises:
+            AssertionError: no call was held within 20 s (:func:`until_state`).
+        """
+        handle = await self.start(input, **kw)
+        st = await until_state(handle, lambda s: bool(s.pending_approvals))
+        return handle, st.pending_approvals[0].tool_call_id
+
     async def run(self, input: str, **kw: Any) -> RunResult:
         h = await self.start(input, **kw)
         return await asyncio.wait_for(h.result(), timeout=60)

@@ -59,6 +59,7 @@ from workers.console.common import (
     _body,
     _who,
 )
+from workers.http_site import open_sse
 from workflows.models import MAX_NAME_CHARS, WORKFLOW_NAME, RunRequest
 
 if TYPE_CHECKING:
@@ -150,15 +151,7 @@ async def _agui(request: web.Request) -> web.StreamResponse:
     act.decisions = [(m, _decision(m)) for m in new if _is_approval(m)]
     act.answers = [m for m in new if m.role == "tool" and not _is_approval(m)]
     act.users = users
-    resp = web.StreamResponse(
-        headers={
-            "Content-Type": "text/event-stream",
-            "Cache-Control": "no-cache",
-            "X-Accel-Buffering": "no",
-            **NO_FRAMING_HEADERS,
-        }
-    )
-    await resp.prepare(request)
+    resp = await open_sse(request, NO_FRAMING_HEADERS)
     out = AguiStream(resp, body.thread_id, body.run_id, wf_id)
     await out.send(RunStartedEvent(thread_id=body.thread_id, run_id=body.run_id))
     try:

@@ -23,6 +23,7 @@ from temporalio.service import RPCError
 
 from workers import client as rc
 from workers.console.common import CLIENT_KEY, LIVE_SECRET_KEY, NO_FRAMING_HEADERS, _own_run
+from workers.http_site import open_sse
 from workers.live_reader import run_events
 
 __all__ = ["KEEPALIVE_SECONDS", "MAX_OFFSET_DIGITS", "event_stream"]
@@ -121,15 +122,7 @@ async def _events(request: web.Request) -> web.StreamResponse:
     run_id = await _own_run(request)
     start, skip = _from_offset(request)
     await rc.handle(client, run_id).describe()  # 404 as JSON before the stream starts
-    resp = web.StreamResponse(
-        headers={
-            "Content-Type": "text/event-stream",
-            "Cache-Control": "no-cache",
-            "X-Accel-Buffering": "no",
-            **NO_FRAMING_HEADERS,
-        }
-    )
-    await resp.prepare(request)
+    resp = await open_sse(request, NO_FRAMING_HEADERS)
     events = event_stream(client, run_id, start, skip, request.app[LIVE_SECRET_KEY])
     try:
         async for ev in events:
