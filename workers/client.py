@@ -21,12 +21,9 @@ from temporalio.client import (
     WorkflowQueryFailedError,
     WorkflowUpdateFailedError,
 )
-from temporalio.contrib.workflow_streams import WorkflowStreamClient
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.contracts import ClientToolDef
-from activities.search_attributes import namespace_has_search_attributes
 from activities.signing import decision_message, sign_decision
 from workers.config import Settings, load_settings, temporal_connect_config
 from workers.listing import list_query as list_query
@@ -36,9 +33,8 @@ from workers.run_memo import MEMO_INPUT_CHARS as MEMO_INPUT_CHARS
 from workers.run_memo import MEMO_REQUEST as MEMO_REQUEST
 from workers.run_memo import request_memo as request_memo
 from workers.telemetry import temporal_plugins
-from workflows.events import TOPIC as EVENTS_TOPIC
-from workflows.models import (
-    WORKFLOW_NAME,
+from workflows.client_models import ToolResultAnswer, ToolResultUpdate
+from workflows.signals import (
     ApproveSignal,
     DecideResult,
     DecideUpdate,
@@ -46,23 +42,24 @@ from workflows.models import (
     MessageSignal,
     PrincipalSignal,
     RejectSignal,
-    RunRequest,
-    RunResult,
-    RunState,
-    ToolResultAnswer,
-    ToolResultUpdate,
 )
+from workflows.view_models import WORKFLOW_NAME, RunResult, RunState
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+    from activities.client_tools import ClientToolDef
     from workflows.agent_run import AgentRun
+    from workflows.models import RunRequest
 
 R = TypeVar("R")
 
 # The run is addressed by its names (docs/contract.md), not through ``workflows.agent_run``: that
 # module pulls in every step of the workflow, which a command such as ``agentctl status`` does not
-# need (issue #35: an ``agentctl`` command answers in about 0.3 s). Each name below is the one the
+# need (issue #35: an ``agentctl`` command answers in about 0.3 s). For the same reason this module
+# imports the small models a client sends and reads (workflows/view_models.py, signals.py,
+# client_models.py), not workflows/models.py with the spec and the carried state: starting a run
+# (workers/conversations.py) and following one import what they need when called. Each name below is the one the
 # workflow's decorator gives (workflows/agent_run.py, workflows/handlers.py);
 # tests/unit/test_light_imports.py checks that they match.
 QUERY_STATE = "state"
@@ -176,6 +173,8 @@ async def search_attributes_registered(client: Client) -> bool:
     seen = _sa_registered_at.get(client)
     if seen is not None and time.monotonic() - seen < SA_CHECK_TTL_S:
         return True
+    from activities.search_attributes import namespace_has_search_attributes
+
     try:
         ok = await namespace_has_search_attributes(client)
     except RPCError as e:
@@ -453,6 +452,10 @@ async def follow(
         temporalio.client.WorkflowUpdateFailedError: the run has no event stream (started by a
             worker older than the stream).
     """
+    from temporalio.contrib.workflow_streams import WorkflowStreamClient
+
+    from workflows.events import TOPIC as EVENTS_TOPIC
+
     stream = WorkflowStreamClient.create(client, run_id)
     async for item in stream.subscribe(
         [EVENTS_TOPIC], from_offset=from_offset, poll_cooldown=poll_cooldown

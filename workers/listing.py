@@ -10,7 +10,7 @@ from typing import Any
 
 from temporalio.client import Client
 
-from workflows.models import WORKFLOW_NAME
+from workflows.view_models import WORKFLOW_NAME
 
 
 def list_query(

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from workflows.models import RunRequest
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from workflows.models import RunRequest
 
 MEMO_REQUEST = "request"
 """Memo key a run started by :func:`start_run` carries: ``{"input": <the request, at most

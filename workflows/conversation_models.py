@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from activities.contracts import ClientToolDef
+from activities.client_tools import ClientToolDef
 
 __all__ = ["MAX_MESSAGE_ID_CHARS", "AddMessageResult", "AddMessageUpdate"]
 

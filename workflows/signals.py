@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
-from activities.contracts import ClientToolDef
+from activities.client_tools import ClientToolDef
 
 
 class SignedDecision(BaseModel):

@@ -8,21 +8,36 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from temporalio.common import SearchAttributeKey, SearchAttributeUpdate
+from temporalio.common import SearchAttributeUpdate
 
 import workflows.render as render
 from workflows.child_rules import children_markdown, shown_status, with_child_approvals
 from workflows.models import IgnoredSignal, RunData, RunResult, RunState, RunStatus
 from workflows.plan import plan_markdown
-
-SA_AGENT = SearchAttributeKey.for_keyword("AgentName")
-SA_TENANT = SearchAttributeKey.for_keyword("TenantId")
-SA_PRINCIPAL = SearchAttributeKey.for_keyword("PrincipalId")
-SA_STATUS = SearchAttributeKey.for_keyword("AgentStatus")
-SA_TOKENS = SearchAttributeKey.for_int("TotalTokens")
-SA_COST = SearchAttributeKey.for_float("CostUsd")
-SA_SPEC = SearchAttributeKey.for_keyword("SpecHash")
-SA_PARENT = SearchAttributeKey.for_keyword("ForkParentRunId")
+from workflows.view_models import (  # the keys live with the views a listing reads
+    SA_AGENT as SA_AGENT,
+)
+from workflows.view_models import (
+    SA_COST as SA_COST,
+)
+from workflows.view_models import (
+    SA_PARENT as SA_PARENT,
+)
+from workflows.view_models import (
+    SA_PRINCIPAL as SA_PRINCIPAL,
+)
+from workflows.view_models import (
+    SA_SPEC as SA_SPEC,
+)
+from workflows.view_models import (
+    SA_STATUS as SA_STATUS,
+)
+from workflows.view_models import (
+    SA_TENANT as SA_TENANT,
+)
+from workflows.view_models import (
+    SA_TOKENS as SA_TOKENS,
+)
 
 
 def _shared(data: RunData, view: type[RunState] | type[RunResult]) -> dict[str, Any]:

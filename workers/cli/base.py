@@ -28,7 +28,7 @@ from workers.config import Settings, load_settings, settings_errors
 from workers.payloads.converter import PayloadStoreConfigError
 from workers.payloads.encryption import EncryptionKeyError
 from workers.telemetry import TelemetryUnavailableError
-from workflows.models import RunResult
+from workflows.view_models import RunResult
 
 T = TypeVar("T")
 

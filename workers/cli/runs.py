@@ -27,7 +27,8 @@ from workers.cli.base import (
     valid_input,
     web_ui_url,
 )
-from workflows.models import RunRequest, RunState, ToolResultUpdate
+from workflows.client_models import ToolResultUpdate
+from workflows.view_models import SA_AGENT, SA_STATUS, SA_TOKENS, RunState
 
 
 @app.command()
@@ -55,6 +56,8 @@ def run(
     if mode not in ("task", "chat"):
         err.print("error: --mode must be task or chat")
         raise typer.Exit(EXIT_USAGE)
+    from workflows.models import RunRequest  # the spec's models: only to start a run
+
     with valid_input():
         req = RunRequest(
             agent=agent,
@@ -308,8 +311,6 @@ def list_cmd(
         runs = await rc.list_runs(client, query, limit)
         for wf in runs:
             sa = wf.typed_search_attributes
-            from workflows.state import SA_AGENT, SA_STATUS, SA_TOKENS
-
             out.print(
                 f"{wf.id}  {wf.status.name if wf.status else '?':<11} agent={sa.get(SA_AGENT) or '-'} "
                 f"status={sa.get(SA_STATUS) or '-'} tokens={sa.get(SA_TOKENS) or 0}  {wf.start_time:%Y-%m-%d %H:%M:%S}",
@@ -328,6 +329,7 @@ def chat(
     principal: str = PrincipalOpt,
 ) -> None:
     """A conversation: one durable run in chat mode; type messages, empty line or Ctrl-D ends."""
+    from workflows.models import RunRequest
 
     async def go(client: Client) -> int:
         first = await asyncio.to_thread(_read_line, "you> ")
