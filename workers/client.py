@@ -35,6 +35,7 @@ from workers.run_memo import request_memo as request_memo
 from workers.telemetry import temporal_plugins
 from workflows.client_models import ToolResultAnswer, ToolResultUpdate
 from workflows.signals import (
+    DECISION_NOT_YET_RECORDED,
     ApproveSignal,
     DecideResult,
     DecideUpdate,
@@ -323,7 +324,7 @@ async def decide(
         roles=sorted(set(roles)),
     )
     if signer == "local":
-        from workers.decision_keys import local_signer  # loads cryptography: only to decide
+        from workers.decision_keys import local_signer  # cryptography only if a key exists
 
         key = local_signer(load_settings().state_dir)
     else:
@@ -360,8 +361,6 @@ async def _when_recorded(
         try:
             return await h.execute_update(name, upd, result_type=result_type)
         except WorkflowUpdateFailedError as e:
-            from workflows.handlers import DECISION_NOT_YET_RECORDED
-
             cause = e.cause
             not_yet = (
                 isinstance(cause, ApplicationError) and cause.type == DECISION_NOT_YET_RECORDED

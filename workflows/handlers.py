@@ -43,6 +43,10 @@ with workflow.unsafe.imports_passed_through():
         ToolResultAnswer,
         ToolResultUpdate,
     )
+    from workflows.signals import (  # defined with the decide update, for clients (workers.client)
+        DECISION_NOT_YET_RECORDED as DECISION_NOT_YET_RECORDED,
+    )
+    from workflows.signals import DECISION_REFUSED as DECISION_REFUSED
 
 if TYPE_CHECKING:
     from workflows.approvals import Decisions
@@ -51,14 +55,10 @@ if TYPE_CHECKING:
     from workflows.run_context import RunContext
 
 M = TypeVar("M", bound=BaseModel)
-DECISION_REFUSED = "DecisionRefused"
-"""Error type of a ``decide`` the validator refused: not retryable, the message says why."""
 MESSAGE_REFUSED = "MessageRefused"
 """Error type of an ``add_message`` the validator refused: not retryable, the message says why."""
 TOOL_RESULT_REFUSED = "ToolResultRefused"
 """Error type of a ``tool_result`` the validator refused: not retryable, the message says why."""
-DECISION_NOT_YET_RECORDED = "DecisionNotYetRecorded"
-"""Error type of a ``decide`` for a request made outside a workflow task: retry (client.decide does)."""
 
 
 _ENDED = frozenset(get_args(RunStatus))

@@ -31,6 +31,11 @@ class SignedDecision(BaseModel):
     )
 
 
+DECISION_REFUSED = "DecisionRefused"
+"""Error type of a ``decide`` the validator refused: not retryable, the message says why."""
+DECISION_NOT_YET_RECORDED = "DecisionNotYetRecorded"
+"""Error type of a ``decide`` for a request made outside a workflow task: retry (client.decide does)."""
+
 MAX_DECISION_ARGUMENTS_BYTES = 256 * 1024
 """Largest edited ``arguments`` (as JSON) a decision may carry: 256 KiB. They go into the tool
 call's activity input; the Temporal server refuses a workflow task whose payloads pass 2 MB (its
