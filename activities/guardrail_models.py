@@ -1,7 +1,8 @@
 """Guardrails as data: the spec's ``guardrails:`` section and what a tripped guardrail records.
 
 Pure pydantic, imported by the spec (:mod:`activities.spec_agent`), the activity contracts
-(:mod:`activities.contracts`) and the workflow. The checks themselves are in
+(:mod:`activities.contracts`) and the workflow. :class:`GuardrailTrip` and the stage and action
+names are defined in :mod:`activities.guardrail_trip` (re-exported here). The checks themselves are in
 :mod:`activities.guardrails`; docs/guardrails.md describes them.
 """
 
@@ -10,6 +11,10 @@ from __future__ import annotations
 from typing import Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from activities.guardrail_trip import GuardrailAction as GuardrailAction
+from activities.guardrail_trip import GuardrailStage as GuardrailStage
+from activities.guardrail_trip import GuardrailTrip as GuardrailTrip
 
 __all__ = [
     "BUILTIN_GUARDRAILS",
@@ -26,12 +31,6 @@ __all__ = [
     "StageGuardrails",
 ]
 
-GuardrailStage = Literal["input", "tool_results", "output"]
-"""Where a guardrail looks: the user's messages, each tool result before the model reads it, and
-the model's text (the answer, and any text beside tool calls)."""
-GuardrailAction = Literal["block", "redact", "flag"]
-"""``block``: the text is withheld and the run ends (status ``guardrail``) or pauses for a person
-(``on_trip``); ``redact``: what was found is replaced and the run goes on; ``flag``: only recorded."""
 
 BUILTIN_GUARDRAILS = ("secrets", "pii", "injection", "length")
 """Guardrails every worker has (activities/guardrails/_builtin.py)."""
@@ -135,23 +134,6 @@ class StageGuardrails(BaseModel):
     secrets: list[str] = Field(
         default_factory=list, description="the spec's secrets: (variable names, never values)"
     )
-
-
-class GuardrailTrip(BaseModel):
-    """A guardrail that tripped, as the run records it.
-
-    In ``RunResult.guardrails``, the event stream (``guardrail_tripped``) and the audit.
-
-    ``detail`` says what was found without the matched text of a secret or personal datum
-    (``2 card numbers``, ``the value of OPENAI_API_KEY``).
-    """
-
-    stage: GuardrailStage
-    guardrail: str
-    action: GuardrailAction
-    detail: str
-    tool_call_id: str | None = None
-    turn: int = 0
 
 
 class GuardrailCheckInput(BaseModel):

@@ -13,7 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 from temporalio.common import SearchAttributeKey
 
-from activities.guardrail_models import GuardrailTrip
+from activities.guardrail_trip import GuardrailTrip
 from activities.usage import Usage
 from workflows.client_models import PendingClientTool
 

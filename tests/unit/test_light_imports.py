@@ -54,10 +54,13 @@ WORKFLOW_MODULES = sorted(
 )
 
 _PROBE = """
-import json, sys
+import json, os, sys
 {body}
-print(json.dumps(sorted(sys.modules)))
+print(json.dumps(sorted(sys.modules)), flush=True)
+os._exit(0)
 """
+# os._exit as agentctl's own main() ends (workers/cli/__init__.py): the Temporal SDK's native threads
+# can abort the interpreter while it finalises, even after a failed connect (docs/temporal-facts.md)
 
 
 def _loaded(body: str) -> set[str]:

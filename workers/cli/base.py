@@ -33,8 +33,10 @@ from workflows.view_models import RunResult
 T = TypeVar("T")
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Durable AI agents on Temporal.")
-out = Console(soft_wrap=True)
-err = Console(stderr=True, soft_wrap=True)
+# emoji=False: text is printed as written (a run's answer or a tool's arguments holding ":smile:"
+# stay so), and printing does not load rich's emoji table (about 2 ms of every command, issue #35)
+out = Console(soft_wrap=True, emoji=False)
+err = Console(stderr=True, soft_wrap=True, emoji=False)
 
 EXIT_OK, EXIT_RUN_NOT_COMPLETED, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
 PrincipalOpt = typer.Option(
