@@ -34,16 +34,6 @@ from workers.run_memo import MEMO_REQUEST as MEMO_REQUEST
 from workers.run_memo import request_memo as request_memo
 from workers.telemetry import temporal_plugins
 from workflows.client_models import ToolResultAnswer, ToolResultUpdate
-from workflows.signals import (
-    DECISION_NOT_YET_RECORDED,
-    ApproveSignal,
-    DecideResult,
-    DecideUpdate,
-    InterruptSignal,
-    MessageSignal,
-    PrincipalSignal,
-    RejectSignal,
-)
 from workflows.view_models import WORKFLOW_NAME, RunResult, RunState
 
 if TYPE_CHECKING:
@@ -52,17 +42,19 @@ if TYPE_CHECKING:
     from activities.client_tools import ClientToolDef
     from workflows.agent_run import AgentRun
     from workflows.models import RunRequest
+    from workflows.signals import ApproveSignal, DecideResult, RejectSignal
 
 R = TypeVar("R")
 
 # The run is addressed by its names (docs/contract.md), not through ``workflows.agent_run``: that
 # module pulls in every step of the workflow, which a command such as ``agentctl status`` does not
-# need (issue #35: an ``agentctl`` command answers in about 0.3 s). For the same reason this module
-# imports the small models a client sends and reads (workflows/view_models.py, signals.py,
-# client_models.py), not workflows/models.py with the spec and the carried state: starting a run
-# (workers/conversations.py) and following one import what they need when called. Each name below is the one the
+# need (issue #35: an ``agentctl`` command answers in about 0.3 s). Each name below is the one the
 # workflow's decorator gives (workflows/agent_run.py, workflows/handlers.py);
-# tests/unit/test_light_imports.py checks that they match.
+# tests/unit/test_light_imports.py checks that they match. For the same reason this module imports
+# at the top only what reading a run needs (workflows/view_models.py, client_models.py), not
+# workflows/models.py with the spec and the carried state: the models of the signals and of the
+# decide update (workflows/signals.py), starting a run (workers/conversations.py) and following
+# one are imported by the helpers that send, start or follow, when called.
 QUERY_STATE = "state"
 QUERY_TRANSCRIPT = "transcript"
 UPDATE_DECIDE = "decide"
@@ -314,6 +306,8 @@ async def decide(
         temporalio.client.WorkflowUpdateFailedError: unknown or stale call, or an unauthorised
             principal (the validator's message says which).
     """
+    from workflows.signals import DecideResult, DecideUpdate
+
     upd = DecideUpdate(
         tool_call_id=tool_call_id,
         decision=decision,  # pyright: ignore[reportArgumentType] - a str from callers; pydantic validates the Literal
@@ -361,6 +355,8 @@ async def _when_recorded(
         try:
             return await h.execute_update(name, upd, result_type=result_type)
         except WorkflowUpdateFailedError as e:
+            from workflows.signals import DECISION_NOT_YET_RECORDED
+
             cause = e.cause
             not_yet = (
                 isinstance(cause, ApplicationError) and cause.type == DECISION_NOT_YET_RECORDED
@@ -397,6 +393,8 @@ async def interrupt(
     client: Client, run_id: str, principal_id: str, reason: str = "interrupted"
 ) -> None:
     """Send signal ``interrupt``."""
+    from workflows.signals import InterruptSignal
+
     await handle(client, run_id).signal(
         SIGNAL_INTERRUPT, InterruptSignal(reason=reason, principal_id=principal_id)
     )
@@ -404,11 +402,15 @@ async def interrupt(
 
 async def pause(client: Client, run_id: str, principal_id: str) -> None:
     """Send signal ``pause``."""
+    from workflows.signals import PrincipalSignal
+
     await handle(client, run_id).signal(SIGNAL_PAUSE, PrincipalSignal(principal_id=principal_id))
 
 
 async def resume(client: Client, run_id: str, principal_id: str) -> None:
     """Send signal ``resume``."""
+    from workflows.signals import PrincipalSignal
+
     await handle(client, run_id).signal(SIGNAL_RESUME, PrincipalSignal(principal_id=principal_id))
 
 
@@ -420,6 +422,8 @@ async def send_message(
     client_tools: list[ClientToolDef] | None = None,
 ) -> None:
     """Send signal ``send_message`` (``client_tools``: offered from this message on)."""
+    from workflows.signals import MessageSignal
+
     sig = MessageSignal(content=content, principal_id=principal_id, client_tools=client_tools)
     await handle(client, run_id).signal(SIGNAL_SEND_MESSAGE, sig)
 
