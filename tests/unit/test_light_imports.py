@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 from typer.main import get_command_name
+from typer.models import CommandInfo
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -228,20 +229,24 @@ def test_agentctl_registers_every_command_for_anything_but_a_run_command(tmp_pat
         assert {"workers.cli.commands", "workers.cli.evals", "workers.cli.memory"} <= imported
 
 
-def test_the_run_commands_are_named_by_no_other_command_module():
-    """``agentctl status`` registers workers.cli.runs alone: its names must mean the same there."""
+def test_run_commands_names_the_commands_of_workers_cli_runs_and_no_other():
+    """``agentctl status`` registers workers.cli.runs alone: the names must be its commands."""
+    from workers.cli import RUN_COMMANDS
     from workers.cli.commands import app
-    from workers.cli.runs import COMMANDS
 
-    assert {"status", "list", "approve", "run"} <= COMMANDS
-    others = [
-        c.name or get_command_name(c.callback.__name__)
-        for c in app.registered_commands
-        if c.callback is not None and c.callback.__module__ != "workers.cli.runs"
-    ]
+    def name(c: CommandInfo) -> str:
+        return c.name or get_command_name(c.callback.__name__ if c.callback else "")
+
+    runs = {name(c) for c in app.registered_commands if _module_of(c) == "workers.cli.runs"}
+    others = {name(c) for c in app.registered_commands if _module_of(c) != "workers.cli.runs"}
+    assert {"status", "list", "approve", "run"} <= runs
     assert others, "the other command modules registered nothing"
-    groups = [g.name for g in app.registered_groups]
-    assert not COMMANDS & {*others, *groups}
+    assert RUN_COMMANDS == runs
+    assert not RUN_COMMANDS & (others | {g.name for g in app.registered_groups})
+
+
+def _module_of(c: CommandInfo) -> str | None:
+    return getattr(c.callback, "__module__", None)
 
 
 def test_a_decision_without_a_local_key_loads_no_cryptography(tmp_path: Path):

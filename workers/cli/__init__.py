@@ -62,6 +62,26 @@ def __getattr__(name: str) -> Any:
     return value
 
 
+RUN_COMMANDS = frozenset(
+    {
+        "run",
+        "follow",
+        "status",
+        "result",
+        "approve",
+        "reject",
+        "tool-result",
+        "interrupt",
+        "pause",
+        "resume",
+        "send",
+        "list",
+        "chat",
+    }
+)
+"""The commands of :mod:`workers.cli.runs` (tests/unit/test_light_imports.py checks the list)."""
+
+
 def _app_for(first: list[str]) -> Any:
     """The app with the command ``first`` names registered: only :mod:`workers.cli.runs` if it is there.
 
@@ -69,15 +89,22 @@ def _app_for(first: list[str]) -> Any:
     most; registering them alone spares importing the other command modules and typer turning
     their 20-odd commands into click commands at every call (issue #35: about 5 ms of the 0.3 s).
     Anything else (another command, a group, ``--help``, nothing) gets every command.
+
+    A run command is a short-lived client that hosts nothing, so it also loads no pydantic plugin
+    (``PYDANTIC_DISABLE_PLUGINS=__all__`` unless the variable is set; none is installed here and
+    this project registers none): pydantic otherwise reads every installed package's entry points
+    to look for one when it builds the first model (about 5 ms). The servers (``agentctl worker``,
+    ``serve``...) keep them.
     """
-    from workers.cli.base import app
-    from workers.cli.runs import COMMANDS
+    if first and first[0] in RUN_COMMANDS:
+        os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
+        import workers.cli.runs  # noqa: F401 - registers the run commands on app
+        from workers.cli.base import app
 
-    if first and first[0] in COMMANDS:
         return app
-    from workers.cli.commands import app as full
+    from workers.cli.commands import app
 
-    return full
+    return app
 
 
 def main() -> None:

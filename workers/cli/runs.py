@@ -9,7 +9,6 @@ from typing import Any
 
 import typer
 from temporalio.client import Client, WorkflowFailureError
-from typer.main import get_command_name
 
 from workers import client as rc
 from workers.cli.base import (
@@ -381,12 +380,3 @@ def _read_line(prompt: str) -> str:
         return input(prompt).strip()
     except EOFError:
         return ""
-
-
-COMMANDS = frozenset(
-    c.name or get_command_name(c.callback.__name__)
-    for c in app.registered_commands
-    if c.callback is not None and c.callback.__module__ == __name__
-)
-"""The names of the commands above: ``agentctl`` registers only these when it runs one of them
-(:func:`workers.cli._app_for`)."""
