@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from activities.client_tools import ClientToolDef
     from workflows.agent_run import AgentRun
     from workflows.models import RunRequest
-    from workflows.signals import ApproveSignal, DecideResult, RejectSignal
+    from workflows.signals import ApproveSignal, DecideResult, DecideUpdate, RejectSignal
 
 R = TypeVar("R")
 
@@ -317,27 +317,35 @@ async def decide(
         comment=comment,
         roles=sorted(set(roles)),
     )
+    _sign(upd, run_id, signer)
+    return await _when_recorded(handle(client, run_id), UPDATE_DECIDE, upd, DecideResult)
+
+
+def _sign(
+    upd: DecideUpdate, run_id: str, signer: Ed25519PrivateKey | None | Literal["local"]
+) -> None:
+    """Set ``upd``'s ``signed_at`` and ``signature`` with ``signer`` (see :func:`decide`), if any."""
     if signer == "local":
         from workers.decision_keys import local_signer  # cryptography only if a key exists
 
         key = local_signer(load_settings().state_dir)
     else:
         key = signer
-    if key is not None:
-        upd.signed_at = datetime.now(UTC).isoformat()
-        upd.signature = sign_decision(
-            key,
-            decision_message(
-                run_id,
-                tool_call_id,
-                decision,
-                arguments if decision == "approve" else None,
-                principal_id,
-                upd.signed_at,
-                upd.roles,
-            ),
-        )
-    return await _when_recorded(handle(client, run_id), UPDATE_DECIDE, upd, DecideResult)
+    if key is None:
+        return
+    upd.signed_at = datetime.now(UTC).isoformat()
+    upd.signature = sign_decision(
+        key,
+        decision_message(
+            run_id,
+            upd.tool_call_id,
+            upd.decision,
+            upd.arguments if upd.decision == "approve" else None,
+            upd.principal_id,
+            upd.signed_at,
+            upd.roles,
+        ),
+    )
 
 
 async def _when_recorded(
