@@ -59,8 +59,8 @@ class Decisions:
         return turn.decision_problem(
             tool_call_id,
             principal_id,
-            decided={k: v.decision for k, v in s.verdicts.items()},
-            waiting={k: p.approvers for k, p in s.pending.items()},
+            decided={k: v.decision for k, v in s.approvals.verdicts.items()},
+            waiting={k: p.approvers for k, p in s.approvals.pending.items()},
             known={r.id for r in s.tool_calls},
             policy=s.pinned.spec.policy if s.pinned else None,
             roles=roles,
@@ -84,8 +84,8 @@ class Decisions:
         the verdict decided the call.
         """
         s, who = self._ctx.s, f"{JUDGE_PREFIX}{model}"
-        pending = s.pending.get(tool_call_id)
-        if pending is None or tool_call_id in s.verdicts:
+        pending = s.approvals.pending.get(tool_call_id)
+        if pending is None or tool_call_id in s.approvals.verdicts:
             return False
         if verdict.verdict == "escalate":
             pending.escalated = verdict.reason
@@ -142,13 +142,13 @@ class Decisions:
             comment=comment,
             via=via,
         )
-        s.verdicts[tool_call_id] = d
-        s.decisions.append(d)
+        s.approvals.verdicts[tool_call_id] = d
+        s.approvals.decisions.append(d)
         if via != "timer":
             for rec in s.tool_calls:
                 if rec.id == tool_call_id:
                     rec.decided_by = principal_id
-        pending = s.pending.get(tool_call_id)
+        pending = s.approvals.pending.get(tool_call_id)
         if via == "timer":
             shown = pending.arguments if pending else None
         else:
@@ -190,13 +190,13 @@ class Decisions:
         ctx.observe()
         s, now = ctx.s, workflow.now()
         if not ctx.outside_task:
-            s.unconfirmed.clear()
-        held, s.parked = s.parked, []
+            s.approvals.unconfirmed.clear()
+        held, s.approvals.parked = s.approvals.parked, []
         for cid, sig, at in held:
-            if cid in s.pending and cid not in s.unconfirmed:
+            if cid in s.approvals.pending and cid not in s.approvals.unconfirmed:
                 self.by_signal(sig)
-            elif at == now or cid in s.unconfirmed:
-                s.parked.append((cid, sig, at))
+            elif at == now or cid in s.approvals.unconfirmed:
+                s.approvals.parked.append((cid, sig, at))
             else:
                 self.by_signal(sig)  # unknown still: ignored with the reason
         return False
@@ -209,16 +209,18 @@ class Decisions:
         time moves on, one for a request made outside a workflow task until it is confirmed.
         """
         s, cid = self._ctx.s, sig.tool_call_id
-        known = cid in s.verdicts or any(r.id == cid for r in s.tool_calls)
-        if not self._ctx.versions.hold_early_decisions or (known and cid not in s.unconfirmed):
+        known = cid in s.approvals.verdicts or any(r.id == cid for r in s.tool_calls)
+        if not self._ctx.versions.hold_early_decisions or (
+            known and cid not in s.approvals.unconfirmed
+        ):
             return False
-        s.parked.append((cid, sig, workflow.now()))
+        s.approvals.parked.append((cid, sig, workflow.now()))
         return True
 
     def drop_parked(self) -> None:
         """No call waits any more: each held signal is ignored, with why."""
         s = self._ctx.s
-        held, s.parked = s.parked, []
+        held, s.approvals.parked = s.approvals.parked, []
         for _, sig, _ in held:
             self.by_signal(sig)
 
@@ -233,6 +235,6 @@ class Decisions:
                 reason=self.problem(cid, sig.principal_id) or "held",
                 tool_call_id=cid,
             )
-            for cid, sig, at in s.parked
-            if cid not in s.unconfirmed
+            for cid, sig, at in s.approvals.parked
+            if cid not in s.approvals.unconfirmed
         ]

@@ -64,7 +64,7 @@ class GuardrailStep:
             if tool_call_id is not None and trip.tool_call_id is None:
                 trip.tool_call_id = tool_call_id
             trip.turn = trip.turn or s.turn
-            s.guardrails.append(trip)
+            s.guards.guardrails.append(trip)
             self.ctx.emit(
                 "guardrail_tripped",
                 stage=trip.stage,
@@ -73,8 +73,8 @@ class GuardrailStep:
                 detail=trip.detail,
                 tool_call_id=trip.tool_call_id,
             )
-            if trip.action == "block" and s.guardrail_blocked is None:
-                s.guardrail_blocked = trip
+            if trip.action == "block" and s.guards.guardrail_blocked is None:
+                s.guards.guardrail_blocked = trip
         if trips:
             workflow.logger.info(
                 "guardrail tripped",
@@ -91,16 +91,16 @@ class GuardrailStep:
             Stop: ``guardrail`` (``on_trip: end``), or ``interrupted`` while paused.
         """
         s = self.ctx.s
-        trip = s.guardrail_blocked
+        trip = s.guards.guardrail_blocked
         if trip is None or not self.on():
             return
-        s.guardrail_blocked = None
+        s.guards.guardrail_blocked = None
         spec = self.ctx.pinned().spec.guardrails
         if spec is None or spec.on_trip == "end":
             raise Stop("guardrail", reason_of(trip))
         workflow.logger.info("guardrail blocked; pausing", extra={"why": reason_of(trip)})
         s.paused = True
-        s.guardrail_paused = True
+        s.guards.guardrail_paused = True
         await self.ctx.checkpoint()
 
     async def check_input(self, text: str) -> tuple[str, list[GuardrailTrip]]:
