@@ -28,8 +28,11 @@ from temporalio.exceptions import ActivityError, ApplicationError
 # to ``import``, so the ``from`` form would load module ``x`` afresh inside the sandbox every run.
 with workflow.unsafe.imports_passed_through():
     import workflows.activity_options as options
+    import workflows.approvals as approvals
     import workflows.charges as charges
+    import workflows.children as children
     import workflows.state as state
+    import workflows.transcript as transcript
     import workflows.turn as turn
     from activities.contracts import ERR_MCP_UNAVAILABLE
     from activities.guardrail_models import GuardrailTrip
@@ -246,13 +249,16 @@ class AgentRun(RunHandlers):
         """
         s = self._ctx.s
         if req.seed_messages:
-            s.transcript.messages = [dict(m) for m in req.seed_messages]
+            transcript.begin(s, [dict(m) for m in req.seed_messages])
             return req.input, []
         text, trips = await self._guard.check_input(req.input)
-        s.transcript.messages = [
-            {"role": "system", "content": self._ctx.pinned().spec.system_prompt},
-            {"role": "user", "content": text},
-        ]
+        transcript.begin(
+            s,
+            [
+                {"role": "system", "content": self._ctx.pinned().spec.system_prompt},
+                {"role": "user", "content": text},
+            ],
+        )
         return text, trips
 
     def _restore(self, req: RunRequest, started_with_sa: bool) -> None:
@@ -295,7 +301,7 @@ class AgentRun(RunHandlers):
             reply = await self._model.step()
             if reply is None:
                 continue
-            s.transcript.messages.append(reply.assistant_message())
+            transcript.add(s, reply.assistant_message())
             if reply.content:
                 s.output = reply.content
             nxt = turn.after_reply(s, reply, limits)
@@ -355,7 +361,7 @@ class AgentRun(RunHandlers):
             if m.client_tools:
                 self._client.offer(m.client_tools, m.principal_id)
             text, trips = await self._guard.check_input(m.content)
-            s.transcript.messages.append({"role": "user", "content": text})
+            transcript.add(s, {"role": "user", "content": text})
             self._guard.note(trips)
         await self._guard.act()
 
@@ -398,11 +404,8 @@ class AgentRun(RunHandlers):
         for rec in s.tool_calls:
             if rec.status in ("pending", "running"):
                 rec.status = "cancelled"
-        for child in s.delegation.children:
-            if child.status == "running":
-                child.status = "cancelled"
-        s.approvals.pending.clear()
-        s.delegation.child_pending.clear()
+        children.run_ended(s)
+        approvals.drop_pending(s)
         ctx.enter(status)
         result = state.run_result(s, status, reason, error, workflow.now())
         ctx.emit("run_finished", result=result)

@@ -1,5 +1,9 @@
 """Approvals of one run: who may decide, the decision recorded, decisions held for unknown calls.
 
+Owner of the run state's ``approvals`` part (:class:`workflows.run_parts.Approvals`): the calls
+waiting (:func:`ask`, :func:`answered`, :func:`drop_pending`, :func:`unconfirmed`), the verdicts
+and decisions, and the held (parked) signals change here only.
+
 :class:`Decisions` checks, records and holds the approvals and rejections that the
 ``approve``/``reject`` signals and the ``decide`` update bring. Who may decide is
 :func:`workflows.turn.decision_problem`; a signed decision is checked with :mod:`activities.signing`.
@@ -35,7 +39,32 @@ with workflow.unsafe.imports_passed_through():
     )
 
 if TYPE_CHECKING:
+    from workflows.models import PendingApproval, RunData
     from workflows.run_context import RunContext
+
+
+# The run state's ``approvals`` part (workflows/run_parts.py) is changed here only: the functions
+# below for the calls asked for, :class:`Decisions` for the decisions.
+
+
+def ask(s: RunData, pending: PendingApproval) -> None:
+    """A call waits for a person's decision (``state.pending_approvals``)."""
+    s.approvals.pending[pending.tool_call_id] = pending
+
+
+def unconfirmed(s: RunData, tool_call_id: str) -> None:
+    """A request made outside a workflow task (v3): unconfirmed until a task (module docstring)."""
+    s.approvals.unconfirmed.add(tool_call_id)
+
+
+def answered(s: RunData, tool_call_id: str) -> None:
+    """The call no longer waits (its verdict is in, or the judge decided it)."""
+    s.approvals.pending.pop(tool_call_id, None)
+
+
+def drop_pending(s: RunData) -> None:
+    """No call waits any more (the approval timed out and fails the run, or the run ended)."""
+    s.approvals.pending.clear()
 
 
 class Decisions:

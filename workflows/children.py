@@ -1,5 +1,7 @@
 """Sub-agents as child runs: ``ask_<NAME>`` starts a child ``AgentRun`` and returns its answer.
 
+Owner of the run state's ``delegation`` part (:class:`workflows.run_parts.Delegation`).
+
 The pure half (ids, requests, budgets, what the model is told, the approvals a child reports)
 is plain functions, tested without a server; :class:`ChildStep` starts the child workflow and waits
 for it, on the run's :class:`workflows.run_context.RunContext`.
@@ -61,7 +63,39 @@ with workflow.unsafe.imports_passed_through():
     )
 
 if TYPE_CHECKING:
+    from workflows.models import RunData
     from workflows.run_context import RunContext
+
+
+# The run state's ``delegation`` part (workflows/run_parts.py: children, the calls they wait on,
+# lineage, the handoff of the turn) is changed in this module only: by :class:`ChildStep` and
+# by the functions below, which the handoff step and the run's end call.
+
+
+def note_handoff(s: RunData, agent: str) -> None:
+    """A ``handoff_to_<agent>`` call this turn: the run goes on with ``agent`` at its end."""
+    s.delegation.handoff_to = agent
+
+
+def take_handoff(s: RunData) -> str | None:
+    """The agent this turn hands the run to (None: no handoff), cleared for the next turn."""
+    agent, s.delegation.handoff_to = s.delegation.handoff_to, None
+    return agent
+
+
+def handed_over(s: RunData, old: str, agent: str) -> None:
+    """Lineage (``RunResult.lineage``): the first agent ``old`` if none yet, then ``agent``."""
+    if not s.delegation.lineage:
+        s.delegation.lineage.append(old)
+    s.delegation.lineage.append(agent)
+
+
+def run_ended(s: RunData) -> None:
+    """The run ends: children still running are shown ``cancelled``; no child call waits."""
+    for child in s.delegation.children:
+        if child.status == "running":
+            child.status = "cancelled"
+    s.delegation.child_pending.clear()
 
 
 class ChildStep:

@@ -25,6 +25,8 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     import workflows.turn as turn
+    import workflows.approvals as approvals
+    import workflows.transcript as transcript
     from activities.client_tool_info import client_tool_info
     from activities.client_tools import ClientToolDef
     from activities.contracts import ToolCallRequest, ToolInfo
@@ -86,7 +88,7 @@ class ClientTools:
                 continue
             tools[d.name] = client_tool_info(d)
         pinned.tools = list(tools.values())
-        s.transcript.tools_tokens = None  # the tool schemas changed: count them again
+        transcript.tools_changed(s)  # the tool schemas changed: count them again
 
     def approvers(self, name: str) -> list[str]:
         """Who may answer a ``name`` call besides the run's principal (the policy's approvers)."""
@@ -161,7 +163,7 @@ class ClientTools:
         if ctx.versions.hold_early_decisions and ctx.outside_task:
             # published by an activation outside a workflow task (a query on a worker that
             # rebuilt the run): not in history until the next task (as approvals.py holds)
-            s.approvals.unconfirmed.add(cid)
+            approvals.unconfirmed(s, cid)
         ctx.emit("client_tool_requested", tool_call_id=cid, name=call.name, arguments=rec.arguments)
         ctx.publish()
         try:

@@ -15,6 +15,7 @@ from temporalio.exceptions import ActivityError
 with workflow.unsafe.imports_passed_through():
     import workflows.activity_options as options
     import workflows.charges as charges
+    import workflows.transcript as transcript
     import workflows.turn as turn
     from activities.contracts import ModelReply
     from activities.interfaces import model_complete, tokens_count
@@ -63,13 +64,13 @@ class CompactionStep:
             pinned, self.ctx.req(), new, tools_known is None, len(s.transcript.messages)
         )
         counts = await workflow.execute_activity(tokens_count, inp, **opts)
-        s.transcript.token_counts = known + counts.per_message
-        s.transcript.tools_tokens = counts.tools if tools_known is None else tools_known
+        tools_tokens = counts.tools if tools_known is None else tools_known
+        transcript.counted(s, known + counts.per_message, tools_tokens)
         try:
             return plan_compaction(
                 s.transcript.messages,
                 s.transcript.token_counts,
-                s.transcript.tools_tokens,
+                tools_tokens,
                 comp.context_window,
                 comp.output_reserve,
                 comp.threshold,
@@ -93,9 +94,7 @@ class CompactionStep:
             compacted = truncate_tool_results(
                 compacted, max(500, budget_chars // max(1, len(compacted)))
             )
-        s.transcript.messages = compacted
-        s.transcript.token_counts = []  # the transcript was rewritten: count it afresh next time
-        s.transcript.compactions += 1
+        transcript.compacted(s, compacted)  # rewritten: counted afresh next time
         workflow.logger.info(
             "context compacted",
             extra={

@@ -18,7 +18,14 @@ with workflow.unsafe.imports_passed_through():
     import workflows.activity_options as options
     from activities.guardrail_models import GuardrailCheckOutput, GuardrailTrip
     from activities.interfaces import guardrail_check
+    from workflows.models import RunData
     from workflows.run_context import RunContext, Stop, cause_message
+
+
+def resumed(s: RunData) -> None:
+    """A person resumed the run (signal ``resume``): a block no longer holds it paused."""
+    s.guards.guardrail_paused = False
+
 
 __all__ = ["GuardrailStep", "reason_of", "withheld_reply_note"]
 

@@ -24,6 +24,7 @@ with workflow.unsafe.imports_passed_through():
     from pydantic import BaseModel
 
     import workflows.charges as charges
+    import workflows.guardrails as guardrails
     import workflows.state as state
     import workflows.turn as turn
     from workflows.child_rules import CHILD_APPROVALS_SIGNAL, ChildApprovals, refused_by_child
@@ -219,7 +220,7 @@ class RunHandlers:
             return
         s.paused = False
         charges.pause_for_budget(s, False)
-        s.guards.guardrail_paused = False
+        guardrails.resumed(s)
 
     @workflow.signal(name="send_message")
     def send_message(self, *args: Any) -> None:

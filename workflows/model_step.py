@@ -17,6 +17,7 @@ with workflow.unsafe.imports_passed_through():
     import workflows.activity_options as options
     import workflows.charges as charges
     import workflows.model_choice as model_choice
+    import workflows.transcript as transcript
     import workflows.turn as turn
     from activities.contracts import ERR_MODEL_OUTPUT_INVALID, CallModelInput, ModelReply
     from activities.interfaces import model_complete
@@ -64,14 +65,14 @@ class ModelStep:
             cause = e.cause
             if not (isinstance(cause, ApplicationError) and cause.type == ERR_MODEL_OUTPUT_INVALID):
                 raise Stop("failed", "model step failed", error=cause_message(e)) from None
-            s.transcript.parse_failures += 1
+            failures = transcript.parse_failed(s)
             nxt = turn.after_parse_failure(
-                s.transcript.parse_failures, pinned.spec.max_parse_failures, cause_message(e)
+                failures, pinned.spec.max_parse_failures, cause_message(e)
             )
             if isinstance(nxt, turn.Finish):
                 raise Stop(nxt.status, nxt.reason, error=nxt.error) from None
             # Tell the model what went wrong and let it try again; the turn counts.
-            s.transcript.messages.append({"role": "user", "content": nxt.note})
+            transcript.add(s, {"role": "user", "content": nxt.note})
             workflow.logger.warning(
                 "model output unparsable; told the model", extra={"turn": s.turn}
             )
@@ -120,9 +121,7 @@ class ModelStep:
         if blocked is None:
             return False
         await self.guard.act()  # ends the run, or waits for a person
-        self.ctx.s.transcript.messages.append(
-            {"role": "user", "content": withheld_reply_note(blocked)}
-        )
+        transcript.add(self.ctx.s, {"role": "user", "content": withheld_reply_note(blocked)})
         return True
 
     async def _call_models(self) -> ModelReply:

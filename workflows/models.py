@@ -37,6 +37,7 @@ from workflows.run_parts import (
     Delegation,
     Guards,
     HeldCalls,
+    PersonWaits,
     Transcript,
     Visibility,
     flatten,
@@ -325,12 +326,13 @@ class RunData(BaseModel):
 
     - ``transcript`` (messages, compactions, token_counts, tools_tokens, parse_failures):
       :mod:`workflows.transcript`;
-    - ``approvals`` (decisions, waited_seconds, pending, verdicts, waits, unconfirmed, parked):
-      :mod:`workflows.approvals`;
+    - ``approvals`` (decisions, pending, verdicts, unconfirmed, parked): :mod:`workflows.approvals`;
+    - ``person_waits`` (waited_seconds, waits): :mod:`workflows.run_context`
+      (``RunContext.wait_for_person``);
     - ``budget`` (usage, max_total_tokens, max_cost_usd, max_sandbox_seconds, sandbox_seconds,
       model_steps, budget_paused): :mod:`workflows.charges`;
-    - ``visibility`` (sa_shown, search_attributes, sa_upserted_at): :class:`workflows.run_context.RunContext` (``show_in_listings``, ``shown_at_start``,
-      ``upsert_search_attributes``);
+    - ``visibility`` (sa_shown, search_attributes, sa_upserted_at): :mod:`workflows.run_context`
+      (``RunContext.show_in_listings``, ``shown_at_start``, ``upsert_search_attributes``);
     - ``delegation`` (children, lineage, child_pending, handoff_to): :mod:`workflows.children`;
     - ``held`` (tools_first): :mod:`workflows.tools_first`;
     - ``client_calls`` (client_waiting, client_results): :mod:`workflows.client_tools`;
@@ -382,6 +384,7 @@ class RunData(BaseModel):
     )
     transcript: Transcript = Field(default_factory=Transcript)
     approvals: Approvals = Field(default_factory=Approvals)
+    person_waits: PersonWaits = Field(default_factory=PersonWaits)
     budget: Budget = Field(default_factory=Budget)
     visibility: Visibility = Field(default_factory=Visibility)
     delegation: Delegation = Field(default_factory=Delegation)

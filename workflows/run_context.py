@@ -243,7 +243,7 @@ class RunContext:
     def remaining_seconds(self) -> float:
         """Seconds of ``max_seconds`` left, time waiting for people not counted."""
         s = self.s
-        elapsed = (workflow.now() - s.started_at).total_seconds() - s.approvals.waited_seconds
+        elapsed = (workflow.now() - s.started_at).total_seconds() - s.person_waits.waited_seconds
         return self.pinned().spec.limits.max_seconds - elapsed
 
     def deadline_timer(self) -> asyncio.Future[None]:
@@ -252,7 +252,7 @@ class RunContext:
         One durable timer for the run instead of one per step: each timer is two events and a
         server task, and almost every step ends long before the deadline.
         """
-        waited, waits = self.s.approvals.waited_seconds, self.s.approvals.waits
+        waited, waits = self.s.person_waits.waited_seconds, self.s.person_waits.waits
         moved = (
             self._deadline_waits != waits
             if self.versions.deadline_by_events
@@ -282,7 +282,7 @@ class RunContext:
             fired = (
                 deadline is not None
                 and deadline.done()
-                and self._deadline_waits == self.s.approvals.waits
+                and self._deadline_waits == self.s.person_waits.waits
             )
             return fired or self.deadline_hit
         return self.remaining_seconds() <= 0
@@ -347,7 +347,7 @@ class RunContext:
             )
             if task.done():
                 return task.result()
-            moved = deadline.cancelled() or self.s.approvals.waits != self._deadline_waits
+            moved = deadline.cancelled() or self.s.person_waits.waits != self._deadline_waits
             if self.s.interrupt is None and moved and self.versions.rearm_after_person_waits():
                 deadline = self.deadline_timer()
                 continue
@@ -395,7 +395,7 @@ class RunContext:
             Stop: ``interrupted``.
         """
         s = self.s
-        s.approvals.waits += 1
+        s.person_waits.waits += 1
         started = workflow.now()
         try:
             await workflow.wait_condition(
@@ -406,9 +406,9 @@ class RunContext:
         except GeneratorExit:  # the run left the worker's cache: no workflow clock, no time
             raise
         except BaseException:  # a timeout, a cancellation: the time waited counts all the same
-            s.approvals.waited_seconds += (workflow.now() - started).total_seconds()
+            s.person_waits.waited_seconds += (workflow.now() - started).total_seconds()
             raise
-        s.approvals.waited_seconds += (workflow.now() - started).total_seconds()
+        s.person_waits.waited_seconds += (workflow.now() - started).total_seconds()
         if self.s.interrupt is not None:
             raise Stop("interrupted", self.s.interrupt.reason)
 

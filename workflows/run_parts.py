@@ -90,20 +90,14 @@ class Transcript(BaseModel):
 
 
 class Approvals(BaseModel):
-    """Calls waiting for a person, the decisions taken and the time people took.
+    """Calls waiting for a person's decision, the decisions taken, and decisions held.
 
     Owner: :mod:`workflows.approvals`.
     """
 
     decisions: list[Decision] = Field(default_factory=list[Decision])
-    waited_seconds: float = Field(
-        default=0.0, description="workflow seconds spent waiting for people"
-    )
     pending: dict[str, PendingApproval] = Field(default_factory=dict, exclude=True)
     verdicts: dict[str, Decision] = Field(default_factory=dict, exclude=True)
-    waits: int = Field(
-        default=0, exclude=True, description="waits for a person entered (revision 3)"
-    )
     unconfirmed: set[str] = Field(
         default_factory=set, exclude=True, description="approval requests made outside a task"
     )
@@ -111,6 +105,21 @@ class Approvals(BaseModel):
         default_factory=list[tuple[str, ApproveSignal | RejectSignal, datetime]],
         exclude=True,
         description="decisions held (workflows/approvals.py, Decisions)",
+    )
+
+
+class PersonWaits(BaseModel):
+    """The run's waits for people (approvals, client tools, a pause, a chat's next message).
+
+    Their time is not the run's: ``max_seconds`` counts without it. Owner:
+    :mod:`workflows.run_context` (``RunContext.wait_for_person``).
+    """
+
+    waited_seconds: float = Field(
+        default=0.0, description="workflow seconds spent waiting for people"
+    )
+    waits: int = Field(
+        default=0, exclude=True, description="waits for a person entered (revision 3)"
     )
 
 
@@ -216,6 +225,7 @@ class Guards(BaseModel):
 RUN_PARTS: dict[str, type[BaseModel]] = {
     "transcript": Transcript,
     "approvals": Approvals,
+    "person_waits": PersonWaits,
     "budget": Budget,
     "visibility": Visibility,
     "delegation": Delegation,

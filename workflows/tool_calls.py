@@ -19,7 +19,10 @@ from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     import workflows.activity_options as options
+    import workflows.approvals as approvals
     import workflows.charges as charges
+    import workflows.render as render
+    import workflows.transcript as transcript
     import workflows.turn as turn
     from activities.contracts import ToolCallRequest, ToolInfo, ToolOutcome
     from activities.interfaces import policy_judge
@@ -76,8 +79,9 @@ class ToolStep:
         )
         _, outcomes = await self.execute(calls)
         for call in calls:
-            self.ctx.s.transcript.messages.append(
-                {"role": "tool", "tool_call_id": call.id, "content": outcomes.get(call.id, "")}
+            transcript.add(
+                self.ctx.s,
+                {"role": "tool", "tool_call_id": call.id, "content": outcomes.get(call.id, "")},
             )
         self.ctx.publish()
 
@@ -105,7 +109,7 @@ class ToolStep:
         if ctx.s.approvals.pending:
             if await self._judge(calls, records, tools):
                 for cid in list(ctx.s.approvals.pending):  # the judge decided every one: no wait
-                    ctx.s.approvals.pending.pop(cid)
+                    approvals.answered(ctx.s, cid)
             else:
                 ctx.release_held()
                 await self._await_approvals()
@@ -168,19 +172,22 @@ class ToolStep:
             if settled is not None:  # denied: not run
                 outcomes[call.id] = self.settle(rec, settled, None, announce=False)
             elif decision.action == "approve":
-                s.approvals.pending[call.id] = PendingApproval(
-                    tool_call_id=call.id,
-                    name=call.name,
-                    arguments=rec.arguments,
-                    requested_at=workflow.now().isoformat(),
-                    turn=s.turn,
-                    approvers=decision.approvers,
-                    reason=decision.reason,
+                approvals.ask(
+                    s,
+                    PendingApproval(
+                        tool_call_id=call.id,
+                        name=call.name,
+                        arguments=rec.arguments,
+                        requested_at=workflow.now().isoformat(),
+                        turn=s.turn,
+                        approvers=decision.approvers,
+                        reason=decision.reason,
+                    ),
                 )
                 if ctx.versions.hold_early_decisions and ctx.outside_task:
                     # the model's reply was applied outside a workflow task (a query on a
                     # worker without the run cached): not in history until the next task
-                    s.approvals.unconfirmed.add(call.id)
+                    approvals.unconfirmed(s, call.id)
                 ctx.emit(
                     "approval_requested",
                     tool_call_id=call.id,
@@ -389,13 +396,13 @@ class ToolStep:
             )
         except TimeoutError:
             if policy.on_approval_timeout == "fail":
-                s.approvals.pending.clear()
+                approvals.drop_pending(s)
                 raise Stop("failed", "approval timed out") from None
             for cid in waiting:
                 if cid not in s.approvals.verdicts:
                     self._decisions.record(cid, "timeout", "system", None, None, "timer")
         for cid in waiting:
-            s.approvals.pending.pop(cid, None)
+            approvals.answered(s, cid)
         self._children.report_approvals()
         ctx.set_status("running")
         ctx.upsert_search_attributes()

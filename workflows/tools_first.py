@@ -30,6 +30,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 with workflow.unsafe.imports_passed_through():
     import workflows.activity_options as options
     import workflows.render as render
+    import workflows.transcript as transcript
     import workflows.turn as turn
     from activities.contracts import (
         CallModelInput,
@@ -92,7 +93,7 @@ class ToolsFirst:
                 )
             )
             ctx.tool_started(rec)
-            s.transcript.messages.append({"role": "tool", "tool_call_id": call.id, "content": ""})
+            transcript.add(s, {"role": "tool", "tool_call_id": call.id, "content": ""})
         ctx.publish()
         return True
 
@@ -238,9 +239,7 @@ class ToolsFirst:
 
     def _fill(self, texts: dict[str, str]) -> None:
         """Write ``texts`` (call id -> result) into the held calls' empty ``tool`` messages."""
-        self.ctx.s.transcript.messages[:] = fill_tool_messages(
-            self.ctx.s.transcript.messages, texts
-        )
+        transcript.fill(self.ctx.s, fill_tool_messages(self.ctx.s.transcript.messages, texts))
 
 
 def _shown(arguments: str | dict[str, Any]) -> dict[str, Any] | str:
