@@ -21,7 +21,6 @@ with workflow.unsafe.imports_passed_through():
     import workflows.activity_options as options
     import workflows.approvals as approvals
     import workflows.charges as charges
-    import workflows.render as render
     import workflows.transcript as transcript
     import workflows.turn as turn
     from activities.contracts import ToolCallRequest, ToolInfo, ToolOutcome

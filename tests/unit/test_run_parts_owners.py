@@ -69,7 +69,7 @@ def writes() -> list[tuple[str, int, str]]:
             for target in _targets(node):
                 part = _part_field(target)
                 if part is not None:
-                    found.append((path.name, node.lineno, part))
+                    found.append((path.name, getattr(node, "lineno", 0), part))
     return found
 
 
