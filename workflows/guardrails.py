@@ -4,9 +4,12 @@ Tool results and the model's text are checked in the activities that produce the
 (``tool.invoke``, ``model.complete``): what leaves an activity is already checked, and its
 ``guardrails`` field says what tripped. The user's messages are the workflow's own: the request
 and each ``send_message`` go through local activity ``guardrail.check`` before the model reads
-them. Either way :meth:`GuardrailStep.note` records each trip (``RunData.guardrails``, event
+them. Either way :meth:`GuardrailStep.note` records each trip (``RunData.guards.guardrails``, event
 ``guardrail_tripped``) and :meth:`GuardrailStep.act` ends the run with status ``guardrail`` or
 pauses it for a person, as the spec's ``on_trip`` says. Revision 6 (``Versions.guardrails``).
+
+Owner of the run state's ``guards`` part (:class:`workflows.run_parts.Guards`): trips, the block
+not acted on yet and the pause for it change here only (:func:`resumed` for signal ``resume``).
 """
 
 from __future__ import annotations
