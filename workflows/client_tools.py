@@ -24,9 +24,9 @@ from typing import TYPE_CHECKING
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    import workflows.turn as turn
     import workflows.approvals as approvals
     import workflows.transcript as transcript
+    import workflows.turn as turn
     from activities.client_tool_info import client_tool_info
     from activities.client_tools import ClientToolDef
     from activities.contracts import ToolCallRequest, ToolInfo

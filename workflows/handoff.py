@@ -15,9 +15,9 @@ from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     import workflows.activity_options as options
-    import workflows.turn as turn
     import workflows.children as children
     import workflows.transcript as transcript
+    import workflows.turn as turn
     from activities.interfaces import spec_resolve
     from activities.spec import Limits, PinnedSpec
     from workflows.run_context import Stop, cause_message
