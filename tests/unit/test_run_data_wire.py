@@ -129,6 +129,23 @@ def test_one_execution_fields_stay_off_the_wire_and_come_back_empty():
     assert list(out) == WIRE
     assert out["messages"] == [{"role": "user", "content": "hi"}]
     assert out["sa_shown"] == {"AgentStatus": "running"}
+    # flat keys went into their parts
+    assert d.approvals.pending == {"c1": p} and d.transcript.token_counts == [1, 2]
+    assert d.budget.budget_paused and d.visibility.search_attributes
+    assert d.delegation.handoff_to == "other" and d.guards.guardrail_paused
     back = RunData.model_validate_json(to_json(d))
-    assert back.model_dump() == {**d.model_dump()}
-    assert back != d  # the one-execution fields did not travel
+    assert back.model_dump() == d.model_dump()
+    assert back.transcript.messages == d.transcript.messages
+    assert back.visibility.sa_shown == {"AgentStatus": "running"}
+    # the one-execution fields did not travel
+    assert back.approvals.pending == {} and back.transcript.token_counts == []
+    assert not back.budget.budget_paused and not back.visibility.search_attributes
+    assert back.delegation.handoff_to is None and not back.guards.guardrail_paused
+
+
+def test_a_part_given_whole_takes_its_flat_fields_beside_it():
+    d = RunData.model_validate(
+        {"started_at": T0, "budget": {"max_cost_usd": 2.0}, "max_total_tokens": 100}
+    )
+    assert d.budget.max_cost_usd == 2.0 and d.budget.max_total_tokens == 100
+    assert d.get_flat("max_total_tokens") == 100 and d.get_flat("turn") == 0
