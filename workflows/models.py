@@ -321,8 +321,9 @@ class RunData(BaseModel):
     details and ``RunResult`` are views of it (:mod:`workflows.state`); adding a field here or to
     a part is enough to carry it.
 
-    Owned parts (:mod:`workflows.run_parts`), each changed by exactly one module through its small
-    methods; any module may read them:
+    Owned parts (:mod:`workflows.run_parts`), each changed by exactly one module, its owner; the
+    others call the owner's small functions instead of writing the fields, and any module may
+    read any part (``tests/unit/test_run_parts_owners.py`` checks who writes):
 
     - ``transcript`` (messages, compactions, token_counts, tools_tokens, parse_failures):
       :mod:`workflows.transcript`;

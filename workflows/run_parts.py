@@ -241,7 +241,8 @@ WIRE_ORDER = (
     "sandbox_seconds run_files compactions continued_runs output children lineage plan events "
     "model_steps sa_shown replayed model_arguments guardrails tools_in_step"
 ).split()
-"""The carry JSON's keys, in the order stored histories write them."""
+"""The carry JSON's keys, in the order stored histories write them; a field added later (to
+RunData or a part) is written after them, in declaration order."""
 
 PART_OF: dict[str, str] = {f: part for part, kind in RUN_PARTS.items() for f in kind.model_fields}
 """Flat field name -> the part holding it."""
