@@ -14,7 +14,7 @@ import workflows.render as render
 from workflows.child_rules import children_markdown, shown_status, with_child_approvals
 from workflows.models import IgnoredSignal, RunData, RunResult, RunState, RunStatus
 from workflows.plan import plan_markdown
-from workflows.run_parts import WIRE_ORDER
+from workflows.run_parts import PART_OF
 
 SA_AGENT = SearchAttributeKey.for_keyword("AgentName")
 SA_TENANT = SearchAttributeKey.for_keyword("TenantId")
@@ -30,8 +30,8 @@ def _shared(data: RunData, view: type[RunState] | type[RunResult]) -> dict[str, 
     """Fields of ``data`` (and of its request) that ``view`` has under the same name."""
     out: dict[str, Any] = {}
     for name in view.model_fields:
-        if name in WIRE_ORDER and name != "pinned":
-            out[name] = data.get_flat(name)
+        if (name in RunData.model_fields or name in PART_OF) and name not in ("req", "pinned"):
+            out[name] = data.get_flat(name)  # a part's field by its flat name
         elif data.req is not None and name in type(data.req).model_fields:
             out[name] = getattr(data.req, name)
     out["spec_hash"] = data.pinned.spec_hash if data.pinned else ""
