@@ -28,7 +28,11 @@ from temporalio.exceptions import ActivityError, ApplicationError
 # to ``import``, so the ``from`` form would load module ``x`` afresh inside the sandbox every run.
 with workflow.unsafe.imports_passed_through():
     import workflows.activity_options as options
+    import workflows.approvals as approvals
+    import workflows.charges as charges
+    import workflows.children as children
     import workflows.state as state
+    import workflows.transcript as transcript
     import workflows.turn as turn
     from activities.contracts import ERR_MCP_UNAVAILABLE
     from activities.guardrail_models import GuardrailTrip
@@ -87,7 +91,8 @@ class AgentRun(RunHandlers):
         carry = self._input.carry if isinstance(self._input, RunRequest) else None
         # the run's event stream (workflows/events.py), carried through continue-as-new
         events = RunEvents(carry.events if carry is not None else None)
-        self._ctx = ctx = RunContext(RunData(started_at=now, sa_upserted_at=now), events)
+        self._ctx = ctx = RunContext(RunData(started_at=now), events)
+        ctx.show_in_listings(False, now=now)
         self._decisions = Decisions(ctx)
         self._children = ChildStep(ctx)
         self._handoffs = HandoffStep(ctx)
@@ -132,7 +137,13 @@ class AgentRun(RunHandlers):
         s = self._ctx.s
         pinned = s.pinned
         mem = pinned.spec.memory if pinned else None
-        if pinned is None or mem is None or not mem.write or s.req is None or not s.messages:
+        if (
+            pinned is None
+            or mem is None
+            or not mem.write
+            or s.req is None
+            or not s.transcript.messages
+        ):
             return
         if not self._ctx.versions.memory_handoff():
             return
@@ -145,7 +156,7 @@ class AgentRun(RunHandlers):
             model=pinned.spec.models()[0],
             scopes=scopes_for(mem.write, req.principal_id, req.agent, workflow.info().workflow_id),
             system_prompt=pinned.spec.system_prompt,
-            messages=s.messages,
+            messages=s.transcript.messages,
             debounce_seconds=mem.consolidate_after_seconds,
         )
         try:
@@ -163,7 +174,7 @@ class AgentRun(RunHandlers):
                 self._restore(req, started_with_sa)
             else:
                 self._ctx.s.req = req
-                self._ctx.s.search_attributes = started_with_sa
+                self._ctx.show_in_listings(started_with_sa)
                 await self._start(req)
             return await self._loop()
         except Stop as stop:
@@ -194,7 +205,7 @@ class AgentRun(RunHandlers):
         if pinned.search_attributes is not None:
             # The spec activity asked the namespace (a bare client sets none at start); results
             # recorded before it did so carry None and keep the start-time gate (replay).
-            s.search_attributes = pinned.search_attributes
+            ctx.show_in_listings(pinned.search_attributes)
         spec = pinned.spec
         if req.model:
             spec.model = req.model
@@ -203,9 +214,12 @@ class AgentRun(RunHandlers):
             spec.limits.max_turns = lim.max_turns
         if lim.max_seconds is not None:
             spec.limits.max_seconds = lim.max_seconds
-        s.max_total_tokens = lim.max_total_tokens or spec.limits.max_total_tokens
-        s.max_cost_usd = lim.max_cost_usd or spec.limits.max_cost_usd
-        s.max_sandbox_seconds = spec.limits.max_sandbox_seconds
+        charges.set_limits(
+            s,
+            lim.max_total_tokens or spec.limits.max_total_tokens,
+            lim.max_cost_usd or spec.limits.max_cost_usd,
+            spec.limits.max_sandbox_seconds,
+        )
         text, trips = await self._first_messages(req)
         ctx.emit("run_started", agent=req.agent, input=text)
         self._guard.note(trips)
@@ -215,13 +229,13 @@ class AgentRun(RunHandlers):
                SA_PRINCIPAL: req.principal_id}  # fmt: skip
         if (
             ctx.versions.upsert_changed_only
-            and s.search_attributes
+            and s.visibility.search_attributes
             and all(started.get(key) == value for key, value in own.items())
         ):
             # The client set who, what and "running" at start, as the run would (workers.client.
             # start_run): no upsert now; the spec hash goes with the first one the run needs.
             # A client that set other values (another tenant, say) gets them overwritten.
-            s.sa_shown = {key.name: value for key, value in own.items()}
+            ctx.shown_at_start({key.name: value for key, value in own.items()})
         else:
             ctx.upsert_search_attributes(initial=True)
         ctx.publish()
@@ -235,13 +249,16 @@ class AgentRun(RunHandlers):
         """
         s = self._ctx.s
         if req.seed_messages:
-            s.messages = [dict(m) for m in req.seed_messages]
+            transcript.begin(s, [dict(m) for m in req.seed_messages])
             return req.input, []
         text, trips = await self._guard.check_input(req.input)
-        s.messages = [
-            {"role": "system", "content": self._ctx.pinned().spec.system_prompt},
-            {"role": "user", "content": text},
-        ]
+        transcript.begin(
+            s,
+            [
+                {"role": "system", "content": self._ctx.pinned().spec.system_prompt},
+                {"role": "user", "content": text},
+            ],
+        )
         return text, trips
 
     def _restore(self, req: RunRequest, started_with_sa: bool) -> None:
@@ -249,14 +266,13 @@ class AgentRun(RunHandlers):
         assert req.carry is not None
         carried = req.carry
         self._ctx.s = carried.model_copy(
-            update={
-                "req": req.model_copy(update={"carry": None}),
-                "status": "running",
-                "sa_upserted_at": workflow.now(),
-                "search_attributes": started_with_sa
-                if carried.pinned is None or carried.pinned.search_attributes is None
-                else carried.pinned.search_attributes,
-            }
+            update={"req": req.model_copy(update={"carry": None}), "status": "running"}
+        )
+        self._ctx.show_in_listings(
+            started_with_sa
+            if carried.pinned is None or carried.pinned.search_attributes is None
+            else carried.pinned.search_attributes,
+            now=workflow.now(),
         )
         self._ctx.publish()
 
@@ -285,7 +301,7 @@ class AgentRun(RunHandlers):
             reply = await self._model.step()
             if reply is None:
                 continue
-            s.messages.append(reply.assistant_message())
+            transcript.add(s, reply.assistant_message())
             if reply.content:
                 s.output = reply.content
             nxt = turn.after_reply(s, reply, limits)
@@ -314,7 +330,7 @@ class AgentRun(RunHandlers):
     def _after_tools(self, nxt: turn.CallModel | turn.PauseForBudget | turn.Finish) -> None:
         if isinstance(nxt, turn.PauseForBudget):
             self._ctx.s.paused = True
-            self._ctx.s.budget_paused = True
+            charges.pause_for_budget(self._ctx.s, True)
             workflow.logger.info("budget reached; pausing", extra={"why": nxt.reason})
         _stop_if(nxt)
 
@@ -345,7 +361,7 @@ class AgentRun(RunHandlers):
             if m.client_tools:
                 self._client.offer(m.client_tools, m.principal_id)
             text, trips = await self._guard.check_input(m.content)
-            s.messages.append({"role": "user", "content": text})
+            transcript.add(s, {"role": "user", "content": text})
             self._guard.note(trips)
         await self._guard.act()
 
@@ -388,11 +404,8 @@ class AgentRun(RunHandlers):
         for rec in s.tool_calls:
             if rec.status in ("pending", "running"):
                 rec.status = "cancelled"
-        for child in s.children:
-            if child.status == "running":
-                child.status = "cancelled"
-        s.pending.clear()
-        s.child_pending.clear()
+        children.run_ended(s)
+        approvals.drop_pending(s)
         ctx.enter(status)
         result = state.run_result(s, status, reason, error, workflow.now())
         ctx.emit("run_finished", result=result)

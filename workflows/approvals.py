@@ -1,5 +1,9 @@
 """Approvals of one run: who may decide, the decision recorded, decisions held for unknown calls.
 
+Owner of the run state's ``approvals`` part (:class:`workflows.run_parts.Approvals`): the calls
+waiting (:func:`ask`, :func:`answered`, :func:`drop_pending`, :func:`unconfirmed`), the verdicts
+and decisions, and the held (parked) signals change here only.
+
 :class:`Decisions` checks, records and holds the approvals and rejections that the
 ``approve``/``reject`` signals and the ``decide`` update bring. Who may decide is
 :func:`workflows.turn.decision_problem`; a signed decision is checked with :mod:`activities.signing`.
@@ -35,7 +39,32 @@ with workflow.unsafe.imports_passed_through():
     )
 
 if TYPE_CHECKING:
+    from workflows.models import PendingApproval, RunData
     from workflows.run_context import RunContext
+
+
+# The run state's ``approvals`` part (workflows/run_parts.py) is changed here only: the functions
+# below for the calls asked for, :class:`Decisions` for the decisions.
+
+
+def ask(s: RunData, pending: PendingApproval) -> None:
+    """A call waits for a person's decision (``state.pending_approvals``)."""
+    s.approvals.pending[pending.tool_call_id] = pending
+
+
+def unconfirmed(s: RunData, tool_call_id: str) -> None:
+    """A request made outside a workflow task (v3): unconfirmed until a task (module docstring)."""
+    s.approvals.unconfirmed.add(tool_call_id)
+
+
+def answered(s: RunData, tool_call_id: str) -> None:
+    """The call no longer waits (its verdict is in, or the judge decided it)."""
+    s.approvals.pending.pop(tool_call_id, None)
+
+
+def drop_pending(s: RunData) -> None:
+    """No call waits any more (the approval timed out and fails the run, or the run ended)."""
+    s.approvals.pending.clear()
 
 
 class Decisions:
@@ -59,8 +88,8 @@ class Decisions:
         return turn.decision_problem(
             tool_call_id,
             principal_id,
-            decided={k: v.decision for k, v in s.verdicts.items()},
-            waiting={k: p.approvers for k, p in s.pending.items()},
+            decided={k: v.decision for k, v in s.approvals.verdicts.items()},
+            waiting={k: p.approvers for k, p in s.approvals.pending.items()},
             known={r.id for r in s.tool_calls},
             policy=s.pinned.spec.policy if s.pinned else None,
             roles=roles,
@@ -84,8 +113,8 @@ class Decisions:
         the verdict decided the call.
         """
         s, who = self._ctx.s, f"{JUDGE_PREFIX}{model}"
-        pending = s.pending.get(tool_call_id)
-        if pending is None or tool_call_id in s.verdicts:
+        pending = s.approvals.pending.get(tool_call_id)
+        if pending is None or tool_call_id in s.approvals.verdicts:
             return False
         if verdict.verdict == "escalate":
             pending.escalated = verdict.reason
@@ -142,13 +171,13 @@ class Decisions:
             comment=comment,
             via=via,
         )
-        s.verdicts[tool_call_id] = d
-        s.decisions.append(d)
+        s.approvals.verdicts[tool_call_id] = d
+        s.approvals.decisions.append(d)
         if via != "timer":
             for rec in s.tool_calls:
                 if rec.id == tool_call_id:
                     rec.decided_by = principal_id
-        pending = s.pending.get(tool_call_id)
+        pending = s.approvals.pending.get(tool_call_id)
         if via == "timer":
             shown = pending.arguments if pending else None
         else:
@@ -190,13 +219,13 @@ class Decisions:
         ctx.observe()
         s, now = ctx.s, workflow.now()
         if not ctx.outside_task:
-            s.unconfirmed.clear()
-        held, s.parked = s.parked, []
+            s.approvals.unconfirmed.clear()
+        held, s.approvals.parked = s.approvals.parked, []
         for cid, sig, at in held:
-            if cid in s.pending and cid not in s.unconfirmed:
+            if cid in s.approvals.pending and cid not in s.approvals.unconfirmed:
                 self.by_signal(sig)
-            elif at == now or cid in s.unconfirmed:
-                s.parked.append((cid, sig, at))
+            elif at == now or cid in s.approvals.unconfirmed:
+                s.approvals.parked.append((cid, sig, at))
             else:
                 self.by_signal(sig)  # unknown still: ignored with the reason
         return False
@@ -209,16 +238,18 @@ class Decisions:
         time moves on, one for a request made outside a workflow task until it is confirmed.
         """
         s, cid = self._ctx.s, sig.tool_call_id
-        known = cid in s.verdicts or any(r.id == cid for r in s.tool_calls)
-        if not self._ctx.versions.hold_early_decisions or (known and cid not in s.unconfirmed):
+        known = cid in s.approvals.verdicts or any(r.id == cid for r in s.tool_calls)
+        if not self._ctx.versions.hold_early_decisions or (
+            known and cid not in s.approvals.unconfirmed
+        ):
             return False
-        s.parked.append((cid, sig, workflow.now()))
+        s.approvals.parked.append((cid, sig, workflow.now()))
         return True
 
     def drop_parked(self) -> None:
         """No call waits any more: each held signal is ignored, with why."""
         s = self._ctx.s
-        held, s.parked = s.parked, []
+        held, s.approvals.parked = s.approvals.parked, []
         for _, sig, _ in held:
             self.by_signal(sig)
 
@@ -233,6 +264,6 @@ class Decisions:
                 reason=self.problem(cid, sig.principal_id) or "held",
                 tool_call_id=cid,
             )
-            for cid, sig, at in s.parked
-            if cid not in s.unconfirmed
+            for cid, sig, at in s.approvals.parked
+            if cid not in s.approvals.unconfirmed
         ]

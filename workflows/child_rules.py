@@ -122,7 +122,7 @@ def shown_status(data: RunData) -> LiveStatus | RunStatus:
     search attribute ``AgentStatus``, so ``agentctl list --status awaiting_approval`` finds the
     parent too.
     """
-    if data.status == "running" and any(data.child_pending.values()):
+    if data.status == "running" and any(data.delegation.child_pending.values()):
         return "awaiting_approval"
     return data.status
 

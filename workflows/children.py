@@ -1,5 +1,7 @@
 """Sub-agents as child runs: ``ask_<NAME>`` starts a child ``AgentRun`` and returns its answer.
 
+Owner of the run state's ``delegation`` part (:class:`workflows.run_parts.Delegation`).
+
 The pure half (ids, requests, budgets, what the model is told, the approvals a child reports)
 is plain functions, tested without a server; :class:`ChildStep` starts the child workflow and waits
 for it, on the run's :class:`workflows.run_context.RunContext`.
@@ -33,6 +35,7 @@ from temporalio.workflow import ParentClosePolicy
 with workflow.unsafe.imports_passed_through():
     from pydantic import BaseModel
 
+    import workflows.charges as charges
     import workflows.render as render
     import workflows.turn as turn
     from activities.contracts import ToolCallRequest, ToolInfo
@@ -60,7 +63,39 @@ with workflow.unsafe.imports_passed_through():
     )
 
 if TYPE_CHECKING:
+    from workflows.models import RunData
     from workflows.run_context import RunContext
+
+
+# The run state's ``delegation`` part (workflows/run_parts.py: children, the calls they wait on,
+# lineage, the handoff of the turn) is changed in this module only: by :class:`ChildStep` and
+# by the functions below, which the handoff step and the run's end call.
+
+
+def note_handoff(s: RunData, agent: str) -> None:
+    """A ``handoff_to_<agent>`` call this turn: the run goes on with ``agent`` at its end."""
+    s.delegation.handoff_to = agent
+
+
+def take_handoff(s: RunData) -> str | None:
+    """The agent this turn hands the run to (None: no handoff), cleared for the next turn."""
+    agent, s.delegation.handoff_to = s.delegation.handoff_to, None
+    return agent
+
+
+def handed_over(s: RunData, old: str, agent: str) -> None:
+    """Lineage (``RunResult.lineage``): the first agent ``old`` if none yet, then ``agent``."""
+    if not s.delegation.lineage:
+        s.delegation.lineage.append(old)
+    s.delegation.lineage.append(agent)
+
+
+def run_ended(s: RunData) -> None:
+    """The run ends: children still running are shown ``cancelled``; no child call waits."""
+    for child in s.delegation.children:
+        if child.status == "running":
+            child.status = "cancelled"
+    s.delegation.child_pending.clear()
 
 
 class ChildStep:
@@ -77,21 +112,23 @@ class ChildStep:
         info = workflow.info()
         if info.parent is None:
             return
-        payload = ChildApprovals(run_id=info.workflow_id, pending=list(self.ctx.s.pending.values()))
+        payload = ChildApprovals(
+            run_id=info.workflow_id, pending=list(self.ctx.s.approvals.pending.values())
+        )
         handle = workflow.get_external_workflow_handle(info.parent.workflow_id)
         asyncio.ensure_future(_quietly(handle.signal(CHILD_APPROVALS_SIGNAL, payload)))
 
     def on_approvals(self, got: ChildApprovals) -> None:
         """A child's pending approvals arrived (signal ``child_approvals``): shown in this run."""
         s = self.ctx.s
-        if not any(c.run_id == got.run_id and c.status == "running" for c in s.children):
+        if not any(c.run_id == got.run_id and c.status == "running" for c in s.delegation.children):
             self.ctx.ignore(CHILD_APPROVALS_SIGNAL, "system", f"{got.run_id} is no running child")
             return
         before = shown_status(s)
         if got.pending:
-            s.child_pending[got.run_id] = got.pending
+            s.delegation.child_pending[got.run_id] = got.pending
         else:
-            s.child_pending.pop(got.run_id, None)
+            s.delegation.child_pending.pop(got.run_id, None)
         self._shown_status_changed(before)
         self.ctx.publish()
 
@@ -102,7 +139,7 @@ class ChildStep:
 
     def child_of_call(self, tool_call_id: str) -> str | None:
         """The child run waiting on ``tool_call_id`` (None: not a child's call)."""
-        return child_holding(self.ctx.s.child_pending, tool_call_id)
+        return child_holding(self.ctx.s.delegation.child_pending, tool_call_id)
 
     def forward_decision(
         self, sig: ApproveSignal | RejectSignal | DecideUpdate, run_id: str
@@ -151,11 +188,13 @@ class ChildStep:
                 "error", f"ask_{agent} needs a `task`: the task for {agent}, as a non-empty string."
             )
         s, req = self.ctx.s, self.ctx.req()
-        child_id = child_workflow_id(workflow.info().workflow_id, agent, s.children)
-        limits = child_limits(s.usage, s.max_total_tokens, s.max_cost_usd, share)
+        child_id = child_workflow_id(workflow.info().workflow_id, agent, s.delegation.children)
+        limits = child_limits(
+            s.budget.usage, s.budget.max_total_tokens, s.budget.max_cost_usd, share
+        )
         child_req = child_request(req, agent, task, limits)
         record = ChildRecord(run_id=child_id, agent=agent, tool_call_id=call.id, turn=s.turn)
-        s.children.append(record)
+        s.delegation.children.append(record)
         rec.status = "running"
         handle = await workflow.start_child_workflow(
             "AgentRun",
@@ -193,9 +232,9 @@ class ChildStep:
         s = self.ctx.s
         record.status = result.status
         record.usage = result.usage
-        s.usage = s.usage.add(result.usage)
+        charges.add(s, result.usage)
         before = shown_status(s)
-        s.child_pending.pop(record.run_id, None)
+        s.delegation.child_pending.pop(record.run_id, None)
         self._shown_status_changed(before)
         status, text = child_answer(agent, result)
         self.ctx.emit(
@@ -210,7 +249,7 @@ class ChildStep:
 
     def _child_search_attributes(self, child: RunRequest) -> TypedSearchAttributes | None:
         """The child's search attributes at start (None when the parent's namespace has none)."""
-        if not self.ctx.s.search_attributes:
+        if not self.ctx.s.visibility.search_attributes:
             return None
         pairs: list[SearchAttributePair[Any]] = [
             SearchAttributePair(SearchAttributeKey.for_keyword("AgentName"), child.agent),

@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
+    import workflows.approvals as approvals
+    import workflows.transcript as transcript
     import workflows.turn as turn
     from activities.client_tool_info import client_tool_info
     from activities.client_tools import ClientToolDef
@@ -86,7 +88,7 @@ class ClientTools:
                 continue
             tools[d.name] = client_tool_info(d)
         pinned.tools = list(tools.values())
-        s.tools_tokens = None  # the tool schemas changed: count them again
+        transcript.tools_changed(s)  # the tool schemas changed: count them again
 
     def approvers(self, name: str) -> list[str]:
         """Who may answer a ``name`` call besides the run's principal (the policy's approvers)."""
@@ -105,9 +107,9 @@ class ClientTools:
         rec = next((r for r in s.tool_calls if r.id == cid), None)
         if rec is None:
             return f"tool call {cid} is unknown"
-        if cid in s.client_results:
+        if cid in s.client_calls.client_results:
             return f"tool call {cid} already has its result"
-        waiting = s.client_waiting.get(cid)
+        waiting = s.client_calls.client_waiting.get(cid)
         if waiting is None:
             if rec.status in ("pending", "running"):
                 return f"tool call {cid} ({rec.name}) is not waiting for a client's result"
@@ -126,11 +128,11 @@ class ClientTools:
 
     def unconfirmed(self, tool_call_id: str) -> bool:
         """Whether the call was published outside a workflow task, not yet in history."""
-        return tool_call_id in self._ctx.s.unconfirmed
+        return tool_call_id in self._ctx.s.approvals.unconfirmed
 
     def take(self, upd: ToolResultUpdate) -> ToolResultAnswer:
         """Record a result the validator accepted; the waiting call wakes up."""
-        self._ctx.s.client_results[upd.tool_call_id] = upd
+        self._ctx.s.client_calls.client_results[upd.tool_call_id] = upd
         return ToolResultAnswer(
             tool_call_id=upd.tool_call_id, status="error" if upd.is_error else "ok"
         )
@@ -148,7 +150,7 @@ class ClientTools:
         s, cid = ctx.s, call.id
         started = workflow.now()
         timeout = info.timeout_seconds
-        s.client_waiting[cid] = PendingClientTool(
+        s.client_calls.client_waiting[cid] = PendingClientTool(
             tool_call_id=cid,
             name=call.name,
             arguments=rec.arguments,
@@ -161,12 +163,12 @@ class ClientTools:
         if ctx.versions.hold_early_decisions and ctx.outside_task:
             # published by an activation outside a workflow task (a query on a worker that
             # rebuilt the run): not in history until the next task (as approvals.py holds)
-            s.unconfirmed.add(cid)
+            approvals.unconfirmed(s, cid)
         ctx.emit("client_tool_requested", tool_call_id=cid, name=call.name, arguments=rec.arguments)
         ctx.publish()
         try:
             await ctx.wait_for_person(
-                lambda: cid in s.client_results, timeout, f"client tool {call.name}"
+                lambda: cid in s.client_calls.client_results, timeout, f"client tool {call.name}"
             )
         except TimeoutError:
             return turn.Settled(
@@ -176,8 +178,8 @@ class ClientTools:
                 duration_ms=round((workflow.now() - started).total_seconds() * 1000, 1),
             )
         finally:
-            s.client_waiting.pop(cid, None)
-        res = s.client_results[cid]
+            s.client_calls.client_waiting.pop(cid, None)
+        res = s.client_calls.client_results[cid]
         return turn.Settled(
             "error" if res.is_error else "ok",
             result_text(res, ctx.pinned().spec.max_tool_output_chars),

@@ -14,6 +14,8 @@ from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     import workflows.activity_options as options
+    import workflows.charges as charges
+    import workflows.transcript as transcript
     import workflows.turn as turn
     from activities.contracts import ModelReply
     from activities.interfaces import model_complete, tokens_count
@@ -56,19 +58,19 @@ class CompactionStep:
         """
         s, pinned = self.ctx.s, self.ctx.pinned()
         comp = pinned.spec.compaction
-        known, tools_known = s.token_counts, s.tools_tokens
-        new = s.messages[len(known) :]
+        known, tools_known = s.transcript.token_counts, s.transcript.tools_tokens
+        new = s.transcript.messages[len(known) :]
         inp, opts = options.tokens_count(
-            pinned, self.ctx.req(), new, tools_known is None, len(s.messages)
+            pinned, self.ctx.req(), new, tools_known is None, len(s.transcript.messages)
         )
         counts = await workflow.execute_activity(tokens_count, inp, **opts)
-        s.token_counts = known + counts.per_message
-        s.tools_tokens = counts.tools if tools_known is None else tools_known
+        tools_tokens = counts.tools if tools_known is None else tools_known
+        transcript.counted(s, known + counts.per_message, tools_tokens)
         try:
             return plan_compaction(
-                s.messages,
-                s.token_counts,
-                s.tools_tokens,
+                s.transcript.messages,
+                s.transcript.token_counts,
+                tools_tokens,
                 comp.context_window,
                 comp.output_reserve,
                 comp.threshold,
@@ -84,17 +86,15 @@ class CompactionStep:
         s, comp = self.ctx.s, self.ctx.pinned().spec.compaction
         summary: str | None = None
         if comp.summarize and plan.dropped:
-            summary = await self._summarize([s.messages[i] for i in plan.dropped])
-        compacted = plan.apply(s.messages, summary=summary)
+            summary = await self._summarize([s.transcript.messages[i] for i in plan.dropped])
+        compacted = plan.apply(s.transcript.messages, summary=summary)
         if not plan.fits:
             # even the messages that must stay are too long: shorten tool results to fit
             budget_chars = int(plan.target * 3)
             compacted = truncate_tool_results(
                 compacted, max(500, budget_chars // max(1, len(compacted)))
             )
-        s.messages = compacted
-        s.token_counts = []  # the transcript was rewritten: count it afresh next time
-        s.compactions += 1
+        transcript.compacted(s, compacted)  # rewritten: counted afresh next time
         workflow.logger.info(
             "context compacted",
             extra={
@@ -124,5 +124,5 @@ class CompactionStep:
             self.ctx.emit("model_finished", reply=ModelReply(model=inp.model))
             return None
         self.ctx.emit("model_finished", reply=reply)
-        s.usage = s.usage.add(reply.usage)
+        charges.add(s, reply.usage)
         return reply.content

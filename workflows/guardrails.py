@@ -4,9 +4,12 @@ Tool results and the model's text are checked in the activities that produce the
 (``tool.invoke``, ``model.complete``): what leaves an activity is already checked, and its
 ``guardrails`` field says what tripped. The user's messages are the workflow's own: the request
 and each ``send_message`` go through local activity ``guardrail.check`` before the model reads
-them. Either way :meth:`GuardrailStep.note` records each trip (``RunData.guardrails``, event
+them. Either way :meth:`GuardrailStep.note` records each trip (``RunData.guards.guardrails``, event
 ``guardrail_tripped``) and :meth:`GuardrailStep.act` ends the run with status ``guardrail`` or
 pauses it for a person, as the spec's ``on_trip`` says. Revision 6 (``Versions.guardrails``).
+
+Owner of the run state's ``guards`` part (:class:`workflows.run_parts.Guards`): trips, the block
+not acted on yet and the pause for it change here only (:func:`resumed` for signal ``resume``).
 """
 
 from __future__ import annotations
@@ -18,7 +21,14 @@ with workflow.unsafe.imports_passed_through():
     import workflows.activity_options as options
     from activities.guardrail_models import GuardrailCheckOutput, GuardrailTrip
     from activities.interfaces import guardrail_check
+    from workflows.models import RunData
     from workflows.run_context import RunContext, Stop, cause_message
+
+
+def resumed(s: RunData) -> None:
+    """A person resumed the run (signal ``resume``): a block no longer holds it paused."""
+    s.guards.guardrail_paused = False
+
 
 __all__ = ["GuardrailStep", "reason_of", "withheld_reply_note"]
 
@@ -64,7 +74,7 @@ class GuardrailStep:
             if tool_call_id is not None and trip.tool_call_id is None:
                 trip.tool_call_id = tool_call_id
             trip.turn = trip.turn or s.turn
-            s.guardrails.append(trip)
+            s.guards.guardrails.append(trip)
             self.ctx.emit(
                 "guardrail_tripped",
                 stage=trip.stage,
@@ -73,8 +83,8 @@ class GuardrailStep:
                 detail=trip.detail,
                 tool_call_id=trip.tool_call_id,
             )
-            if trip.action == "block" and s.guardrail_blocked is None:
-                s.guardrail_blocked = trip
+            if trip.action == "block" and s.guards.guardrail_blocked is None:
+                s.guards.guardrail_blocked = trip
         if trips:
             workflow.logger.info(
                 "guardrail tripped",
@@ -91,16 +101,16 @@ class GuardrailStep:
             Stop: ``guardrail`` (``on_trip: end``), or ``interrupted`` while paused.
         """
         s = self.ctx.s
-        trip = s.guardrail_blocked
+        trip = s.guards.guardrail_blocked
         if trip is None or not self.on():
             return
-        s.guardrail_blocked = None
+        s.guards.guardrail_blocked = None
         spec = self.ctx.pinned().spec.guardrails
         if spec is None or spec.on_trip == "end":
             raise Stop("guardrail", reason_of(trip))
         workflow.logger.info("guardrail blocked; pausing", extra={"why": reason_of(trip)})
         s.paused = True
-        s.guardrail_paused = True
+        s.guards.guardrail_paused = True
         await self.ctx.checkpoint()
 
     async def check_input(self, text: str) -> tuple[str, list[GuardrailTrip]]:

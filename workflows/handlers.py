@@ -23,6 +23,8 @@ from temporalio.exceptions import ApplicationError
 with workflow.unsafe.imports_passed_through():
     from pydantic import BaseModel
 
+    import workflows.charges as charges
+    import workflows.guardrails as guardrails
     import workflows.state as state
     import workflows.turn as turn
     from workflows.child_rules import CHILD_APPROVALS_SIGNAL, ChildApprovals, refused_by_child
@@ -144,11 +146,13 @@ class RunHandlers:
             raise _refused(why)
         if self._children.child_of_call(upd.tool_call_id) is not None:
             # a child's call: forwarded, and the child checks who decides (roles included)
-            problem = refused_by_child(s.child_pending, upd.tool_call_id, upd.principal_id)
+            problem = refused_by_child(
+                s.delegation.child_pending, upd.tool_call_id, upd.principal_id
+            )
             if problem:
                 raise _refused(problem)
             return
-        if upd.tool_call_id in s.unconfirmed:
+        if upd.tool_call_id in s.approvals.unconfirmed:
             raise ApplicationError(
                 f"tool call {upd.tool_call_id} is not recorded in the run's history yet; retry",
                 type=DECISION_NOT_YET_RECORDED,
@@ -211,12 +215,12 @@ class RunHandlers:
         s = self._ctx.s
         if not s.paused:
             self._ctx.ignore("resume", sig.principal_id, "not paused")
-        elif s.budget_paused and turn.budget_exceeded(s) is not None:
+        elif s.budget.budget_paused and turn.budget_exceeded(s) is not None:
             self._ctx.ignore("resume", sig.principal_id, "over budget: raise it with raise_budget")
             return
         s.paused = False
-        s.budget_paused = False
-        s.guardrail_paused = False
+        charges.pause_for_budget(s, False)
+        guardrails.resumed(s)
 
     @workflow.signal(name="send_message")
     def send_message(self, *args: Any) -> None:
@@ -270,15 +274,10 @@ class RunHandlers:
         if sig is None:
             return
         s = self._ctx.s
-        if sig.max_total_tokens is not None:
-            s.max_total_tokens = sig.max_total_tokens
-        if sig.max_cost_usd is not None:
-            s.max_cost_usd = sig.max_cost_usd
-        if sig.max_sandbox_seconds is not None:
-            s.max_sandbox_seconds = sig.max_sandbox_seconds
-        if s.budget_paused and turn.budget_exceeded(s) is None:
+        charges.raise_limits(s, sig)
+        if s.budget.budget_paused and turn.budget_exceeded(s) is None:
             s.paused = False
-            s.budget_paused = False
+            charges.pause_for_budget(s, False)
 
     @workflow.signal(name=CHILD_APPROVALS_SIGNAL)
     def child_approvals(self, *args: Any) -> None:
@@ -297,4 +296,4 @@ class RunHandlers:
     @workflow.query(name="transcript")
     def transcript(self) -> list[dict[str, Any]]:
         """The messages so far, OpenAI chat format."""
-        return self._ctx.s.messages
+        return self._ctx.s.transcript.messages

@@ -15,6 +15,8 @@ from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     import workflows.activity_options as options
+    import workflows.children as children
+    import workflows.transcript as transcript
     import workflows.turn as turn
     from activities.interfaces import spec_resolve
     from activities.spec import Limits, PinnedSpec
@@ -54,9 +56,9 @@ class HandoffStep:
     def ask(self, agent: str) -> turn.Settled:
         """The ``handoff_to_*`` call: note the handover for the end of the turn; how it ended."""
         s = self.ctx.s
-        status, text = handoff_text(agent, s.handoff_to)
+        status, text = handoff_text(agent, s.delegation.handoff_to)
         if status == "ok":
-            s.handoff_to = agent
+            children.note_handoff(s, agent)
         return turn.Settled("ok" if status == "ok" else "error", text)
 
     async def apply(self) -> None:
@@ -67,7 +69,7 @@ class HandoffStep:
         """
         ctx = self.ctx
         s = ctx.s
-        agent, s.handoff_to = s.handoff_to, None
+        agent = children.take_handoff(s)
         if agent is None:
             return
         old = ctx.pinned()
@@ -77,12 +79,10 @@ class HandoffStep:
             pinned = await workflow.execute_activity(spec_resolve, inp, **opts)
         except ActivityError as e:
             raise Stop("failed", f"handoff to {agent} failed", error=cause_message(e)) from None
-        if not s.lineage:
-            s.lineage.append(old.spec.name)
-        s.lineage.append(agent)
+        children.handed_over(s, old.spec.name, agent)
         s.pinned = keep_limits(pinned, old.spec.limits)
-        s.messages = with_system_prompt(s.messages, pinned.spec.system_prompt)
-        s.token_counts = []
-        s.tools_tokens = None
+        transcript.rewritten(
+            s, with_system_prompt(s.transcript.messages, pinned.spec.system_prompt)
+        )
         ctx.emit("handoff", from_agent=old.spec.name, to_agent=agent, spec_hash=pinned.spec_hash)
         ctx.publish()

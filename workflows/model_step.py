@@ -15,7 +15,9 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     import workflows.activity_options as options
+    import workflows.charges as charges
     import workflows.model_choice as model_choice
+    import workflows.transcript as transcript
     import workflows.turn as turn
     from activities.contracts import ERR_MODEL_OUTPUT_INVALID, CallModelInput, ModelReply
     from activities.interfaces import model_complete
@@ -63,14 +65,14 @@ class ModelStep:
             cause = e.cause
             if not (isinstance(cause, ApplicationError) and cause.type == ERR_MODEL_OUTPUT_INVALID):
                 raise Stop("failed", "model step failed", error=cause_message(e)) from None
-            s.parse_failures += 1
+            failures = transcript.parse_failed(s)
             nxt = turn.after_parse_failure(
-                s.parse_failures, pinned.spec.max_parse_failures, cause_message(e)
+                failures, pinned.spec.max_parse_failures, cause_message(e)
             )
             if isinstance(nxt, turn.Finish):
                 raise Stop(nxt.status, nxt.reason, error=nxt.error) from None
             # Tell the model what went wrong and let it try again; the turn counts.
-            s.messages.append({"role": "user", "content": nxt.note})
+            transcript.add(s, {"role": "user", "content": nxt.note})
             workflow.logger.warning(
                 "model output unparsable; told the model", extra={"turn": s.turn}
             )
@@ -79,11 +81,11 @@ class ModelStep:
             s.turn -= 1
             return None
         if reply.tool_calls:  # a repeated id never shares a verdict (patch asked only then)
-            taken = {*s.verdicts, *s.pending, *(r.id for r in s.tool_calls)}
+            taken = {*s.approvals.verdicts, *s.approvals.pending, *(r.id for r in s.tool_calls)}
             calls = turn.unique_call_ids(reply.tool_calls, taken)
             if calls != reply.tool_calls and ctx.versions.unique_call_ids():
                 reply = reply.model_copy(update={"tool_calls": calls})
-        s.usage = s.usage.add(reply.usage)
+        charges.add(s, reply.usage)
         ctx.emit("model_finished", reply=reply)
         if await self._withheld(reply):
             return None
@@ -97,8 +99,8 @@ class ModelStep:
                 reply.tool_calls or not ctx.versions.upsert_changed_only
             ):
                 ctx.upsert_search_attributes()
-        elif s.sa_upserted_at is None or (
-            (workflow.now() - s.sa_upserted_at).total_seconds() >= SA_REFRESH_SECONDS
+        elif s.visibility.sa_upserted_at is None or (
+            (workflow.now() - s.visibility.sa_upserted_at).total_seconds() >= SA_REFRESH_SECONDS
         ):
             ctx.upsert_search_attributes()
         return reply
@@ -119,7 +121,7 @@ class ModelStep:
         if blocked is None:
             return False
         await self.guard.act()  # ends the run, or waits for a person
-        self.ctx.s.messages.append({"role": "user", "content": withheld_reply_note(blocked)})
+        transcript.add(self.ctx.s, {"role": "user", "content": withheld_reply_note(blocked)})
         return True
 
     async def _call_models(self) -> ModelReply:
@@ -135,9 +137,14 @@ class ModelStep:
         while True:
             name = models[index]
             inp, opts = options.model_complete(
-                pinned, ctx.req(), s.turn, s.messages, model=name, stream=ctx.events.watched()
+                pinned,
+                ctx.req(),
+                s.turn,
+                s.transcript.messages,
+                model=name,
+                stream=ctx.events.watched(),
             )
-            if s.tools_first:
+            if s.held.tools_first:
                 with_calls = await self.first.attach(inp, opts)
                 if with_calls is None:  # they ran as local activities: the messages changed
                     continue
@@ -168,14 +175,7 @@ class ModelStep:
             s.memory = [m.id for m in reply.memory]
             if reply.memory:
                 ctx.emit("memory_retrieved", ids=s.memory)
-            s.model_steps.append(
-                {
-                    "turn": s.turn,
-                    "model": name,
-                    "duration_ms": reply.latency_ms,
-                    "usage": reply.usage.model_dump(mode="json"),
-                }
-            )
+            charges.model_step(s, name, reply.latency_ms, reply.usage)
             return reply
 
 

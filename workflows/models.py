@@ -9,21 +9,40 @@ client reads of a run (``RunState``, ``RunResult`` and their parts) is defined i
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
-from pydantic import BaseModel, Field
+from pydantic import (
+    BaseModel,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
 from temporalio.contrib.workflow_streams import WorkflowStreamState
 
-from activities.contracts import ClientToolDef, StepToolCall, Usage
+from activities.contracts import ClientToolDef
 from activities.evals.contracts import Recording
-from activities.guardrail_models import GuardrailTrip
 from activities.spec import PinnedSpec
 from activities.spec_settings import MAX_RUN_SECONDS
 from workflows.client_models import MAX_TOOL_RESULT_BYTES as MAX_TOOL_RESULT_BYTES
-from workflows.client_models import PendingClientTool, ToolResultUpdate
 from workflows.client_models import ToolResultAnswer as ToolResultAnswer
+from workflows.client_models import ToolResultUpdate as ToolResultUpdate
 from workflows.conversation_models import AddMessageResult as AddMessageResult
 from workflows.conversation_models import AddMessageUpdate as AddMessageUpdate
+from workflows.run_parts import (
+    PART_OF,
+    Approvals,
+    Budget,
+    ClientCalls,
+    Delegation,
+    Guards,
+    HeldCalls,
+    PersonWaits,
+    Transcript,
+    Visibility,
+    flatten,
+    nest,
+)
 from workflows.signals import (
     MAX_DECISION_ARGUMENTS_BYTES as MAX_DECISION_ARGUMENTS_BYTES,
 )
@@ -178,17 +197,36 @@ class RunData(BaseModel):
     The continued execution gets it back as ``RunRequest.carry``. Fields marked ``exclude=True``
     belong to one execution and are not carried: at a turn boundary nothing is pending, no
     interrupt is set and the next execution counts tokens afresh. The ``state`` query, the Web UI
-    details and ``RunResult`` are views of it (:mod:`workflows.state`); adding a field here is
-    enough to carry it. Field names are those of the ``carry`` JSON in stored histories.
+    details and ``RunResult`` are views of it (:mod:`workflows.state`); adding a field here or to
+    a part is enough to carry it.
+
+    Owned parts (:mod:`workflows.run_parts`), each changed by exactly one module, its owner; the
+    others call the owner's small functions instead of writing the fields, and any module may
+    read any part (``tests/unit/test_run_parts_owners.py`` checks who writes):
+
+    - ``transcript`` (messages, compactions, token_counts, tools_tokens, parse_failures):
+      :mod:`workflows.transcript`;
+    - ``approvals`` (decisions, pending, verdicts, unconfirmed, parked): :mod:`workflows.approvals`;
+    - ``person_waits`` (waited_seconds, waits): :mod:`workflows.run_context`
+      (``RunContext.wait_for_person``);
+    - ``budget`` (usage, max_total_tokens, max_cost_usd, max_sandbox_seconds, sandbox_seconds,
+      model_steps, budget_paused): :mod:`workflows.charges`;
+    - ``visibility`` (sa_shown, search_attributes, sa_upserted_at): :mod:`workflows.run_context`
+      (``RunContext.show_in_listings``, ``shown_at_start``, ``upsert_search_attributes``);
+    - ``delegation`` (children, lineage, child_pending, handoff_to): :mod:`workflows.children`;
+    - ``held`` (tools_first): :mod:`workflows.tools_first`;
+    - ``client_calls`` (client_waiting, client_results): :mod:`workflows.client_tools`;
+    - ``guards`` (guardrails, guardrail_blocked, guardrail_paused): :mod:`workflows.guardrails`.
+
+    The wire shape stays flat: the carry JSON holds every part's fields at the top level under
+    the names (and in the order) stored histories use; :meth:`_nest` reads flat keys into parts,
+    :meth:`_flatten` writes them out flat (docs/rundata-parts.md lists old name -> new path).
     """
 
     pinned: PinnedSpec | None = None
-    messages: list[dict[str, Any]] = Field(default_factory=list[dict[str, Any]])
     turn: int = 0
-    usage: Usage = Field(default_factory=Usage)
     tool_calls: list[ToolCallRecord] = Field(default_factory=list[ToolCallRecord])
     memory: list[str] = Field(default_factory=list)
-    decisions: list[Decision] = Field(default_factory=list[Decision])
     ignored_signals: list[IgnoredSignal] = Field(default_factory=list[IgnoredSignal])
     inbox: list[MessageSignal] = Field(default_factory=list[MessageSignal])
     paused: bool = False
@@ -196,43 +234,19 @@ class RunData(BaseModel):
         default_factory=list[tuple[tuple[str, str], ...]],
         description="loop-detection signature of each turn with tool calls",
     )
-    waited_seconds: float = Field(
-        default=0.0, description="workflow seconds spent waiting for people"
-    )
     started_at: datetime
-    max_total_tokens: int | None = None
-    max_cost_usd: float | None = None
-    max_sandbox_seconds: float | None = None
-    sandbox_seconds: float = Field(
-        default=0.0, description="seconds sandboxed tools ran (run_python, run_command)"
-    )
     run_files: dict[str, str] = Field(
         default_factory=dict,
         description="files sandboxed calls wrote: name -> payload store key (the latest wins)",
     )
-    compactions: int = 0
     continued_runs: int = 0
     output: str | None = None
-    children: list[ChildRecord] = Field(
-        default_factory=list[ChildRecord],
-        description="child runs (sub-agents), in the order started",
-    )
-    lineage: list[str] = Field(default_factory=list, description="agents of the run (handoffs)")
     plan: PlanView | None = Field(
         default=None, description="plan mode: the plan and its steps' status"
     )
     events: WorkflowStreamState | None = Field(
         default=None,
         description="the event stream's retained items (workflows.events.RunEvents.carry)",
-    )
-    model_steps: list[dict[str, Any]] = Field(
-        default_factory=list[dict[str, Any]],
-        description="RunResult.model_steps: the model of every step",
-    )
-    sa_shown: dict[str, Any] = Field(
-        default_factory=dict,
-        description="revision 4: search attribute name -> the value listings show (set at start "
-        "or upserted); an upsert carries only what differs from it",
     )
     replayed: list[int] = Field(
         default_factory=list[int],
@@ -243,63 +257,41 @@ class RunData(BaseModel):
         description="patch model-arguments (ToolCallRecord.run_arguments); carried, so a "
         "continued run keeps its first run's recording",
     )
-    guardrails: list[GuardrailTrip] = Field(
-        default_factory=list[GuardrailTrip],
-        description="guardrails that tripped, in order (details never hold what they found)",
-    )
     tools_in_step: bool = Field(
         default=False,
         description="patch tools-in-model-step: allowed local tools' calls ride the next model "
         "step (workflows/tools_first.py); carried, so a continued run keeps its first run's path",
     )
+    transcript: Transcript = Field(default_factory=Transcript)
+    approvals: Approvals = Field(default_factory=Approvals)
+    person_waits: PersonWaits = Field(default_factory=PersonWaits)
+    budget: Budget = Field(default_factory=Budget)
+    visibility: Visibility = Field(default_factory=Visibility)
+    delegation: Delegation = Field(default_factory=Delegation)
+    held: HeldCalls = Field(default_factory=HeldCalls)
+    client_calls: ClientCalls = Field(default_factory=ClientCalls)
+    guards: Guards = Field(default_factory=Guards)
     # one execution only (not carried)
-    tools_first: list[StepToolCall] = Field(
-        default_factory=list[StepToolCall],
-        exclude=True,
-        description="calls waiting for the next model step (their tool messages are still empty)",
-    )
-    child_pending: dict[str, list[PendingApproval]] = Field(
-        default_factory=dict, exclude=True, description="child run id -> calls it waits on"
-    )
-    handoff_to: str | None = Field(default=None, exclude=True, description="handoff of this turn")
     req: RunRequest | None = Field(default=None, exclude=True)
     status: LiveStatus | RunStatus = Field(default="starting", exclude=True)
-    pending: dict[str, PendingApproval] = Field(default_factory=dict, exclude=True)
-    verdicts: dict[str, Decision] = Field(default_factory=dict, exclude=True)
-    client_waiting: dict[str, PendingClientTool] = Field(
-        default_factory=dict,
-        exclude=True,
-        description="client tools' calls waiting for tool_result (workflows/client_tools.py)",
-    )
-    client_results: dict[str, ToolResultUpdate] = Field(
-        default_factory=dict, exclude=True, description="tool_result answers taken, by call id"
-    )
     interrupt: InterruptSignal | None = Field(default=None, exclude=True)
-    budget_paused: bool = Field(default=False, exclude=True)
-    guardrail_blocked: GuardrailTrip | None = Field(
-        default=None, exclude=True, description="a block not acted on yet (workflows/guardrails.py)"
-    )
-    guardrail_paused: bool = Field(
-        default=False, exclude=True, description="paused by a block, for a person"
-    )
-    parse_failures: int = Field(default=0, exclude=True)
-    token_counts: list[int] = Field(
-        default_factory=list[int], exclude=True, description="exact tokens of messages[:len(...)]"
-    )
-    tools_tokens: int | None = Field(default=None, exclude=True)
-    search_attributes: bool = Field(default=False, exclude=True)
-    sa_upserted_at: datetime | None = Field(default=None, exclude=True)
-    waits: int = Field(
-        default=0, exclude=True, description="waits for a person entered (revision 3)"
-    )
-    unconfirmed: set[str] = Field(
-        default_factory=set, exclude=True, description="approval requests made outside a task"
-    )
-    parked: list[tuple[str, ApproveSignal | RejectSignal, datetime]] = Field(
-        default_factory=list[tuple[str, ApproveSignal | RejectSignal, datetime]],
-        exclude=True,
-        description="decisions held (workflows/approvals.py, Decisions)",
-    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _nest(cls, data: Any) -> Any:
+        """Flat keys (the carry JSON's) into their parts (:func:`workflows.run_parts.nest`)."""
+        return nest(data)
+
+    @model_serializer(mode="wrap")
+    def _flatten(self, handler: SerializerFunctionWrapHandler) -> Any:
+        """The parts' fields back at the top level, in the stored order (``flatten``)."""
+        dumped: Any = handler(self)
+        return flatten(cast("dict[str, Any]", dumped)) if isinstance(dumped, dict) else dumped
+
+    def get_flat(self, name: str) -> Any:
+        """The field ``name`` as the flat wire shape names it, from the part holding it."""
+        part = PART_OF.get(name)
+        return getattr(getattr(self, part) if part else self, name)
 
 
 CarriedState = RunData

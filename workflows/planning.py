@@ -20,6 +20,7 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     import workflows.plan as plan
+    import workflows.transcript as transcript
     from activities.contracts import ToolCallRequest
     from activities.subagents import ASK_PREFIX
     from workflows.models import PlanView
@@ -67,7 +68,7 @@ class PlanStep:
         """Plan, act, observe, replan, reflect; ends by raising :class:`Stop`."""
         s, settings = self.ctx.s, self.ctx.pinned().spec.plan
         if s.plan is None:
-            s.messages.append({"role": "user", "content": self._planning_prompt()})
+            transcript.add(s, {"role": "user", "content": self._planning_prompt()})
             s.plan = await self._make_plan(None)
         while True:
             await self.ctx.checkpoint()
@@ -78,7 +79,7 @@ class PlanStep:
             elif isinstance(nxt, plan.Replan):
                 s.plan = plan.begin_replan(s.plan)
                 self.ctx.emit("plan_replanning", replans=s.plan.replans)
-                s.messages.append({"role": "user", "content": nxt.note})
+                transcript.add(s, {"role": "user", "content": nxt.note})
                 s.plan = await self._make_plan(s.plan)
             else:
                 await self._reflect()
@@ -104,7 +105,7 @@ class PlanStep:
                 invalid += 1
                 if invalid > pinned.spec.plan.max_invalid_plans:
                     raise Stop("failed", "the model wrote no valid plan", error=str(e)) from None
-                s.messages.append({"role": "user", "content": plan.invalid_plan_note(str(e))})
+                transcript.add(s, {"role": "user", "content": plan.invalid_plan_note(str(e))})
                 continue
             adopted = plan.adopt(view, got)
             self.ctx.emit("plan_adopted", steps=[st.id for st in adopted.steps])
@@ -120,7 +121,7 @@ class PlanStep:
             if s.turn >= self.ctx.pinned().spec.limits.max_turns:
                 raise Stop("max_turns", "reached max_turns while planning")
             reply = await self._model.step()
-        s.messages.append({"role": "assistant", "content": reply.content or ""})
+        transcript.add(s, {"role": "assistant", "content": reply.content or ""})
         return reply.content
 
     async def _run_wave(self, step_ids: list[str]) -> None:
@@ -132,7 +133,8 @@ class PlanStep:
             view = plan.start_step(view, sid)
         s.plan = view
         self.ctx.emit("plan_steps_started", steps=step_ids)
-        s.messages.append(
+        transcript.add(
+            s,
             {
                 "role": "assistant",
                 "content": None,
@@ -144,7 +146,7 @@ class PlanStep:
                     }
                     for c in calls
                 ],
-            }
+            },
         )
         await self._tools.run(calls)
         self._observe_wave(step_ids, calls)
@@ -154,13 +156,15 @@ class PlanStep:
         assert s.plan is not None
         results = {
             m.get("tool_call_id"): str(m.get("content") or "")
-            for m in s.messages
+            for m in s.transcript.messages
             if m.get("role") == "tool"
         }
         status = {r.id: r.status for r in s.tool_calls}
         view = s.plan
         for sid, call in zip(step_ids, calls, strict=True):
-            run_id = next((c.run_id for c in s.children if c.tool_call_id == call.id), None)
+            run_id = next(
+                (c.run_id for c in s.delegation.children if c.tool_call_id == call.id), None
+            )
             view = plan.finish_step(
                 view,
                 sid,
@@ -183,7 +187,7 @@ class PlanStep:
         s = self.ctx.s
         assert s.plan is not None
         s.plan = plan.begin_reflection(s.plan)
-        s.messages.append({"role": "user", "content": plan.reflection_request(s.plan)})
+        transcript.add(s, {"role": "user", "content": plan.reflection_request(s.plan)})
         text = await self._planning_reply()
         s.output = text
         s.plan = s.plan.model_copy(update={"phase": "done"})

@@ -187,6 +187,16 @@ class RunContext:
         )
         workflow.logger.info("signal ignored", extra={"signal": signal, "why": reason})
 
+    def show_in_listings(self, search_attributes: bool, now: datetime | None = None) -> None:
+        """Whether the namespace has the run's search attributes; ``now``: the last upsert's time."""
+        self.s.visibility.search_attributes = search_attributes
+        if now is not None:
+            self.s.visibility.sa_upserted_at = now
+
+    def shown_at_start(self, shown: dict[str, Any]) -> None:
+        """Note what the client set at start as listings show it: no upsert carries it again."""
+        self.s.visibility.sa_shown = shown
+
     def upsert_search_attributes(self, initial: bool = False) -> None:
         """Upsert what listings show; revision 4: only the values that changed, if any.
 
@@ -194,22 +204,22 @@ class RunContext:
         Temporal Cloud action (docs/throughput.md).
         """
         s = self.s
-        if not s.search_attributes or s.req is None:
+        if not s.visibility.search_attributes or s.req is None:
             return
         if not self.versions.upsert_changed_only:
             workflow.upsert_search_attributes(  # pyright: ignore[reportUnknownMemberType] - SDK: update type unparameterized
                 state.search_attribute_pairs(s, initial)
             )
-            s.sa_upserted_at = workflow.now()
+            s.visibility.sa_upserted_at = workflow.now()
             return
         # all of them, who and what included: what listings already show drops out
         pairs = state.search_attribute_pairs(s, initial=True)
-        changed = [p for p in pairs if s.sa_shown.get(p.key.name, ...) != p.value]
+        changed = [p for p in pairs if s.visibility.sa_shown.get(p.key.name, ...) != p.value]
         if not changed:
             return
         workflow.upsert_search_attributes(changed)  # pyright: ignore[reportUnknownMemberType] - as above
-        s.sa_shown.update({p.key.name: p.value for p in changed})
-        s.sa_upserted_at = workflow.now()
+        s.visibility.sa_shown.update({p.key.name: p.value for p in changed})
+        s.visibility.sa_upserted_at = workflow.now()
 
     # ------------------------------------------------------------ people and time
 
@@ -233,7 +243,7 @@ class RunContext:
     def remaining_seconds(self) -> float:
         """Seconds of ``max_seconds`` left, time waiting for people not counted."""
         s = self.s
-        elapsed = (workflow.now() - s.started_at).total_seconds() - s.waited_seconds
+        elapsed = (workflow.now() - s.started_at).total_seconds() - s.person_waits.waited_seconds
         return self.pinned().spec.limits.max_seconds - elapsed
 
     def deadline_timer(self) -> asyncio.Future[None]:
@@ -242,7 +252,7 @@ class RunContext:
         One durable timer for the run instead of one per step: each timer is two events and a
         server task, and almost every step ends long before the deadline.
         """
-        waited, waits = self.s.waited_seconds, self.s.waits
+        waited, waits = self.s.person_waits.waited_seconds, self.s.person_waits.waits
         moved = (
             self._deadline_waits != waits
             if self.versions.deadline_by_events
@@ -270,7 +280,9 @@ class RunContext:
         if self.versions.deadline_by_events:
             deadline = self._deadline
             fired = (
-                deadline is not None and deadline.done() and self._deadline_waits == self.s.waits
+                deadline is not None
+                and deadline.done()
+                and self._deadline_waits == self.s.person_waits.waits
             )
             return fired or self.deadline_hit
         return self.remaining_seconds() <= 0
@@ -326,12 +338,16 @@ class RunContext:
                     self.observe()
                     or task.done()
                     or self.s.interrupt is not None
-                    or (d.done() and not self.s.pending and not self.s.client_waiting)
+                    or (
+                        d.done()
+                        and not self.s.approvals.pending
+                        and not self.s.client_calls.client_waiting
+                    )
                 )
             )
             if task.done():
                 return task.result()
-            moved = deadline.cancelled() or self.s.waits != self._deadline_waits
+            moved = deadline.cancelled() or self.s.person_waits.waits != self._deadline_waits
             if self.s.interrupt is None and moved and self.versions.rearm_after_person_waits():
                 deadline = self.deadline_timer()
                 continue
@@ -379,7 +395,7 @@ class RunContext:
             Stop: ``interrupted``.
         """
         s = self.s
-        s.waits += 1
+        s.person_waits.waits += 1
         started = workflow.now()
         try:
             await workflow.wait_condition(
@@ -390,9 +406,9 @@ class RunContext:
         except GeneratorExit:  # the run left the worker's cache: no workflow clock, no time
             raise
         except BaseException:  # a timeout, a cancellation: the time waited counts all the same
-            s.waited_seconds += (workflow.now() - started).total_seconds()
+            s.person_waits.waited_seconds += (workflow.now() - started).total_seconds()
             raise
-        s.waited_seconds += (workflow.now() - started).total_seconds()
+        s.person_waits.waited_seconds += (workflow.now() - started).total_seconds()
         if self.s.interrupt is not None:
             raise Stop("interrupted", self.s.interrupt.reason)
 
@@ -408,8 +424,8 @@ class RunContext:
             raise Stop("interrupted", s.interrupt.reason)
         if s.paused:
             before = s.status
-            shown = "budget_paused" if s.budget_paused else "paused"
-            self.enter("guardrail_paused" if s.guardrail_paused else shown)
+            shown = "budget_paused" if s.budget.budget_paused else "paused"
+            self.enter("guardrail_paused" if s.guards.guardrail_paused else shown)
             await self.wait_for_person(lambda: not s.paused, None)
             paused = ("paused", "budget_paused", "guardrail_paused")
             self.set_status(before if before not in paused else "running")

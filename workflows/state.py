@@ -14,6 +14,7 @@ import workflows.render as render
 from workflows.child_rules import children_markdown, shown_status, with_child_approvals
 from workflows.models import IgnoredSignal, RunData, RunResult, RunState, RunStatus
 from workflows.plan import plan_markdown
+from workflows.run_parts import PART_OF
 from workflows.view_models import (  # the keys live with the views a listing reads
     SA_AGENT as SA_AGENT,
 )
@@ -44,8 +45,8 @@ def _shared(data: RunData, view: type[RunState] | type[RunResult]) -> dict[str, 
     """Fields of ``data`` (and of its request) that ``view`` has under the same name."""
     out: dict[str, Any] = {}
     for name in view.model_fields:
-        if name in RunData.model_fields and name not in ("req", "pinned"):
-            out[name] = getattr(data, name)
+        if (name in RunData.model_fields or name in PART_OF) and name not in ("req", "pinned"):
+            out[name] = data.get_flat(name)  # a part's field by its flat name
         elif data.req is not None and name in type(data.req).model_fields:
             out[name] = getattr(data.req, name)
     out["spec_hash"] = data.pinned.spec_hash if data.pinned else ""
@@ -60,8 +61,10 @@ def run_state(data: RunData, held: list[IgnoredSignal] | None = None) -> RunStat
     fields: dict[str, Any] = {
         **_shared(data, RunState),
         "status": shown_status(data),
-        "pending_approvals": with_child_approvals(list(data.pending.values()), data.child_pending),
-        "pending_client_tools": list(data.client_waiting.values()),
+        "pending_approvals": with_child_approvals(
+            list(data.approvals.pending.values()), data.delegation.child_pending
+        ),
+        "pending_client_tools": list(data.client_calls.client_waiting.values()),
         "ignored_signals": data.ignored_signals + (held or []),
     }
     return RunState(**fields)
@@ -99,14 +102,18 @@ def details(data: RunData) -> str | None:
         turn=data.turn,
         max_turns=spec.limits.max_turns,
         model=spec.model,
-        total_tokens=data.usage.total_tokens,
-        cost_usd=data.usage.cost_usd,
-        pending=with_child_approvals(list(data.pending.values()), data.child_pending),
+        total_tokens=data.budget.usage.total_tokens,
+        cost_usd=data.budget.usage.cost_usd,
+        pending=with_child_approvals(
+            list(data.approvals.pending.values()), data.delegation.child_pending
+        ),
         tool_calls=data.tool_calls,
         last_text=data.output,
         spec_hash=data.pinned.spec_hash,
     )
-    extra = children_markdown(data.children, data.lineage) + plan_markdown(data.plan)
+    extra = children_markdown(data.delegation.children, data.delegation.lineage) + plan_markdown(
+        data.plan
+    )
     return text + extra if extra else text
 
 
@@ -114,8 +121,8 @@ def search_attribute_pairs(data: RunData, initial: bool) -> list[SearchAttribute
     """Search attributes to upsert: status, tokens and cost; with ``initial`` also who and what."""
     pairs: list[SearchAttributeUpdate[Any]] = [
         SA_STATUS.value_set(shown_status(data)),
-        SA_TOKENS.value_set(data.usage.total_tokens),
-        SA_COST.value_set(data.usage.cost_usd),
+        SA_TOKENS.value_set(data.budget.usage.total_tokens),
+        SA_COST.value_set(data.budget.usage.cost_usd),
     ]
     req = data.req
     if initial and data.pinned is not None and req is not None:

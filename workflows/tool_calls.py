@@ -19,7 +19,9 @@ from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     import workflows.activity_options as options
+    import workflows.approvals as approvals
     import workflows.charges as charges
+    import workflows.transcript as transcript
     import workflows.turn as turn
     from activities.contracts import ToolCallRequest, ToolInfo, ToolOutcome
     from activities.interfaces import policy_judge
@@ -76,8 +78,9 @@ class ToolStep:
         )
         _, outcomes = await self.execute(calls)
         for call in calls:
-            self.ctx.s.messages.append(
-                {"role": "tool", "tool_call_id": call.id, "content": outcomes.get(call.id, "")}
+            transcript.add(
+                self.ctx.s,
+                {"role": "tool", "tool_call_id": call.id, "content": outcomes.get(call.id, "")},
             )
         self.ctx.publish()
 
@@ -102,17 +105,17 @@ class ToolStep:
                 running[call.id] = asyncio.ensure_future(
                     self.invoke(call, rec, tools.get(call.name))
                 )
-        if ctx.s.pending:
+        if ctx.s.approvals.pending:
             if await self._judge(calls, records, tools):
-                for cid in list(ctx.s.pending):  # the judge decided every one: no wait
-                    ctx.s.pending.pop(cid)
+                for cid in list(ctx.s.approvals.pending):  # the judge decided every one: no wait
+                    approvals.answered(ctx.s, cid)
             else:
                 ctx.release_held()
                 await self._await_approvals()
             for call, rec in zip(calls, records, strict=True):
                 if rec.policy != "approve":
                     continue
-                verdict = ctx.s.verdicts.get(call.id)
+                verdict = ctx.s.approvals.verdicts.get(call.id)
                 settled = turn.settle_by_verdict(verdict)
                 if settled is None and verdict is not None:
                     if verdict.arguments is not None:
@@ -168,19 +171,22 @@ class ToolStep:
             if settled is not None:  # denied: not run
                 outcomes[call.id] = self.settle(rec, settled, None, announce=False)
             elif decision.action == "approve":
-                s.pending[call.id] = PendingApproval(
-                    tool_call_id=call.id,
-                    name=call.name,
-                    arguments=rec.arguments,
-                    requested_at=workflow.now().isoformat(),
-                    turn=s.turn,
-                    approvers=decision.approvers,
-                    reason=decision.reason,
+                approvals.ask(
+                    s,
+                    PendingApproval(
+                        tool_call_id=call.id,
+                        name=call.name,
+                        arguments=rec.arguments,
+                        requested_at=workflow.now().isoformat(),
+                        turn=s.turn,
+                        approvers=decision.approvers,
+                        reason=decision.reason,
+                    ),
                 )
                 if ctx.versions.hold_early_decisions and ctx.outside_task:
                     # the model's reply was applied outside a workflow task (a query on a
                     # worker without the run cached): not in history until the next task
-                    s.unconfirmed.add(call.id)
+                    approvals.unconfirmed(s, call.id)
                 ctx.emit(
                     "approval_requested",
                     tool_call_id=call.id,
@@ -194,8 +200,10 @@ class ToolStep:
         ctx = self.ctx
         s, req = ctx.s, ctx.req()
         shares = [
-            s.usage.total_tokens / s.max_total_tokens if s.max_total_tokens else 0.0,
-            s.usage.cost_usd / s.max_cost_usd if s.max_cost_usd else 0.0,
+            s.budget.usage.total_tokens / s.budget.max_total_tokens
+            if s.budget.max_total_tokens
+            else 0.0,
+            s.budget.usage.cost_usd / s.budget.max_cost_usd if s.budget.max_cost_usd else 0.0,
         ]
         return CedarFacts(
             tenant_id=req.tenant_id,
@@ -204,8 +212,8 @@ class ToolStep:
             agent=ctx.pinned().spec.name,
             child=workflow.info().parent is not None,
             turn=s.turn,
-            tokens_used=s.usage.total_tokens,
-            cost_usd=s.usage.cost_usd,
+            tokens_used=s.budget.usage.total_tokens,
+            cost_usd=s.budget.usage.cost_usd,
             budget_used_pct=int(max(shares) * 100),
             now=workflow.now().isoformat(),
         )
@@ -230,12 +238,14 @@ class ToolStep:
         asked = [
             (call, rec)
             for call, rec in zip(calls, records, strict=True)
-            if rec.policy == "approve" and call.id in s.pending and call.id not in s.verdicts
+            if rec.policy == "approve" and call.id in s.approvals.pending and call.id not in s.approvals.verdicts
             and call.name in tools
         ]  # fmt: skip
         if judge is None or not asked or not ctx.versions.policy_judge():
             return False
-        results = [str(m.get("content") or "") for m in s.messages if m.get("role") == "tool"]
+        results = [
+            str(m.get("content") or "") for m in s.transcript.messages if m.get("role") == "tool"
+        ]
 
         async def one(call: ToolCallRequest, rec: ToolCallRecord) -> None:
             inp, opts = options.policy_judge(
@@ -255,7 +265,7 @@ class ToolStep:
             self._decisions.by_judge(call.id, judge.model, verdict)
 
         await self.ctx.race(lambda: asyncio.gather(*(one(c, r) for c, r in asked)), True)
-        return all(cid in s.verdicts for cid in s.pending)
+        return all(cid in s.approvals.verdicts for cid in s.approvals.pending)
 
     async def gather(
         self,
@@ -376,22 +386,22 @@ class ToolStep:
         s, policy = ctx.s, ctx.pinned().spec.policy
         ctx.enter("awaiting_approval")
         self._children.report_approvals()
-        waiting = list(s.pending)
+        waiting = list(s.approvals.pending)
         try:
             await ctx.wait_for_person(
-                lambda: all(cid in s.verdicts for cid in waiting),
+                lambda: all(cid in s.approvals.verdicts for cid in waiting),
                 policy.approval_timeout_seconds,
-                f"approval of {', '.join(s.pending[c].name for c in waiting)}",
+                f"approval of {', '.join(s.approvals.pending[c].name for c in waiting)}",
             )
         except TimeoutError:
             if policy.on_approval_timeout == "fail":
-                s.pending.clear()
+                approvals.drop_pending(s)
                 raise Stop("failed", "approval timed out") from None
             for cid in waiting:
-                if cid not in s.verdicts:
+                if cid not in s.approvals.verdicts:
                     self._decisions.record(cid, "timeout", "system", None, None, "timer")
         for cid in waiting:
-            s.pending.pop(cid, None)
+            approvals.answered(s, cid)
         self._children.report_approvals()
         ctx.set_status("running")
         ctx.upsert_search_attributes()

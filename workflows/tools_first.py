@@ -30,6 +30,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 with workflow.unsafe.imports_passed_through():
     import workflows.activity_options as options
     import workflows.render as render
+    import workflows.transcript as transcript
     import workflows.turn as turn
     from activities.contracts import (
         CallModelInput,
@@ -86,13 +87,13 @@ class ToolsFirst:
             rec.status = "running"
             arguments = rec.arguments if isinstance(rec.arguments, dict) else call.arguments
             inp, _ = options.tool_invoke(pinned, req, s.turn, call, arguments, info, s.run_files)
-            s.tools_first.append(
+            s.held.tools_first.append(
                 StepToolCall(
                     call=inp, timeout_seconds=info.timeout_seconds, max_attempts=info.max_attempts
                 )
             )
             ctx.tool_started(rec)
-            s.messages.append({"role": "tool", "tool_call_id": call.id, "content": ""})
+            transcript.add(s, {"role": "tool", "tool_call_id": call.id, "content": ""})
         ctx.publish()
         return True
 
@@ -115,22 +116,22 @@ class ToolsFirst:
         tools): then they have run here (:meth:`flush`), and the caller builds the step again.
         """
         s = self.ctx.s
-        if not s.tools_first:
+        if not s.held.tools_first:
             return inp
         if "task_queue" in opts:
             await self.flush()
             return None
         note = render.tools_first_note(
-            [(f.call.name, _shown(f.call.arguments)) for f in s.tools_first]
+            [(f.call.name, _shown(f.call.arguments)) for f in s.held.tools_first]
         )
         opts["summary"] = f"{opts.get('summary', '')} {note}".strip()
         return inp.model_copy(
             update={
-                "tools_first": list(s.tools_first),
+                "tools_first": list(s.held.tools_first),
                 "token_room": int(self.ctx.pinned().spec.compaction.budget_tokens())
-                - sum(s.token_counts)
+                - sum(s.transcript.token_counts)
                 - turn.tools_tokens_bound(s, self.ctx.pinned().tools),
-                "counted_messages": len(s.token_counts),
+                "counted_messages": len(s.transcript.token_counts),
             }
         )
 
@@ -142,7 +143,7 @@ class ToolsFirst:
         """
         s, pinned = self.ctx.s, self.ctx.pinned()
         budget = pinned.spec.compaction.budget_tokens()
-        if s.tools_first and turn.needs_token_count(s, pinned.tools, budget):
+        if s.held.tools_first and turn.needs_token_count(s, pinned.tools, budget):
             await self.flush()
 
     def settle(self, outcomes: list[ToolOutcome], published: bool = False) -> None:
@@ -152,12 +153,12 @@ class ToolsFirst:
         ``ModelReply.tool_events_published``); they are not emitted again.
         """
         s = self.ctx.s
-        if not s.tools_first:
+        if not s.held.tools_first:
             return
         tools = {t.name: t for t in self.ctx.pinned().tools}
         by_id = {o.call_id: o for o in outcomes}
         texts: dict[str, str] = {}
-        for first in s.tools_first:
+        for first in s.held.tools_first:
             call = first.call
             rec = self._record_of(call.call_id)
             out = by_id.get(call.call_id) or ToolOutcome(
@@ -171,7 +172,7 @@ class ToolsFirst:
                 rec, out, tools.get(call.name), announce=not published
             )
         self._fill(texts)
-        s.tools_first.clear()
+        s.held.tools_first.clear()
 
     def settle_from_failure(self, error: ActivityError) -> None:
         """Record the held calls from a failed step's ``tool_outcomes`` detail, if it has one.
@@ -180,7 +181,7 @@ class ToolsFirst:
         that timed out or was cancelled has none, and the calls stay held.
         """
         cause = error.cause
-        if not self.ctx.s.tools_first or not isinstance(cause, ApplicationError):
+        if not self.ctx.s.held.tools_first or not isinstance(cause, ApplicationError):
             return
         for raw in cause.details:
             detail = cast("dict[str, Any]", raw) if isinstance(raw, dict) else {}
@@ -202,9 +203,9 @@ class ToolsFirst:
             Stop: an interrupt or the deadline came first.
         """
         s = self.ctx.s
-        if not s.tools_first:
+        if not s.held.tools_first:
             return
-        held, tools = list(s.tools_first), {t.name: t for t in self.ctx.pinned().tools}
+        held, tools = list(s.held.tools_first), {t.name: t for t in self.ctx.pinned().tools}
         running: dict[str, asyncio.Future[str]] = {}
         records: list[ToolCallRecord] = []
         for first in held:
@@ -223,22 +224,22 @@ class ToolsFirst:
             )
         outcomes: dict[str, str] = {}
         await self._tools.gather(running, records, outcomes, bounded=True)  # Stop: drop() fills
-        s.tools_first.clear()
+        s.held.tools_first.clear()
         self._fill(outcomes)
 
     def drop(self) -> None:
         """The run ends with calls still held: they never ran; their messages say so."""
         s = self.ctx.s
         text = turn.settle_failure(False, True, "the run ended first", 0).text
-        self._fill({first.call.call_id: text for first in s.tools_first})
-        s.tools_first.clear()
+        self._fill({first.call.call_id: text for first in s.held.tools_first})
+        s.held.tools_first.clear()
 
     def _record_of(self, call_id: str) -> ToolCallRecord:
         return next(r for r in reversed(self.ctx.s.tool_calls) if r.id == call_id)
 
     def _fill(self, texts: dict[str, str]) -> None:
         """Write ``texts`` (call id -> result) into the held calls' empty ``tool`` messages."""
-        self.ctx.s.messages[:] = fill_tool_messages(self.ctx.s.messages, texts)
+        transcript.fill(self.ctx.s, fill_tool_messages(self.ctx.s.transcript.messages, texts))
 
 
 def _shown(arguments: str | dict[str, Any]) -> dict[str, Any] | str:

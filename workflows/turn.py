@@ -131,13 +131,13 @@ def after_parse_failure(failures: int, allowed: int, error: str) -> TellModel | 
 
 def budget_exceeded(data: RunData) -> str | None:
     """Why the run is over its token, cost or sandbox-time budget, or None."""
-    used, cap = data.usage.total_tokens, data.max_total_tokens
+    used, cap = data.budget.usage.total_tokens, data.budget.max_total_tokens
     if cap is not None and used >= cap:
         return f"used {used} tokens of a budget of {cap}"
-    cost, cap_usd = data.usage.cost_usd, data.max_cost_usd
+    cost, cap_usd = data.budget.usage.cost_usd, data.budget.max_cost_usd
     if cap_usd is not None and cost >= cap_usd:
         return f"cost {cost:.6f} USD of a budget of {cap_usd} USD"
-    secs, cap_s = data.sandbox_seconds, data.max_sandbox_seconds
+    secs, cap_s = data.budget.sandbox_seconds, data.budget.max_sandbox_seconds
     if cap_s is not None and secs >= cap_s:
         return f"sandbox time {secs:.1f} s of a budget of {cap_s} s"
     return None
@@ -177,15 +177,15 @@ def needs_token_count(data: RunData, tools: list[ToolInfo], budget: float) -> bo
     Exact counts of the first ``len(data.token_counts)`` messages are known; the others (and the
     tool schemas, until counted) are bounded with :func:`token_upper_bound`.
     """
-    new = data.messages[len(data.token_counts) :]
-    known = sum(data.token_counts) + tools_tokens_bound(data, tools)
+    new = data.transcript.messages[len(data.transcript.token_counts) :]
+    known = sum(data.transcript.token_counts) + tools_tokens_bound(data, tools)
     return known + sum(token_upper_bound(m) for m in new) > budget
 
 
 def tools_tokens_bound(data: RunData, tools: list[ToolInfo]) -> int:
     """Tokens of the tool schemas: counted (``data.tools_tokens``), else their upper bound."""
-    if data.tools_tokens is not None:
-        return data.tools_tokens
+    if data.transcript.tools_tokens is not None:
+        return data.transcript.tools_tokens
     return sum(token_upper_bound(t.openai_schema()) for t in tools)
 
 

@@ -69,7 +69,7 @@ class Recording(AgentRun):
             return reply
 
         async def approvals_seen() -> None:
-            for cid in ctx.s.pending:
+            for cid in ctx.s.approvals.pending:
                 SEEN.append((f"pending {cid}", workflow.now(), workflow.unsafe.is_replaying()))
             await await_approvals()
 

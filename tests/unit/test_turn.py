@@ -119,7 +119,7 @@ def test_tokens_are_counted_only_when_the_upper_bound_may_exceed_the_budget():
     d = data(messages=[{"role": "user", "content": "x" * 400}])
     assert not turn.needs_token_count(d, tools, budget=10_000)
     assert turn.needs_token_count(d, tools, budget=50)
-    counted = data(messages=d.messages, token_counts=[3], tools_tokens=5)
+    counted = data(messages=d.transcript.messages, token_counts=[3], tools_tokens=5)
     assert not turn.needs_token_count(counted, tools, budget=8)
     assert turn.needs_token_count(counted, tools, budget=7)
 
@@ -275,7 +275,9 @@ def test_only_what_outlives_an_execution_is_carried():
     for one_execution in ("req", "status", "pending", "verdicts", "parse_failures", "token_counts"):
         assert one_execution not in carried
     back = RunData.model_validate_json(d.model_dump_json())
-    assert back.inbox == d.inbox and back.status == "starting" and back.token_counts == []
+    assert (
+        back.inbox == d.inbox and back.status == "starting" and back.transcript.token_counts == []
+    )
 
 
 @pytest.mark.parametrize("folder", [HISTORIES / "v2", HISTORIES])
