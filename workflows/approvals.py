@@ -1,8 +1,8 @@
-"""Approvals of one run: who may decide, the decision recorded, decisions held for unknown calls.
+"""Approvals of one run: who may decide, the decision recorded, decisions parked for unknown calls.
 
 Owner of the run state's ``approvals`` part (:class:`workflows.run_parts.Approvals`): the calls
 waiting (:func:`ask`, :func:`answered`, :func:`drop_pending`, :func:`unconfirmed`), the verdicts
-and decisions, and the held (parked) signals change here only.
+and decisions, and the parked signals change here only.
 
 :class:`Decisions` checks, records and holds the approvals and rejections that the
 ``approve``/``reject`` signals and the ``decide`` update bring. Who may decide is
@@ -14,7 +14,7 @@ previous task's time; an approver who sees the request through that query may se
 that replay then delivers *before* the reply that asked for it (tests/histories/chaos/README.md).
 From revision 3 of the workflow (``PinnedSpec.workflow_rev``), requests made in such an activation
 are *unconfirmed* until an activation inside a task: ``decide`` refuses them, ``approve``/``reject``
-signals for them (or for calls not known yet) are held and applied once confirmed or once the
+signals for them (or for calls not known yet) are parked and applied once confirmed or once the
 reply that asks for them is applied in the same activation; else they are ignored, with why.
 """
 
@@ -71,9 +71,9 @@ class Decisions:
     """Checks, records and holds the decisions of one run (``ctx.s`` is the run state)."""
 
     def __init__(self, ctx: RunContext) -> None:
-        """Belong to ``ctx`` (whose waits for people release held decisions); no command here."""
+        """Belong to ``ctx`` (whose waits for people release parked decisions); no command here."""
         self._ctx = ctx
-        ctx.release_held = self.release_held
+        ctx.release_parked = self.release_parked
 
     def problem(
         self, tool_call_id: str, principal_id: str, roles: Collection[str] = ()
@@ -207,10 +207,10 @@ class Decisions:
         else:
             self.record(sig.tool_call_id, "reject", sig.principal_id, None, sig.reason, "signal")
 
-    # ------------------------------------------------------------ held (revision 3)
+    # ------------------------------------------------------------ parked (revision 3)
 
-    def release_held(self) -> bool:
-        """Confirm requests made outside a task once time moved; apply or drop held signals.
+    def release_parked(self) -> bool:
+        """Confirm requests made outside a task once time moved; apply or drop parked signals.
 
         Called where the run waits for a person (from the wait's condition, see
         :meth:`RunContext.observe`); returns False.
@@ -220,8 +220,8 @@ class Decisions:
         s, now = ctx.s, workflow.now()
         if not ctx.outside_task:
             s.approvals.unconfirmed.clear()
-        held, s.approvals.parked = s.approvals.parked, []
-        for cid, sig, at in held:
+        parked, s.approvals.parked = s.approvals.parked, []
+        for cid, sig, at in parked:
             if cid in s.approvals.pending and cid not in s.approvals.unconfirmed:
                 self.by_signal(sig)
             elif at == now or cid in s.approvals.unconfirmed:
@@ -231,15 +231,15 @@ class Decisions:
         return False
 
     def park(self, sig: ApproveSignal | RejectSignal) -> bool:
-        """Hold a decision whose call is not (yet) pending in history (v3); True if held.
+        """Park a decision whose call is not (yet) pending in history (v3); True if parked.
 
         The same workflow task may bring the signal and the model reply that asks for the
-        approval, in either order (live vs replay): a signal for an unknown call is held until
+        approval, in either order (live vs replay): a signal for an unknown call is parked until
         time moves on, one for a request made outside a workflow task until it is confirmed.
         """
         s, cid = self._ctx.s, sig.tool_call_id
         known = cid in s.approvals.verdicts or any(r.id == cid for r in s.tool_calls)
-        if not self._ctx.versions.hold_early_decisions or (
+        if not self._ctx.versions.park_early_decisions or (
             known and cid not in s.approvals.unconfirmed
         ):
             return False
@@ -247,13 +247,13 @@ class Decisions:
         return True
 
     def drop_parked(self) -> None:
-        """No call waits any more: each held signal is ignored, with why."""
+        """No call waits any more: each parked signal is ignored, with why."""
         s = self._ctx.s
-        held, s.approvals.parked = s.approvals.parked, []
-        for _, sig, _ in held:
+        parked, s.approvals.parked = s.approvals.parked, []
+        for _, sig, _ in parked:
             self.by_signal(sig)
 
-    def held_as_ignored(self) -> list[IgnoredSignal]:
+    def parked_as_ignored(self) -> list[IgnoredSignal]:
         """Held signals for unknown calls, as the ``state`` query shows them (ignored, with why)."""
         s = self._ctx.s
         return [
@@ -261,7 +261,7 @@ class Decisions:
                 signal="approve" if isinstance(sig, ApproveSignal) else "reject",
                 principal_id=sig.principal_id,
                 at=at.isoformat(),
-                reason=self.problem(cid, sig.principal_id) or "held",
+                reason=self.problem(cid, sig.principal_id) or "parked",
                 tool_call_id=cid,
             )
             for cid, sig, at in s.approvals.parked

@@ -160,7 +160,7 @@ class ClientTools:
             approvers=self.approvers(call.name),
         )
         rec.status = "running"
-        if ctx.versions.hold_early_decisions and ctx.outside_task:
+        if ctx.versions.park_early_decisions and ctx.outside_task:
             # published by an activation outside a workflow task (a query on a worker that
             # rebuilt the run): not in history until the next task (as approvals.py holds)
             approvals.unconfirmed(s, cid)

@@ -9,7 +9,7 @@ nothing a client sends can fail a workflow task. Handlers only change the run st
 (:class:`workflows.models.RunData`, through the run's :class:`workflows.run_context.RunContext`);
 the loop in :mod:`workflows.agent_run` acts on it.
 
-Decisions are checked, recorded and held by :class:`workflows.approvals.Decisions`; the handlers
+Decisions are checked, recorded and parked by :class:`workflows.approvals.Decisions`; the handlers
 here only decode what clients send and hand it over.
 """
 
@@ -95,7 +95,7 @@ class RunHandlers:
         return got
 
     def _on_decision(self, sig: ApproveSignal | RejectSignal) -> None:
-        """An approve/reject signal: forwarded to a child, held (revision 3), or taken."""
+        """An approve/reject signal: forwarded to a child, parked (revision 3), or taken."""
         decisions = self._decisions
         if (child := self._children.child_of_call(sig.tool_call_id)) is not None:
             self._children.forward_decision(sig, child)
@@ -291,7 +291,7 @@ class RunHandlers:
     @workflow.query(name="state")
     def state(self) -> RunState:
         """The run's live state (docs/contract.md)."""
-        return state.run_state(self._ctx.s, held=self._decisions.held_as_ignored())
+        return state.run_state(self._ctx.s, parked=self._decisions.parked_as_ignored())
 
     @workflow.query(name="transcript")
     def transcript(self) -> list[dict[str, Any]]:

@@ -91,9 +91,9 @@ class RunContext:
         self.events = events
         self.versions = Versions(lambda: self.s.pinned)
         """Which behaviour this run takes (workflows/versions.py)."""
-        self.release_held: Callable[[], bool] = lambda: False
-        """Applies or drops decisions held for calls not yet known, where the run waits for a
-        person; returns False (:meth:`workflows.approvals.Decisions.release_held` sets itself)."""
+        self.release_parked: Callable[[], bool] = lambda: False
+        """Applies or drops decisions parked for calls not yet known, where the run waits for a
+        person; returns False (:meth:`workflows.approvals.Decisions.release_parked` sets itself)."""
         self.outside_task = False
         self._seen: tuple[datetime, int] | None = None  # (time, history length) last seen
         self._deadline: asyncio.Future[None] | None = None
@@ -399,7 +399,7 @@ class RunContext:
         started = workflow.now()
         try:
             await workflow.wait_condition(
-                lambda: self.release_held() or done() or s.interrupt is not None,
+                lambda: self.release_parked() or done() or s.interrupt is not None,
                 timeout=timeout,
                 timeout_summary=f"waiting for {what} (timeout)" if timeout is not None else None,
             )
@@ -418,7 +418,7 @@ class RunContext:
         Raises:
             Stop: ``interrupted`` or ``timeout``.
         """
-        self.release_held()
+        self.release_parked()
         s = self.s
         if s.interrupt is not None:
             raise Stop("interrupted", s.interrupt.reason)

@@ -53,10 +53,10 @@ def _shared(data: RunData, view: type[RunState] | type[RunResult]) -> dict[str, 
     return out
 
 
-def run_state(data: RunData, held: list[IgnoredSignal] | None = None) -> RunState:
+def run_state(data: RunData, parked: list[IgnoredSignal] | None = None) -> RunState:
     """Answer of the ``state`` query: every field of RunState read from the run state.
 
-    ``held`` are decisions held for calls not known yet (workflows/approvals.py, Decisions), shown as ignored.
+    ``parked`` are decisions parked for calls not known yet (workflows/approvals.py, Decisions), shown as ignored.
     """
     fields: dict[str, Any] = {
         **_shared(data, RunState),
@@ -65,7 +65,7 @@ def run_state(data: RunData, held: list[IgnoredSignal] | None = None) -> RunStat
             list(data.approvals.pending.values()), data.delegation.child_pending
         ),
         "pending_client_tools": list(data.client_calls.client_waiting.values()),
-        "ignored_signals": data.ignored_signals + (held or []),
+        "ignored_signals": data.ignored_signals + (parked or []),
     }
     return RunState(**fields)
 

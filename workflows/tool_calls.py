@@ -110,7 +110,7 @@ class ToolStep:
                 for cid in list(ctx.s.approvals.pending):  # the judge decided every one: no wait
                     approvals.answered(ctx.s, cid)
             else:
-                ctx.release_held()
+                ctx.release_parked()
                 await self._await_approvals()
             for call, rec in zip(calls, records, strict=True):
                 if rec.policy != "approve":
@@ -183,7 +183,7 @@ class ToolStep:
                         reason=decision.reason,
                     ),
                 )
-                if ctx.versions.hold_early_decisions and ctx.outside_task:
+                if ctx.versions.park_early_decisions and ctx.outside_task:
                     # the model's reply was applied outside a workflow task (a query on a
                     # worker without the run cached): not in history until the next task
                     approvals.unconfirmed(s, call.id)

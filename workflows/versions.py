@@ -139,7 +139,7 @@ class Versions:
         return self._rev() >= 3
 
     @property
-    def hold_early_decisions(self) -> bool:
+    def park_early_decisions(self) -> bool:
         """Revision 3: a decision for an approval request not yet in history is held, not taken."""
         return self._rev() >= 3
 

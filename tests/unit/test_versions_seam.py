@@ -34,7 +34,7 @@ def _capabilities(rev: int | None) -> dict[str, bool]:
     names = [
         "deadline_by_events",
         "refresh_by_turns",
-        "hold_early_decisions",
+        "park_early_decisions",
         "local_tool_activities",
         "upsert_changed_only",
         "deadline_as_timeout",
@@ -46,7 +46,7 @@ def test_capabilities_follow_the_pinned_revision():
     assert not any(_capabilities(None).values())  # before spec.resolve answered
     assert not any(_capabilities(0).values())  # recorded before revisions existed
     rev3 = _capabilities(3)
-    assert rev3["deadline_by_events"] and rev3["hold_early_decisions"]
+    assert rev3["deadline_by_events"] and rev3["park_early_decisions"]
     assert not rev3["local_tool_activities"] and not rev3["deadline_as_timeout"]
     rev4 = _capabilities(4)
     assert rev4["local_tool_activities"] and rev4["upsert_changed_only"]
