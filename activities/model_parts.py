@@ -23,7 +23,7 @@ from activities.contracts import (
 )
 from activities.mcp.config import canonical_tool_name
 from activities.model_reply import cached_prompt_count, token_count, without_lone_surrogates
-from activities.rules import token_upper_bound, tool_finished_fields
+from activities.rules import failed_status, token_upper_bound, tool_finished_fields
 from activities.streaming import ReplyCutOff
 
 
@@ -137,7 +137,7 @@ def finished_event(first: StepToolCall, out: ToolOutcome) -> dict[str, Any]:
         with contextlib.suppress(ValueError):
             arguments = json.loads(arguments)
     ran = out.arguments if out.failure is None and out.arguments != arguments else None
-    status = out.status if out.failure is None else ("timed_out" if out.timed_out else "error")
+    status = out.status if out.failure is None else failed_status(out.timed_out)
     duration = out.duration_ms if out.failure is None else None
     fields = tool_finished_fields(
         call.call_id, call.name, arguments, ran, status, duration, out.content

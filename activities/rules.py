@@ -89,6 +89,11 @@ def failure_text(
     return "error", f"The tool failed and was given up after {attempts} attempt(s): {message}"
 
 
+def failed_status(timed_out: bool) -> Literal["timed_out", "error"]:
+    """The status of a tool call that failed on every attempt: ``timed_out`` or ``error``."""
+    return "timed_out" if timed_out else "error"
+
+
 def tool_finished_fields(
     call_id: str,
     name: str,

@@ -401,9 +401,9 @@ class AgentRun(RunHandlers):
         s = ctx.s
         self._decisions.drop_parked()
         self._first.drop()
-        for rec in s.tool_calls:
+        for rec in s.tool_calls:  # never ran, or did not end: cancelled (no tool_finished)
             if rec.status in ("pending", "running"):
-                rec.status = "cancelled"
+                self._tools.settle(rec, turn.Settled("cancelled", ""), None, announce=False)
         children.run_ended(s)
         approvals.drop_pending(s)
         ctx.enter(status)

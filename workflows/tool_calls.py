@@ -26,7 +26,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.contracts import ToolCallRequest, ToolInfo, ToolOutcome
     from activities.interfaces import policy_judge
     from activities.judge import JudgeVerdict
-    from activities.rules import tool_finished_fields
+    from activities.rules import failed_status, tool_finished_fields
     from workflows.approvals import Decisions
     from workflows.children import ChildStep
     from workflows.client_tools import ClientTools
@@ -322,8 +322,7 @@ class ToolStep:
         ran, nor when the model step that ran the call published it).
         """
         if isinstance(ran, ToolOutcome) and ran.failure is not None:
-            status = "timed_out" if ran.timed_out else "error"
-            ran = turn.Settled(status, ran.content, reason=ran.failure)
+            ran = turn.Settled(failed_status(ran.timed_out), ran.content, reason=ran.failure)
         if isinstance(ran, ToolOutcome):
             self.record(rec, ran, info)
             text = ran.content
