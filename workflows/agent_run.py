@@ -31,6 +31,7 @@ with workflow.unsafe.imports_passed_through():
     import workflows.approvals as approvals
     import workflows.charges as charges
     import workflows.children as children
+    import workflows.control as control
     import workflows.state as state
     import workflows.transcript as transcript
     import workflows.turn as turn
@@ -329,7 +330,7 @@ class AgentRun(RunHandlers):
 
     def _after_tools(self, nxt: turn.CallModel | turn.PauseForBudget | turn.Finish) -> None:
         if isinstance(nxt, turn.PauseForBudget):
-            self._ctx.s.paused = True
+            control.pause(self._ctx.s)
             charges.pause_for_budget(self._ctx.s, True)
             workflow.logger.info("budget reached; pausing", extra={"why": nxt.reason})
         _stop_if(nxt)
@@ -341,7 +342,7 @@ class AgentRun(RunHandlers):
         ctx.enter("waiting_for_message")
         try:
             await ctx.wait_for_person(
-                lambda: bool(s.inbox),
+                lambda: bool(s.control.inbox),
                 ctx.pinned().spec.idle_timeout_seconds,
                 "the next message",
             )
@@ -356,8 +357,7 @@ class AgentRun(RunHandlers):
         Checked by the spec's ``input`` guardrails first, if it has any (workflows/guardrails.py).
         """
         s = self._ctx.s
-        while s.inbox:
-            m = s.inbox.pop(0)
+        while (m := control.next_message(s)) is not None:
             if m.client_tools:
                 self._client.offer(m.client_tools, m.principal_id)
             text, trips = await self._guard.check_input(m.content)

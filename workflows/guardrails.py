@@ -19,6 +19,7 @@ from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     import workflows.activity_options as options
+    import workflows.control as control
     from activities.guardrail_models import GuardrailCheckOutput, GuardrailTrip
     from activities.interfaces import guardrail_check
     from workflows.models import RunData
@@ -109,7 +110,7 @@ class GuardrailStep:
         if spec is None or spec.on_trip == "end":
             raise Stop("guardrail", reason_of(trip))
         workflow.logger.info("guardrail blocked; pausing", extra={"why": reason_of(trip)})
-        s.paused = True
+        control.pause(s)
         s.guards.guardrail_paused = True
         await self.ctx.checkpoint()
 

@@ -24,6 +24,7 @@ with workflow.unsafe.imports_passed_through():
     from pydantic import BaseModel
 
     import workflows.charges as charges
+    import workflows.control as control
     import workflows.guardrails as guardrails
     import workflows.state as state
     import workflows.turn as turn
@@ -191,9 +192,7 @@ class RunHandlers:
         sig = self._payload(args, InterruptSignal, "interrupt")
         if sig is None:
             return
-        if self._ctx.s.interrupt is None:
-            self._ctx.s.interrupt = sig
-        else:
+        if not control.interrupt(self._ctx.s, sig):
             self._ctx.ignore("interrupt", sig.principal_id, "already interrupted")
 
     @workflow.signal(name="pause")
@@ -202,9 +201,9 @@ class RunHandlers:
         sig = self._payload(args, PrincipalSignal, "pause")
         if sig is None:
             return
-        if self._ctx.s.paused:
+        if self._ctx.s.control.paused:
             self._ctx.ignore("pause", sig.principal_id, "already paused")
-        self._ctx.s.paused = True
+        control.pause(self._ctx.s)
 
     @workflow.signal(name="resume")
     def resume(self, *args: Any) -> None:
@@ -213,12 +212,12 @@ class RunHandlers:
         if sig is None:
             return
         s = self._ctx.s
-        if not s.paused:
+        if not s.control.paused:
             self._ctx.ignore("resume", sig.principal_id, "not paused")
         elif s.budget.budget_paused and turn.budget_exceeded(s) is not None:
             self._ctx.ignore("resume", sig.principal_id, "over budget: raise it with raise_budget")
             return
-        s.paused = False
+        control.resume(s)
         charges.pause_for_budget(s, False)
         guardrails.resumed(s)
 
@@ -227,7 +226,7 @@ class RunHandlers:
         """Add a user message (steering, or a conversation's next turn): :class:`MessageSignal`."""
         sig = self._payload(args, MessageSignal, "send_message")
         if sig is not None:
-            self._ctx.s.inbox.append(sig)
+            control.add_message(self._ctx.s, sig)
 
     @workflow.update(name="add_message")
     async def add_message(self, *args: Any) -> AddMessageResult:
@@ -248,10 +247,11 @@ class RunHandlers:
         if req is not None and upd.message_id is not None and upd.message_id == req.input_id:
             return AddMessageResult(duplicate=True, offset=0, turn=s.turn)
         offset = self._ctx.events.offset
-        s.inbox.append(
+        control.add_message(
+            s,
             MessageSignal(
                 content=upd.content, principal_id=upd.principal_id, client_tools=upd.client_tools
-            )
+            ),
         )
         return AddMessageResult(offset=offset, turn=s.turn)
 
@@ -276,7 +276,7 @@ class RunHandlers:
         s = self._ctx.s
         charges.raise_limits(s, sig)
         if s.budget.budget_paused and turn.budget_exceeded(s) is None:
-            s.paused = False
+            control.resume(s)
             charges.pause_for_budget(s, False)
 
     @workflow.signal(name=CHILD_APPROVALS_SIGNAL)

@@ -34,6 +34,7 @@ from workflows.run_parts import (
     Approvals,
     Budget,
     ClientCalls,
+    Control,
     Delegation,
     Guards,
     HeldCalls,
@@ -216,7 +217,8 @@ class RunData(BaseModel):
     - ``delegation`` (children, lineage, child_pending, handoff_to): :mod:`workflows.children`;
     - ``held`` (tools_first): :mod:`workflows.tools_first`;
     - ``client_calls`` (client_waiting, client_results): :mod:`workflows.client_tools`;
-    - ``guards`` (guardrails, guardrail_blocked, guardrail_paused): :mod:`workflows.guardrails`.
+    - ``guards`` (guardrails, guardrail_blocked, guardrail_paused): :mod:`workflows.guardrails`;
+    - ``control`` (inbox, paused, interrupt): :mod:`workflows.control`.
 
     The wire shape stays flat: the carry JSON holds every part's fields at the top level under
     the names (and in the order) stored histories use; :meth:`_nest` reads flat keys into parts,
@@ -228,8 +230,6 @@ class RunData(BaseModel):
     tool_calls: list[ToolCallRecord] = Field(default_factory=list[ToolCallRecord])
     memory: list[str] = Field(default_factory=list)
     ignored_signals: list[IgnoredSignal] = Field(default_factory=list[IgnoredSignal])
-    inbox: list[MessageSignal] = Field(default_factory=list[MessageSignal])
-    paused: bool = False
     signatures: list[tuple[tuple[str, str], ...]] = Field(
         default_factory=list[tuple[tuple[str, str], ...]],
         description="loop-detection signature of each turn with tool calls",
@@ -271,10 +271,10 @@ class RunData(BaseModel):
     held: HeldCalls = Field(default_factory=HeldCalls)
     client_calls: ClientCalls = Field(default_factory=ClientCalls)
     guards: Guards = Field(default_factory=Guards)
+    control: Control = Field(default_factory=Control)
     # one execution only (not carried)
     req: RunRequest | None = Field(default=None, exclude=True)
     status: LiveStatus | RunStatus = Field(default="starting", exclude=True)
-    interrupt: InterruptSignal | None = Field(default=None, exclude=True)
 
     @model_validator(mode="before")
     @classmethod

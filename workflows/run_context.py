@@ -337,7 +337,7 @@ class RunContext:
                 lambda d=deadline: (
                     self.observe()
                     or task.done()
-                    or self.s.interrupt is not None
+                    or self.s.control.interrupt is not None
                     or (
                         d.done()
                         and not self.s.approvals.pending
@@ -348,13 +348,17 @@ class RunContext:
             if task.done():
                 return task.result()
             moved = deadline.cancelled() or self.s.person_waits.waits != self._deadline_waits
-            if self.s.interrupt is None and moved and self.versions.rearm_after_person_waits():
+            if (
+                self.s.control.interrupt is None
+                and moved
+                and self.versions.rearm_after_person_waits()
+            ):
                 deadline = self.deadline_timer()
                 continue
             break
         await _cancel(task)
-        if self.s.interrupt is not None:
-            raise Stop("interrupted", self.s.interrupt.reason)
+        if self.s.control.interrupt is not None:
+            raise Stop("interrupted", self.s.control.interrupt.reason)
         raise Stop("timeout", "reached max_seconds")
 
     async def _race_interrupt(self, make: Callable[[], Awaitable[T]]) -> T:
@@ -365,12 +369,12 @@ class RunContext:
         """
         task: asyncio.Future[T] = asyncio.ensure_future(make())
         await workflow.wait_condition(
-            lambda: self.observe() or task.done() or self.s.interrupt is not None
+            lambda: self.observe() or task.done() or self.s.control.interrupt is not None
         )
         if not task.done():
             await _cancel(task)
-            assert self.s.interrupt is not None
-            raise Stop("interrupted", self.s.interrupt.reason)
+            assert self.s.control.interrupt is not None
+            raise Stop("interrupted", self.s.control.interrupt.reason)
         try:
             result = task.result()
         except ActivityError as e:
@@ -399,7 +403,7 @@ class RunContext:
         started = workflow.now()
         try:
             await workflow.wait_condition(
-                lambda: self.release_parked() or done() or s.interrupt is not None,
+                lambda: self.release_parked() or done() or s.control.interrupt is not None,
                 timeout=timeout,
                 timeout_summary=f"waiting for {what} (timeout)" if timeout is not None else None,
             )
@@ -409,8 +413,8 @@ class RunContext:
             s.person_waits.waited_seconds += (workflow.now() - started).total_seconds()
             raise
         s.person_waits.waited_seconds += (workflow.now() - started).total_seconds()
-        if self.s.interrupt is not None:
-            raise Stop("interrupted", self.s.interrupt.reason)
+        if self.s.control.interrupt is not None:
+            raise Stop("interrupted", self.s.control.interrupt.reason)
 
     async def checkpoint(self) -> None:
         """A safe point: honour interrupt, pause, and the run's deadline.
@@ -420,13 +424,13 @@ class RunContext:
         """
         self.release_parked()
         s = self.s
-        if s.interrupt is not None:
-            raise Stop("interrupted", s.interrupt.reason)
-        if s.paused:
+        if s.control.interrupt is not None:
+            raise Stop("interrupted", s.control.interrupt.reason)
+        if s.control.paused:
             before = s.status
             shown = "budget_paused" if s.budget.budget_paused else "paused"
             self.enter("guardrail_paused" if s.guards.guardrail_paused else shown)
-            await self.wait_for_person(lambda: not s.paused, None)
+            await self.wait_for_person(lambda: not s.control.paused, None)
             paused = ("paused", "budget_paused", "guardrail_paused")
             self.set_status(before if before not in paused else "running")
             self.upsert_search_attributes()

@@ -20,7 +20,7 @@ from pydantic import BaseModel, Field
 from activities.contracts import StepToolCall, Usage
 from activities.guardrail_models import GuardrailTrip
 from workflows.client_models import PendingClientTool, ToolResultUpdate
-from workflows.signals import ApproveSignal, RejectSignal
+from workflows.signals import ApproveSignal, InterruptSignal, MessageSignal, RejectSignal
 from workflows.view_models import ChildRecord, Decision, PendingApproval
 
 
@@ -174,6 +174,22 @@ class Guards(BaseModel):
     )
 
 
+class Control(BaseModel):
+    """What people sent to steer the run: messages not yet taken, a pause, an interrupt.
+
+    Owner: :mod:`workflows.control`.
+    """
+
+    inbox: list[MessageSignal] = Field(
+        default_factory=list[MessageSignal],
+        description="messages sent (send_message, add_message) not yet in the transcript",
+    )
+    paused: bool = Field(default=False, description="held before its next step (pause signal)")
+    interrupt: InterruptSignal | None = Field(
+        default=None, exclude=True, description="the interrupt signal, once one came"
+    )
+
+
 RUN_PARTS: dict[str, type[BaseModel]] = {
     "transcript": Transcript,
     "approvals": Approvals,
@@ -184,6 +200,7 @@ RUN_PARTS: dict[str, type[BaseModel]] = {
     "held": HeldCalls,
     "client_calls": ClientCalls,
     "guards": Guards,
+    "control": Control,
 }
 """RunData's attribute of each part -> the part's model."""
 

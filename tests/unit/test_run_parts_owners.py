@@ -23,6 +23,7 @@ OWNERS = {
     "held": "tools_first.py",
     "client_calls": "client_tools.py",
     "guards": "guardrails.py",
+    "control": "control.py",
 }
 
 MUTATORS = {

@@ -276,7 +276,9 @@ def test_only_what_outlives_an_execution_is_carried():
         assert one_execution not in carried
     back = RunData.model_validate_json(d.model_dump_json())
     assert (
-        back.inbox == d.inbox and back.status == "starting" and back.transcript.token_counts == []
+        back.control.inbox == d.control.inbox
+        and back.status == "starting"
+        and back.transcript.token_counts == []
     )
 
 
