@@ -27,6 +27,7 @@ from tests.support.live import (
     watched_through_a_crash,
 )
 from workers import client as rc
+from workers import live_reader
 from workers.console.auth import Authenticator
 from workers.console.serve import start_server
 from workers.live_reader import ReaderStats, run_events
@@ -202,6 +203,12 @@ async def test_live_reader_falls_back_to_the_stream_without_a_channel(
     model = ScriptedModel([text(ANSWER)])
     async with Harness(client, tmp_path, model) as h:  # a worker without a live channel
         handle = await h.start("answer")
+        # the reader tells "no worker has a channel" from "no worker polls yet" (then the
+        # history names those that come) by the queue's pollers: wait until this one shows
+        for _ in range(100):
+            if await live_reader._pollers(client, h.task_queue) is not None:
+                break
+            await asyncio.sleep(0.1)
         stats = ReaderStats()
         evs = [ev async for ev in run_events(client, handle.id, secret=SECRET, stats=stats)]
         await asyncio.wait_for(handle.result(), 30)
