@@ -151,7 +151,7 @@ def with_outcomes(
     """``err`` with one more detail: the ``tools_first`` results and whether they were published.
 
     The detail is ``{"tool_outcomes": [...], "published": bool}``. The workflow records them
-    from the step's failure (workflows/tools_first.py), so a model that fails for good loses
+    from the step's failure (workflows/model_step.py, ToolsFirst), so a model that fails for good loses
     none of the calls that ran before it.
     """
     return ApplicationError(

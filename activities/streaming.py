@@ -63,7 +63,7 @@ async def publish_events(items: list[dict[str, Any]]) -> bool:
     """Publish ``items`` (each with ``type`` and ``turn``) to the run's event stream now.
 
     For events an activity knows before the workflow does: the results of the tool calls a model
-    step runs first (``tool_finished``, workflows/tools_first.py), published before the model is
+    step runs first (``tool_finished``, workflows/model_step.py, ToolsFirst), published before the model is
     asked, so a live view shows them before the step's text. Items are stamped ``at`` and
     clipped as the workflow's own (``activities.rules.clip``), and redacted. Returns whether the
     server took them; a failure is logged and never fails the step.

@@ -49,7 +49,7 @@ R = TypeVar("R")
 # The run is addressed by its names (docs/contract.md), not through ``workflows.agent_run``: that
 # module pulls in every step of the workflow, which a command such as ``agentctl status`` does not
 # need (issue #35: an ``agentctl`` command answers in about 0.3 s). Each name below is the one the
-# workflow's decorator gives (workflows/agent_run.py, workflows/handlers.py);
+# workflow's decorator gives (workflows/agent_run.py, handlers.py, approvals.py);
 # tests/unit/test_light_imports.py checks that they match. For the same reason this module imports
 # at the top only what reading a run needs (workflows/view_models.py, client_models.py), not
 # workflows/models.py with the spec and the carried state: the models of the signals and of the
@@ -299,7 +299,7 @@ async def decide(
     it exists (:mod:`workers.decision_keys`), None sends it unsigned.
 
     A request the run made outside a workflow task (seen through a query on a worker that had to
-    rebuild the run) is refused until it is in the run's history (workflows/handlers.py, revision 3);
+    rebuild the run) is refused until it is in the run's history (workflows/approvals.py, revision 3);
     that refusal is retried for up to ``NOT_IN_HISTORY_RETRY_SECONDS`` (0.25 s apart).
 
     Raises:

@@ -17,7 +17,7 @@ client-side span (``temporal workflow start``, the Web UI). One trace per run::
       RunWorkflow:AgentRun                 the whole run; exported when the run closes
         StartActivity:spec.resolve           RunActivity:spec.resolve (child)
         StartActivity:model.complete         RunActivity:model.complete (child), per model step
-          RunTool:<tool>                       a local tool's call riding that step (tools_first.py)
+          RunTool:<tool>                       a local tool's call riding that step (model_step.py, ToolsFirst)
         StartActivity:tool.invoke            RunActivity:tool.invoke (child), per tool call
 
 Spans carry ``temporalWorkflowID`` (the run id) and ``temporalRunID`` attributes. Queries,

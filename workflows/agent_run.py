@@ -11,7 +11,8 @@ those decisions to the steps, each built over the run's one
 :class:`workflows.run_context.RunContext` (state, pinned spec, emit, publish, race, waits):
 :class:`ModelStep`, :class:`ToolStep`, :class:`CompactionStep`, :class:`ChildStep`,
 :class:`HandoffStep`, :class:`PlanStep`. Its handlers (signals, the ``decide`` update, queries)
-are in :mod:`workflows.handlers`, its one base class.
+are in :mod:`workflows.handlers`, its one base class (the decisions' signals and update in
+:mod:`workflows.approvals`, which it extends).
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.handlers import RunHandlers
     from workflows.handoff import HandoffStep
     from workflows.inbound import Invalid, decode
-    from workflows.model_step import ModelStep
+    from workflows.model_step import ModelStep, ToolsFirst
     from workflows.models import WORKFLOW_NAME, RunData, RunRequest, RunResult, RunStatus
     from workflows.planning import PlanStep
     from workflows.run_context import RunContext, Stop, cause_message
@@ -63,7 +64,6 @@ with workflow.unsafe.imports_passed_through():
         SA_TOKENS,
     )
     from workflows.tool_calls import ToolStep
-    from workflows.tools_first import ToolsFirst
     from workflows.versions import WORKFLOW_REV, Versions
 
 __all__ = [
@@ -285,7 +285,7 @@ class AgentRun(RunHandlers):
         :func:`_stop_if`, as are interrupts, deadlines and failures from deeper down; :meth:`_run`
         catches it and :meth:`_finish` builds the ``RunResult``. Per turn, ``before_compaction``,
         ``maybe_compact`` and ``hold`` do nothing unless the spec allows local tools in the model
-        step (workflows/tools_first.py) or the context nears the model's window
+        step (``ToolsFirst``, workflows/model_step.py) or the context nears the model's window
         (workflows/compaction_step.py).
         """
         ctx = self._ctx

@@ -1,4 +1,9 @@
-"""Approvals of one run: who may decide, the decision recorded, decisions parked for unknown calls.
+"""Approvals of one run: decisions clients send, who may decide, what is recorded, what parked.
+
+:class:`DecisionHandlers` holds ``AgentRun``'s ``approve``/``reject`` signals and its ``decide``
+update (``agentctl approve``, ``workers.client.decide``): they decode what the client sent
+(:mod:`workflows.inbound`), send a child run's call's decision on to the child
+(:mod:`workflows.children`) and hand the rest to :class:`Decisions`.
 
 Owner of the run state's ``approvals`` part (:class:`workflows.run_parts.Approvals`): the calls
 waiting (:func:`ask`, :func:`answered`, :func:`drop_pending`, :func:`unconfirmed`), the verdicts
@@ -8,7 +13,7 @@ and decisions, and the parked signals change here only.
 ``approve``/``reject`` signals and the ``decide`` update bring. Who may decide is
 :func:`workflows.turn.decision_problem`; a signed decision is checked with :mod:`activities.signing`.
 
-Held decisions (revision 3): sdk-core answers a query on a worker without the run cached by
+Parked decisions (revision 3): sdk-core answers a query on a worker without the run cached by
 applying events whose workflow task has not started yet (a model step's completion) at the
 previous task's time; an approver who sees the request through that query may send a decision
 that replay then delivers *before* the reply that asked for it (tests/histories/chaos/README.md).
@@ -21,26 +26,36 @@ reply that asks for them is applied in the same activation; else they are ignore
 from __future__ import annotations
 
 from collections.abc import Collection
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from temporalio import workflow
+from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
+    from pydantic import BaseModel
+
     import activities.signing as signing
     import workflows.turn as turn
     from activities.judge import JudgeVerdict
     from activities.spec import JUDGE_PREFIX
+    from workflows.child_rules import refused_by_child
+    from workflows.inbound import Invalid, decode_args
     from workflows.models import (
         ApproveSignal,
+        DecideResult,
         DecideUpdate,
         Decision,
         IgnoredSignal,
         RejectSignal,
     )
+    from workflows.signals import DECISION_NOT_YET_RECORDED, DECISION_REFUSED
 
 if TYPE_CHECKING:
+    from workflows.children import ChildStep
     from workflows.models import PendingApproval, RunData
     from workflows.run_context import RunContext
+
+M = TypeVar("M", bound=BaseModel)
 
 
 # The run state's ``approvals`` part (workflows/run_parts.py) is changed here only: the functions
@@ -267,3 +282,100 @@ class Decisions:
             for cid, sig, at in s.approvals.parked
             if cid not in s.approvals.unconfirmed
         ]
+
+
+def _refused(problem: str) -> ApplicationError:
+    """The validator's refusal: non-retryable, so clients (the CLI, other SDKs) do not retry it."""
+    return ApplicationError(problem, type=DECISION_REFUSED, non_retryable=True)
+
+
+class DecisionHandlers:
+    """The decisions' handlers of ``AgentRun``: signals ``approve``/``reject``, update ``decide``.
+
+    :class:`workflows.handlers.RunHandlers`, ``AgentRun``'s one base class, extends this class.
+    Handlers take ``*args`` (any number of payloads, each plain JSON data): an invalid signal is
+    recorded in ``state.ignored_signals`` with why, an invalid ``decide`` is refused by its
+    validator (error type ``DecisionRefused``, or ``DecisionNotYetRecorded`` for a call not in
+    history yet: retry); nothing a client sends can fail a workflow task.
+    """
+
+    _ctx: RunContext
+    _children: ChildStep
+    _decisions: Decisions
+
+    def _payload(self, args: tuple[Any, ...], model: type[M], signal: str) -> M | None:
+        """Decode a signal's payload; an invalid one is recorded as ignored (returns None)."""
+        got = decode_args(args, model, f"signal {signal}")
+        if isinstance(got, Invalid):
+            self._ctx.ignore(signal, got.principal_id, got.problem, got.tool_call_id)
+            return None
+        return got
+
+    def _on_decision(self, sig: ApproveSignal | RejectSignal) -> None:
+        """An approve/reject signal: forwarded to a child, parked (revision 3), or taken."""
+        decisions = self._decisions
+        if (child := self._children.child_of_call(sig.tool_call_id)) is not None:
+            self._children.forward_decision(sig, child)
+        elif not decisions.park(sig):
+            decisions.by_signal(sig)
+
+    @workflow.signal(name="approve")
+    def approve(self, *args: Any) -> None:
+        """Approve a waiting tool call (optionally with edited arguments): :class:`ApproveSignal`."""
+        sig = self._payload(args, ApproveSignal, "approve")
+        if sig is not None:
+            self._on_decision(sig)
+
+    @workflow.signal(name="reject")
+    def reject(self, *args: Any) -> None:
+        """Reject a waiting tool call; the model is told why: :class:`RejectSignal`."""
+        sig = self._payload(args, RejectSignal, "reject")
+        if sig is not None:
+            self._on_decision(sig)
+
+    @workflow.update(name="decide")
+    def decide(self, *args: Any) -> DecideResult:
+        """Approve or reject a waiting tool call, synchronously: :class:`DecideUpdate`."""
+        upd = decode_args(args, DecideUpdate, "update decide")
+        if isinstance(upd, Invalid):  # refused by the validator before it gets here
+            raise ApplicationError(upd.problem, type="InvalidPayload", non_retryable=True)
+        child = self._children.child_of_call(upd.tool_call_id)
+        if child is not None:
+            self._children.forward_decision(upd, child)
+            return DecideResult(tool_call_id=upd.tool_call_id, decision=upd.decision)
+        self._decisions.record(
+            upd.tool_call_id,
+            upd.decision,
+            upd.principal_id,
+            upd.arguments if upd.decision == "approve" else None,
+            upd.comment if upd.decision == "approve" else (upd.reason or upd.comment),
+            "update",
+        )
+        return DecideResult(tool_call_id=upd.tool_call_id, decision=upd.decision)
+
+    @decide.validator
+    def _validate_decide(self, *args: Any) -> None:
+        upd = decode_args(args, DecideUpdate, "update decide")
+        if isinstance(upd, Invalid):
+            raise _refused(upd.problem)
+        s, decisions = self._ctx.s, self._decisions
+        if (why := decisions.judge_name_problem(upd.principal_id)) is not None:
+            raise _refused(why)
+        if self._children.child_of_call(upd.tool_call_id) is not None:
+            # a child's call: forwarded, and the child checks who decides (roles included)
+            problem = refused_by_child(
+                s.delegation.child_pending, upd.tool_call_id, upd.principal_id
+            )
+            if problem:
+                raise _refused(problem)
+            return
+        if upd.tool_call_id in s.approvals.unconfirmed:
+            raise ApplicationError(
+                f"tool call {upd.tool_call_id} is not recorded in the run's history yet; retry",
+                type=DECISION_NOT_YET_RECORDED,
+            )
+        problem = decisions.problem(
+            upd.tool_call_id, upd.principal_id, upd.roles
+        ) or decisions.signature_problem(upd)
+        if problem:
+            raise _refused(problem)

@@ -1,6 +1,4 @@
-"""What clients send a run (docs/contract.md), and the decisions it carries.
-
-The signals, the ``decide`` update and the queries of ``AgentRun``.
+"""What clients send a run (docs/contract.md): the signals, updates and queries of ``AgentRun``.
 
 :class:`RunHandlers` is ``AgentRun``'s one base class. Handlers take ``*args`` (any number of
 payloads, each plain JSON data) and decode them with :mod:`workflows.inbound`: an invalid signal
@@ -9,38 +7,34 @@ nothing a client sends can fail a workflow task. Handlers only change the run st
 (:class:`workflows.models.RunData`, through the run's :class:`workflows.run_context.RunContext`);
 the loop in :mod:`workflows.agent_run` acts on it.
 
-Decisions are checked, recorded and parked by :class:`workflows.approvals.Decisions`; the handlers
-here only decode what clients send and hand it over.
+The decisions' handlers (signals ``approve``/``reject``, update ``decide``) are in
+:mod:`workflows.approvals`, with the decisions they hand over: :class:`RunHandlers` extends its
+:class:`workflows.approvals.DecisionHandlers`.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, TypeVar, get_args
+from typing import TYPE_CHECKING, Any, get_args
 
 from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from pydantic import BaseModel
-
     import workflows.charges as charges
     import workflows.control as control
     import workflows.guardrails as guardrails
     import workflows.state as state
     import workflows.turn as turn
-    from workflows.child_rules import CHILD_APPROVALS_SIGNAL, ChildApprovals, refused_by_child
+    from workflows.approvals import DecisionHandlers
+    from workflows.child_rules import CHILD_APPROVALS_SIGNAL, ChildApprovals
     from workflows.inbound import Invalid, decode_args
     from workflows.models import (
         AddMessageResult,
         AddMessageUpdate,
-        ApproveSignal,
-        DecideResult,
-        DecideUpdate,
         InterruptSignal,
         MessageSignal,
         PrincipalSignal,
         RaiseBudgetSignal,
-        RejectSignal,
         RunState,
         RunStatus,
         ToolResultAnswer,
@@ -57,7 +51,6 @@ if TYPE_CHECKING:
     from workflows.client_tools import ClientTools
     from workflows.run_context import RunContext
 
-M = TypeVar("M", bound=BaseModel)
 MESSAGE_REFUSED = "MessageRefused"
 """Error type of an ``add_message`` the validator refused: not retryable, the message says why."""
 TOOL_RESULT_REFUSED = "ToolResultRefused"
@@ -68,101 +61,19 @@ _ENDED = frozenset(get_args(RunStatus))
 """The statuses of a run that has ended (``add_message`` refuses them)."""
 
 
-def _refused(problem: str) -> ApplicationError:
-    """The validator's refusal: non-retryable, so clients (the CLI, other SDKs) do not retry it."""
-    return ApplicationError(problem, type=DECISION_REFUSED, non_retryable=True)
-
-
-class RunHandlers:
+class RunHandlers(DecisionHandlers):
     """The message handlers of ``AgentRun`` (its one base class).
 
     They decode what a client sent and change the run state through the run's context
-    (``self._ctx``); decisions go to ``self._decisions`` (workflows/approvals.py), those for a
-    child run's call to ``self._children`` (forwarding is the only command a handler creates: a
-    signal to the child).
+    (``self._ctx``); the decisions' handlers are inherited from
+    :class:`workflows.approvals.DecisionHandlers` (forwarding a decision to a child run is the
+    only command a handler creates: a signal to the child).
     """
 
     _ctx: RunContext
     _children: ChildStep
     _decisions: Decisions
     _client: ClientTools
-
-    def _payload(self, args: tuple[Any, ...], model: type[M], signal: str) -> M | None:
-        """Decode a signal's payload; an invalid one is recorded as ignored (returns None)."""
-        got = decode_args(args, model, f"signal {signal}")
-        if isinstance(got, Invalid):
-            self._ctx.ignore(signal, got.principal_id, got.problem, got.tool_call_id)
-            return None
-        return got
-
-    def _on_decision(self, sig: ApproveSignal | RejectSignal) -> None:
-        """An approve/reject signal: forwarded to a child, parked (revision 3), or taken."""
-        decisions = self._decisions
-        if (child := self._children.child_of_call(sig.tool_call_id)) is not None:
-            self._children.forward_decision(sig, child)
-        elif not decisions.park(sig):
-            decisions.by_signal(sig)
-
-    @workflow.signal(name="approve")
-    def approve(self, *args: Any) -> None:
-        """Approve a waiting tool call (optionally with edited arguments): :class:`ApproveSignal`."""
-        sig = self._payload(args, ApproveSignal, "approve")
-        if sig is not None:
-            self._on_decision(sig)
-
-    @workflow.signal(name="reject")
-    def reject(self, *args: Any) -> None:
-        """Reject a waiting tool call; the model is told why: :class:`RejectSignal`."""
-        sig = self._payload(args, RejectSignal, "reject")
-        if sig is not None:
-            self._on_decision(sig)
-
-    @workflow.update(name="decide")
-    def decide(self, *args: Any) -> DecideResult:
-        """Approve or reject a waiting tool call, synchronously: :class:`DecideUpdate`."""
-        upd = decode_args(args, DecideUpdate, "update decide")
-        if isinstance(upd, Invalid):  # refused by the validator before it gets here
-            raise ApplicationError(upd.problem, type="InvalidPayload", non_retryable=True)
-        child = self._children.child_of_call(upd.tool_call_id)
-        if child is not None:
-            self._children.forward_decision(upd, child)
-            return DecideResult(tool_call_id=upd.tool_call_id, decision=upd.decision)
-        self._decisions.record(
-            upd.tool_call_id,
-            upd.decision,
-            upd.principal_id,
-            upd.arguments if upd.decision == "approve" else None,
-            upd.comment if upd.decision == "approve" else (upd.reason or upd.comment),
-            "update",
-        )
-        return DecideResult(tool_call_id=upd.tool_call_id, decision=upd.decision)
-
-    @decide.validator
-    def _validate_decide(self, *args: Any) -> None:
-        upd = decode_args(args, DecideUpdate, "update decide")
-        if isinstance(upd, Invalid):
-            raise _refused(upd.problem)
-        s, decisions = self._ctx.s, self._decisions
-        if (why := decisions.judge_name_problem(upd.principal_id)) is not None:
-            raise _refused(why)
-        if self._children.child_of_call(upd.tool_call_id) is not None:
-            # a child's call: forwarded, and the child checks who decides (roles included)
-            problem = refused_by_child(
-                s.delegation.child_pending, upd.tool_call_id, upd.principal_id
-            )
-            if problem:
-                raise _refused(problem)
-            return
-        if upd.tool_call_id in s.approvals.unconfirmed:
-            raise ApplicationError(
-                f"tool call {upd.tool_call_id} is not recorded in the run's history yet; retry",
-                type=DECISION_NOT_YET_RECORDED,
-            )
-        problem = decisions.problem(
-            upd.tool_call_id, upd.principal_id, upd.roles
-        ) or decisions.signature_problem(upd)
-        if problem:
-            raise _refused(problem)
 
     @workflow.update(name="tool_result")
     def tool_result(self, *args: Any) -> ToolResultAnswer:

@@ -215,7 +215,7 @@ class RunData(BaseModel):
     - ``visibility`` (sa_shown, search_attributes, sa_upserted_at): :mod:`workflows.run_context`
       (``RunContext.show_in_listings``, ``shown_at_start``, ``upsert_search_attributes``);
     - ``delegation`` (children, lineage, child_pending, handoff_to): :mod:`workflows.children`;
-    - ``held`` (tools_first): :mod:`workflows.tools_first`;
+    - ``held`` (tools_first): :class:`workflows.model_step.ToolsFirst`;
     - ``client_calls`` (client_waiting, client_results): :mod:`workflows.client_tools`;
     - ``guards`` (guardrails, guardrail_blocked, guardrail_paused): :mod:`workflows.guardrails`;
     - ``control`` (inbox, paused, interrupt): :mod:`workflows.control`.
@@ -260,7 +260,7 @@ class RunData(BaseModel):
     tools_in_step: bool = Field(
         default=False,
         description="patch tools-in-model-step: allowed local tools' calls ride the next model "
-        "step (workflows/tools_first.py); carried, so a continued run keeps its first run's path",
+        "step (workflows/model_step.py, ToolsFirst); carried, so a continued run keeps its first run's path",
     )
     transcript: Transcript = Field(default_factory=Transcript)
     approvals: Approvals = Field(default_factory=Approvals)

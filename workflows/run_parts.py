@@ -130,7 +130,7 @@ class Delegation(BaseModel):
 class HeldCalls(BaseModel):
     """Local tools' calls held for the next model step.
 
-    Owner: :mod:`workflows.tools_first`.
+    Owner: :class:`workflows.model_step.ToolsFirst`.
     """
 
     tools_first: list[StepToolCall] = Field(

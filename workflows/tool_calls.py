@@ -302,7 +302,7 @@ class ToolStep:
 
         The runner is chosen now (workflows/tool_runners.py); what it returns is recorded by
         :meth:`settle`. ``announce``: emit ``tool_started`` (not for a call announced when it
-        was held, workflows/tools_first.py).
+        was held, workflows/model_step.py, ToolsFirst).
 
         Raises:
             Stop: an interrupt or the deadline came first (a child run, a client tool, a script).

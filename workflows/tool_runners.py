@@ -19,7 +19,7 @@ kind                    runner            what runs the call
                                           its time is charged (``workflows/charges.py``)
 (held)                  ToolsFirst        not a runner: a turn whose calls would all run as
                                           ``local_activity`` and are all allowed rides the next
-                                          model step instead (``workflows/tools_first.py``,
+                                          model step instead (``workflows/model_step.py``, ``ToolsFirst``,
                                           chosen per turn with :func:`kind_of`)
 ``child``               ChildRunner       ``ask_<NAME>``: a child run (``workflows/children.py``)
 ``handoff``             HandoffRunner     ``handoff_to_<NAME>``: noted for the turn's end

@@ -292,7 +292,7 @@ async def test_local_tool_calls_that_rode_a_model_step_are_audited_as_they_ran(
     client: Client, tmp_path: Path
 ):
     """read_file (local, allowed) runs inside the next model step's activity; a local tool that
-    times out there is settled as a timed-out activity would be (workflows/tools_first.py)."""
+    times out there is settled as a timed-out activity would be (workflows/model_step.py, ToolsFirst)."""
     agents = {"default": {"tools": ["read_file", "calculator", {"name": "sleepy", "local": True}]}}
     model = ScriptedModel(
         [

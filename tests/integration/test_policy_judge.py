@@ -176,7 +176,7 @@ async def test_cedar_decides_local_calls_that_would_ride_the_next_model_step(
     client: Client, tmp_path: Path
 ):
     """Local read-only tools' calls ride the next model step only when the policy allows them:
-    with Cedar, a call it forbids never runs (``workflows/tools_first.py``)."""
+    with Cedar, a call it forbids never runs (``workflows/model_step.py``, ``ToolsFirst``)."""
     (tmp_path / "reads.cedar").write_text(
         '@id("no-private") forbid(principal, action == Action::"read_file", resource)\n'
         'when { resource.path like "private/*" };\n'

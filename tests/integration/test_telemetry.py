@@ -118,7 +118,7 @@ async def test_a_traced_run_has_workflow_and_activity_spans_in_one_trace(
     ):
         assert name in by_name, f"no span {name}; got {sorted(by_name)}"
     assert len(by_name["RunActivity:model.complete"]) == 2  # two model steps
-    # read_file (local) ran inside the second step's activity (workflows/tools_first.py)
+    # read_file (local) ran inside the second step's activity (workflows/model_step.py, ToolsFirst)
     (tool_span,) = by_name["RunTool:read_file"]
     assert (tool_span.attributes or {}).get("toolCallID") == res.tool_calls[0].id
 
@@ -384,7 +384,7 @@ async def test_activity_log_events_carry_run_id_turn_tool_and_tenant(
     call = calls[0]
     assert call["turn"] == 1 and call["tool"] == "read_file" and call["tenant_id"] == "acme"
     assert call["status"] == "ok" and call["duration_ms"] >= 0 and call["output_chars"] > 0
-    # read_file (local) ran inside the next model step's activity (workflows/tools_first.py)
+    # read_file (local) ran inside the next model step's activity (workflows/model_step.py, ToolsFirst)
     assert call["activity"] == "model.complete" and call["in_model_step"] is True
     assert call["call_id"] == res.tool_calls[0].id
     # this client has no tracing plugin: no OpenTelemetry ids are made up

@@ -1,4 +1,4 @@
-"""Local tools' calls riding the next model step (workflows/tools_first.py), and when they don't.
+"""Local tools' calls riding the next model step (workflows/model_step.py, ToolsFirst), and when they don't.
 
 Real dev server, scripted model, the worker's real tool registry. What the model was sent is read
 from the scripted model's request log; where a call ran, from the run's history.

@@ -114,7 +114,7 @@ async def test_a_finished_run_shows_its_summary_details_activities_and_search_at
         assert "Waiting for approval" not in cur
 
         # each activity's summary in the history (read_file, a local tool, rides the next model
-        # step: workflows/tools_first.py)
+        # step: workflows/model_step.py, ToolsFirst)
         assert await activity_summaries(client, handle) == [
             ("spec.resolve", f"spec: resolve agent {agent}"),
             ("model.complete", "model: scripted turn 1"),

@@ -35,7 +35,7 @@ def test_a_tool_run_of_revision_5_has_no_timer_and_one_action_per_marker_task():
 def test_local_tools_riding_the_next_model_step_pay_no_marker_action():
     # the same run from patch tools-in-model-step: list_files (alone in its turn) rides the last
     # model step; the first turn mixes local tools with `record` (an activity), so its local ones
-    # stay local activities (workflows/tools_first.py)
+    # stay local activities (workflows/model_step.py, ToolsFirst)
     before, got = _count("v7/tools.json"), _count("tools.json")
     assert got == {
         "workflow_started": 1,

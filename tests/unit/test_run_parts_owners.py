@@ -20,7 +20,7 @@ OWNERS = {
     "budget": "charges.py",
     "visibility": "run_context.py",
     "delegation": "children.py",
-    "held": "tools_first.py",
+    "held": "model_step.py",
     "client_calls": "client_tools.py",
     "guards": "guardrails.py",
     "control": "control.py",

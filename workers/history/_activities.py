@@ -77,7 +77,7 @@ def on_scheduled(w: Walk, at: At) -> None:
         entry = _tool_scheduled(w, at, inp)
     else:
         if kind == MODEL_COMPLETE:
-            for first in inp.get("tools_first") or []:  # calls riding the step (tools_first.py)
+            for first in inp.get("tools_first") or []:  # calls riding the step (ToolsFirst)
                 call = as_dict(first).get("call")
                 if isinstance(call, dict):
                     _tool_scheduled(w, at, cast("dict[str, Any]", call))
