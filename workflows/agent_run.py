@@ -188,6 +188,7 @@ class AgentRun(RunHandlers):
         ctx = self._ctx
         # before the spec's local activity (a patch marker after one in the same workflow task
         # fails replay), in the same task as its marker: no action of its own (docs/throughput.md)
+        # all three True for a new run (workflows/versions.py)
         in_step, resolve_local, model_arguments = Versions.at_start()
         try:
             inp, opts = options.spec_resolve(req, Versions.rev_to_pin(resolve_local))
@@ -407,6 +408,7 @@ class AgentRun(RunHandlers):
         children.run_ended(s)
         approvals.drop_pending(s)
         ctx.enter(status)
+        # the RunResult (status, reason, output, usage, tool calls, decisions) from the run state
         result = state.run_result(s, status, reason, error, workflow.now())
         ctx.emit("run_finished", result=result)
         return result

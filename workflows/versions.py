@@ -81,6 +81,10 @@ Asked at the first call a run's judge would decide (only runs whose spec has a j
 class Versions:
     """The version decisions of one run, read by name.
 
+    A new run takes every patch and pins :data:`WORKFLOW_REV`, so for it every capability asked
+    here is on (True); the False branches are for runs recorded earlier, whose stored histories
+    (tests/histories/) replay them.
+
     Args:
         pinned: gives the run's pinned spec (None before ``spec.resolve`` answered: every
             revision capability is then off, as for a run recorded before revisions existed).
