@@ -170,15 +170,6 @@ def model_complete(
     return inp, options
 
 
-def runs_local(info: ToolInfo | None) -> bool:
-    """Whether a call of ``info`` runs as a local activity.
-
-    True when the tool says so (``@tool(local=True)`` or the spec's ``{name: N, local: true}``)
-    and it has neither its own queue nor an MCP server.
-    """
-    return info is not None and info.local and info.task_queue is None and info.mcp is None
-
-
 def as_local(opts: workflow.ActivityConfig) -> workflow.LocalActivityConfig:
     """Local-activity options from :func:`tool_invoke`'s or :func:`spec_resolve`'s options.
 

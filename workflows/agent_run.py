@@ -1,18 +1,23 @@
 """Workflow ``AgentRun``: one durable agent run (docs/contract.md).
 
-Each turn: a model step (:mod:`workflows.model_step`, activity ``model.complete``) with the
-transcript and the tool schemas; if the reply calls tools, the tool step
-(:mod:`workflows.tool_calls`) has the policy decide each call (allow / deny / approve), runs the
-allowed and approved calls as ``tool.invoke`` activities concurrently, puts the results back in
-call order, and the loop goes on; a reply without tool calls ends the run (``task`` mode) or waits
-for the next message (``chat`` mode). What comes next is decided by pure functions
+The start input is decoded in ``__init__`` (``@workflow.init``), the spec pinned by the local
+activity ``spec.resolve``. Each turn: a model step (:mod:`workflows.model_step`, activity
+``model.complete``) with the transcript and the tool schemas; if the reply calls tools, either
+they all are calls of local tools the policy allows, held for the next model step, which runs them
+first (``ToolsFirst``, in :mod:`workflows.model_step`; on by default), or the tool step
+(:mod:`workflows.tool_calls`) has the policy decide each call (allow / deny / ask a person), runs
+the allowed and approved calls concurrently, each by its runner (:mod:`workflows.tool_runners`:
+activity ``tool.invoke``, a local activity for local tools, a child run, ...), puts the results
+back in call order, and the loop goes on; a reply without tool calls ends the run (``task`` mode)
+or waits for the next message (``chat`` mode). What comes next is decided by pure functions
 (:mod:`workflows.turn`, over the run state :class:`workflows.models.RunData`). This class wires
 those decisions to the steps, each built over the run's one
 :class:`workflows.run_context.RunContext` (state, pinned spec, emit, publish, race, waits):
 :class:`ModelStep`, :class:`ToolStep`, :class:`CompactionStep`, :class:`ChildStep`,
-:class:`HandoffStep`, :class:`PlanStep`. Its handlers (signals, the ``decide`` update, queries)
-are in :mod:`workflows.handlers`, its one base class (the decisions' signals and update in
-:mod:`workflows.approvals`, which it extends).
+:class:`HandoffStep`, :class:`PlanStep`. Its handlers are in :mod:`workflows.handlers`, its one
+base class (signals, updates, queries), except the decisions' (the ``decide`` update, the
+``approve``/``reject`` signals): :class:`workflows.approvals.DecisionHandlers`, which
+``RunHandlers`` extends.
 """
 
 from __future__ import annotations
@@ -284,10 +289,11 @@ class AgentRun(RunHandlers):
         Every end goes one way: a pure decision of :mod:`workflows.turn` that says
         :class:`turn.Finish` (``completed`` included) is raised as :class:`Stop` by
         :func:`_stop_if`, as are interrupts, deadlines and failures from deeper down; :meth:`_run`
-        catches it and :meth:`_finish` builds the ``RunResult``. Per turn, ``before_compaction``,
-        ``maybe_compact`` and ``hold`` do nothing unless the spec allows local tools in the model
-        step (``ToolsFirst``, workflows/model_step.py) or the context nears the model's window
-        (workflows/compaction_step.py).
+        catches it and :meth:`_finish` builds the ``RunResult``. Per turn, ``before_compaction``
+        and ``maybe_compact`` create no command unless the context nears the model's window
+        (workflows/compaction_step.py); ``hold`` holds a turn's calls for the next model step
+        when they all are calls of local tools the policy allows (``ToolsFirst``,
+        workflows/model_step.py; on by default, never for a call that asks a person).
         """
         ctx = self._ctx
         s, limits = ctx.s, ctx.pinned().spec.limits
@@ -318,7 +324,7 @@ class AgentRun(RunHandlers):
             s.signatures.append(nxt.signature)
             if not self._first.hold(nxt.calls):  # held: they run in the next model step
                 await self._tools.run(nxt.calls)
-                await self._handoffs.apply()
+                await self._handoffs.apply()  # no command unless a call was a handoff
             await self._guard.act()  # a tool result a guardrail blocked
             limits = ctx.pinned().spec.limits
             self._after_tools(turn.after_tools(s, limits))

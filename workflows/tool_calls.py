@@ -377,7 +377,7 @@ class ToolStep:
         """Wait until every pending call has a verdict (or the approval timeout).
 
         Woken by :meth:`workflows.approvals.Decisions.record`, which the ``decide`` update and the
-        ``approve``/``reject`` signals call: it writes ``s.verdicts``, the condition below reads it.
+        ``approve``/``reject`` signals call: it writes ``s.approvals.verdicts``, the condition below reads it.
         A child run first tells its parent the calls it waits on (``report_approvals``: no effect
         for a top-level run).
         """

@@ -91,7 +91,13 @@ class Runner(Protocol):
 
 
 def kind_of(info: ToolInfo | None, local_activities: bool) -> RunnerKind:
-    """The runner kind of a live call of ``info`` (``local_activities``: revision 4 or later)."""
+    """The runner kind of a live call of ``info`` (``local_activities``: revision 4 or later).
+
+    ``local_activity`` for a tool marked ``local`` (``@tool(local=True)``, or the spec's
+    ``{name: N, local: true}``; not by default) without a queue of its own: the read-only
+    built-ins (``list_files``, ``read_file``, ``search_files``, ``calculator``). ``write_file`` is
+    not, so its calls run as activity ``tool.invoke``.
+    """
     if info is None:  # not in the spec: tool.invoke tells the model the tool is unknown
         return "activity"
     if info.kind == "code":
@@ -106,7 +112,7 @@ def kind_of(info: ToolInfo | None, local_activities: bool) -> RunnerKind:
         return "sandbox"
     if info.mcp is not None:
         return "mcp"
-    if local_activities and options.runs_local(info):
+    if local_activities and info.local and info.task_queue is None:
         return "local_activity"
     return "activity"
 
