@@ -1,7 +1,8 @@
 """Tool policy: allow, deny or ask a person, decided before every tool call. Pure and deterministic.
 
-Evaluated in the workflow (never in an activity), so no tool call can bypass it. Order:
-the tool's rules (first whose condition holds), then the tool's own ``action``, then the agent's
+Evaluated in the workflow (never in an activity), so no tool call can bypass it. Order: the
+pinned Cedar policies, when the spec has any and one applies (:func:`decide`); else the tool's
+rules (first whose condition holds), then the tool's own ``action``, then the agent's
 ``policy.default`` (``by_risk``: read tools allowed; write tools and sandboxed exec tools such as
 ``run_command`` need approval; other exec tools and network tools denied). Tools with ``risk``
 exec or network are never allowed by ``by_risk`` without an explicit entry.

@@ -87,7 +87,10 @@ class ToolStep:
     async def execute(
         self, calls: list[ToolCallRequest]
     ) -> tuple[list[ToolCallRecord], dict[str, str]]:
-        """Carry the calls out: policy, approvals, then concurrently their activities.
+        """Carry the calls out: the policy's verdicts, then concurrently their runners.
+
+        Allowed calls start at once; calls that ask a person start when approved (after the judge,
+        if the spec has one, and the wait for approvals).
 
         Returns their records (in order) and each call's result text by id. Used for a turn's
         calls and for the calls a Code Mode script makes (workflows/code_mode.py).
