@@ -100,6 +100,8 @@ class AgentRun(RunHandlers):
         self._ctx = ctx = RunContext(RunData(started_at=now), events)
         ctx.show_in_listings(False, now=now)
         self._decisions = Decisions(ctx)
+        # where the run waits for a person (and at each checkpoint), parked decisions are applied
+        ctx.release_parked = self._decisions.release_parked
         self._children = ChildStep(ctx)
         self._handoffs = HandoffStep(ctx)
         self._guard = GuardrailStep(ctx)

@@ -86,9 +86,8 @@ class Decisions:
     """Checks, records and holds the decisions of one run (``ctx.s`` is the run state)."""
 
     def __init__(self, ctx: RunContext) -> None:
-        """Belong to ``ctx`` (whose waits for people release parked decisions); no command here."""
+        """Belong to ``ctx``; no command here (``AgentRun`` hands :meth:`release_parked` to it)."""
         self._ctx = ctx
-        ctx.release_parked = self.release_parked
 
     def problem(
         self, tool_call_id: str, principal_id: str, roles: Collection[str] = ()

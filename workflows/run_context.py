@@ -93,7 +93,8 @@ class RunContext:
         """Which behaviour this run takes (workflows/versions.py)."""
         self.release_parked: Callable[[], bool] = lambda: False
         """Applies or drops decisions parked for calls not yet known, where the run waits for a
-        person; returns False (:meth:`workflows.approvals.Decisions.release_parked` sets itself)."""
+        person; returns False (``AgentRun.__init__`` sets it to
+        :meth:`workflows.approvals.Decisions.release_parked`)."""
         self.outside_task = False
         self._seen: tuple[datetime, int] | None = None  # (time, history length) last seen
         self._deadline: asyncio.Future[None] | None = None

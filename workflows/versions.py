@@ -83,7 +83,9 @@ class Versions:
 
     A new run takes every patch and pins :data:`WORKFLOW_REV`, so for it every capability asked
     here is on (True); the False branches are for runs recorded earlier, whose stored histories
-    (tests/histories/) replay them.
+    (tests/histories/) replay them. Capabilities of the pinned revision are properties (pure
+    reads, False until ``spec.resolve`` has pinned the spec); those of a patch are methods,
+    because asking one records the patch's marker in the history the first time.
 
     Args:
         pinned: gives the run's pinned spec (None before ``spec.resolve`` answered: every
