@@ -233,20 +233,8 @@ class AgentRun(RunHandlers):
         ctx.emit("run_started", agent=req.agent, input=text)
         self._guard.note(trips)
         ctx.set_status("running")
-        started = workflow.info().typed_search_attributes
-        own = {SA_STATUS: "running", SA_AGENT: req.agent, SA_TENANT: req.tenant_id,
-               SA_PRINCIPAL: req.principal_id}  # fmt: skip
-        if (
-            ctx.versions.upsert_changed_only
-            and s.visibility.search_attributes
-            and all(started.get(key) == value for key, value in own.items())
-        ):
-            # The client set who, what and "running" at start, as the run would (workers.client.
-            # start_run): no upsert now; the spec hash goes with the first one the run needs.
-            # A client that set other values (another tenant, say) gets them overwritten.
-            ctx.shown_at_start({key.name: value for key, value in own.items()})
-        else:
-            ctx.upsert_search_attributes(initial=True)
+        ctx.show_started({SA_STATUS: "running", SA_AGENT: req.agent, SA_TENANT: req.tenant_id,
+                          SA_PRINCIPAL: req.principal_id})  # fmt: skip
         ctx.publish()
         await self._guard.act()  # a blocked request ends the run or waits for a person
 

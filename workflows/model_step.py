@@ -57,15 +57,12 @@ with workflow.unsafe.imports_passed_through():
     from workflows.guardrails import withheld_reply_note
     from workflows.models import ToolCallRecord
     from workflows.policy import decide, parse_arguments
-    from workflows.run_context import SA_REFRESH_SECONDS, RunContext, Stop, cause_message
+    from workflows.run_context import RunContext, Stop, cause_message
     from workflows.tool_calls import ToolStep
     from workflows.tool_runners import kind_of
 
 if TYPE_CHECKING:
     from workflows.guardrails import GuardrailStep
-
-SA_REFRESH_TURNS = 5
-"""Revision 3: TotalTokens and CostUsd are refreshed after every ``SA_REFRESH_TURNS``-th model step."""
 
 
 class ModelStep:
@@ -125,20 +122,7 @@ class ModelStep:
         ctx.emit("model_finished", reply=reply)
         if await self._withheld(reply):
             return None
-        # TotalTokens and CostUsd stay current in listings: each upsert is an event and a
-        # visibility write on the server, so not one every turn.
-        # by turns: a workflow.now() difference must not change commands
-        if ctx.versions.refresh_by_turns:
-            # revision 4: not when the reply ends the turn (the status upsert that follows
-            # carries the same figures in the same workflow task)
-            if s.turn % SA_REFRESH_TURNS == 0 and (
-                reply.tool_calls or not ctx.versions.upsert_changed_only
-            ):
-                ctx.upsert_search_attributes()
-        elif s.visibility.sa_upserted_at is None or (
-            (workflow.now() - s.visibility.sa_upserted_at).total_seconds() >= SA_REFRESH_SECONDS
-        ):
-            ctx.upsert_search_attributes()
+        ctx.refresh_listing(ends_turn=not reply.tool_calls)  # TotalTokens, CostUsd
         return reply
 
     async def _withheld(self, reply: ModelReply) -> bool:

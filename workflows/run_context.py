@@ -20,6 +20,7 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from temporalio import workflow
+from temporalio.common import SearchAttributeKey
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, TimeoutType
 from temporalio.exceptions import TimeoutError as ActivityTimeoutError
 
@@ -43,6 +44,8 @@ T = TypeVar("T")
 SA_REFRESH_SECONDS = 10.0
 """Least workflow time between two search-attribute refreshes within a turn loop (status changes
 and the end of the run always upsert). Before revision 3 only (workflows/versions.py)."""
+SA_REFRESH_TURNS = 5
+"""Revision 3: TotalTokens and CostUsd are refreshed after every ``SA_REFRESH_TURNS``-th model step."""
 
 
 class Stop(Exception):
@@ -197,6 +200,43 @@ class RunContext:
     def shown_at_start(self, shown: dict[str, Any]) -> None:
         """Note what the client set at start as listings show it: no upsert carries it again."""
         self.s.visibility.sa_shown = shown
+
+    def show_started(self, own: dict[SearchAttributeKey[Any], Any]) -> None:
+        """The run is running: listings show ``own`` (who, what, status) from now on.
+
+        When the client set exactly these at start, as the run would (``workers.client.start_run``),
+        no upsert now (revision 4); the spec hash goes with the first one the run needs. A client
+        that set other values (another tenant, say) gets them overwritten.
+        """
+        started = workflow.info().typed_search_attributes
+        if (
+            self.versions.upsert_changed_only
+            and self.s.visibility.search_attributes
+            and all(started.get(key) == value for key, value in own.items())
+        ):
+            self.shown_at_start({key.name: value for key, value in own.items()})
+        else:
+            self.upsert_search_attributes(initial=True)
+
+    def refresh_listing(self, ends_turn: bool) -> None:
+        """After a model step: TotalTokens and CostUsd stay current in listings, not every turn.
+
+        Each upsert is an event and a visibility write on the server. From revision 3 every
+        :data:`SA_REFRESH_TURNS`-th step (by turns: a ``workflow.now()`` difference must not change
+        commands), from revision 4 not when the reply ends the turn (``ends_turn``: the status
+        upsert that follows carries the same figures in the same workflow task); before, every
+        :data:`SA_REFRESH_SECONDS` of workflow time.
+        """
+        s = self.s
+        if self.versions.refresh_by_turns:
+            if s.turn % SA_REFRESH_TURNS == 0 and (
+                not ends_turn or not self.versions.upsert_changed_only
+            ):
+                self.upsert_search_attributes()
+        elif s.visibility.sa_upserted_at is None or (
+            (workflow.now() - s.visibility.sa_upserted_at).total_seconds() >= SA_REFRESH_SECONDS
+        ):
+            self.upsert_search_attributes()
 
     def upsert_search_attributes(self, initial: bool = False) -> None:
         """Upsert what listings show; revision 4: only the values that changed, if any.
