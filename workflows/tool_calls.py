@@ -327,7 +327,7 @@ class ToolStep:
         if isinstance(ran, ToolOutcome) and ran.failure is not None:
             ran = turn.Settled(failed_status(ran.timed_out), ran.content, reason=ran.failure)
         if isinstance(ran, ToolOutcome):
-            self.record(rec, ran, info)
+            self._record_outcome(rec, ran, info)
             text = ran.content
         else:
             rec.status, text = ran.status, ran.text
@@ -341,7 +341,7 @@ class ToolStep:
             self.finished(rec, text)
         return text
 
-    def record(self, rec: ToolCallRecord, out: ToolOutcome, info: ToolInfo | None) -> None:
+    def _record_outcome(self, rec: ToolCallRecord, out: ToolOutcome, info: ToolInfo | None) -> None:
         """Record a call's outcome: status, timing, files, arguments, sandbox time, guardrails."""
         rec.status = out.status
         rec.duration_ms = out.duration_ms
