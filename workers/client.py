@@ -189,7 +189,7 @@ async def start_run(
     """Start ``AgentRun``; returns its handle. Workflow id ``run-<uuid4>`` unless given.
 
     Search attributes are set at start only when the namespace has them registered, with
-    ``AgentStatus`` ``running`` (a revision-4 run then needs no upsert until something changes,
+    ``AgentStatus`` ``running`` (the run, revision 4 or later, then needs no upsert until something changes,
     docs/throughput.md); the run keeps them current from then on. The memo
     :data:`MEMO_REQUEST` holds the start of the request, for listings (a start-time field: no
     workflow command, no event of its own).

@@ -280,8 +280,9 @@ class AgentRun(RunHandlers):
         :class:`turn.Finish` (``completed`` included) is raised as :class:`Stop` by
         :func:`_stop_if`, as are interrupts, deadlines and failures from deeper down; :meth:`_run`
         catches it and :meth:`_finish` builds the ``RunResult``. Per turn, ``before_compaction``
-        and ``maybe_compact`` create no command unless the context nears the model's window
-        (workflows/compaction_step.py); ``hold`` holds a turn's calls for the next model step
+        and ``maybe_compact`` create no command while an upper bound of the context's tokens
+        stays under the compaction budget (workflows/compaction_step.py; the default agent's
+        tool schemas pass it, so its first turn counts the tokens once with ``tokens.count``); ``hold`` holds a turn's calls for the next model step
         when they all are calls of local tools the policy allows (``ToolsFirst``,
         workflows/model_step.py; on by default, never for a call that asks a person).
         """

@@ -94,8 +94,8 @@ def kind_of(info: ToolInfo | None, local_activities: bool) -> RunnerKind:
     """The runner kind of a live call of ``info`` (``local_activities``: revision 4 or later).
 
     ``local_activity`` for a tool marked ``local`` (``@tool(local=True)``, or the spec's
-    ``{name: N, local: true}``; not by default) without a queue of its own: the read-only
-    built-ins (``list_files``, ``read_file``, ``search_files``, ``calculator``). ``write_file`` is
+    ``{name: N, local: true}``; a tool that says nothing is not) without a queue of its own, as
+    the read-only built-ins (``list_files``, ``read_file``, ``search_files``, ``calculator``). ``write_file`` is
     not, so its calls run as activity ``tool.invoke``.
     """
     if info is None:  # not in the spec: tool.invoke tells the model the tool is unknown
