@@ -282,9 +282,10 @@ class AgentRun(RunHandlers):
         catches it and :meth:`_finish` builds the ``RunResult``. Per turn, ``before_compaction``
         and ``maybe_compact`` create no command while an upper bound of the context's tokens
         stays under the compaction budget (workflows/compaction_step.py; the default agent's
-        tool schemas pass it, so its first turn counts the tokens once with ``tokens.count``); ``hold`` holds a turn's calls for the next model step
-        when they all are calls of local tools the policy allows (``ToolsFirst``,
-        workflows/model_step.py; on by default, never for a call that asks a person).
+        tool schemas pass it, so its first turn counts the tokens once with ``tokens.count``);
+        ``hold`` holds a turn's calls for the next model step when they all are calls of local
+        tools the policy allows (``ToolsFirst``, workflows/model_step.py; on by default, never
+        for a call that asks a person).
         """
         ctx = self._ctx
         s, limits = ctx.s, ctx.pinned().spec.limits
