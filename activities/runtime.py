@@ -412,15 +412,44 @@ class RuntimeActivities:
     async def _attempts(self, first: StepToolCall) -> ToolOutcome:
         req, bound = first.call, _bound_log(first.call)
         attempts, limit = max(1, first.max_attempts), first.timeout_seconds
+        started = time.perf_counter()
 
         async def attempt() -> ToolOutcome:
             return await asyncio.wait_for(self._checked(req), limit)
+
+        try:  # the first attempt alone: most calls need no retry controller (#36, worker CPU)
+            outcome = await attempt()
+        except Exception as exc:  # noqa: BLE001 - retried (tenacity), then given to the workflow
+            return await self._retried(req, bound, attempt, exc, attempts, limit, started)
+        return _succeeded(req, bound, outcome)
+
+    async def _retried(
+        self,
+        req: InvokeToolInput,
+        bound: Any,
+        attempt: Callable[[], Coroutine[Any, Any, ToolOutcome]],
+        first_error: Exception,
+        attempts: int,
+        limit: float,
+        started: float,
+    ) -> ToolOutcome:
+        """After a held call's failed first attempt: the other attempts, 1 s apart (tenacity).
+
+        Tenacity's attempt 1 is the first attempt's failure (``first_error``), so its ``after``
+        hook logs every failed attempt and its ``stop`` counts them all.
+        """
+        pending: list[Exception] = [first_error]
+
+        async def again() -> ToolOutcome:
+            if pending:
+                raise pending.pop()
+            return await attempt()
 
         def failed(state: RetryCallState) -> None:  # after each failed attempt (tenacity)
             bound.warning(
                 "tool_infrastructure_error",
                 attempt=state.attempt_number,
-                elapsed_ms=round((state.seconds_since_start or 0.0) * 1000, 2),  # since the first
+                elapsed_ms=round((time.perf_counter() - started) * 1000, 2),  # since the first
                 error=_failure(state.outcome.exception() if state.outcome else None, limit)[0],
             )  # the error is redacted by the logging chain (activities/redaction.py)
 
@@ -428,7 +457,7 @@ class RuntimeActivities:
             stop=stop_after_attempt(attempts), wait=wait_fixed(1.0), after=failed, reraise=True
         )
         try:
-            outcome: ToolOutcome = await retrying(attempt)
+            outcome: ToolOutcome = await retrying(again)
         except Exception as exc:  # noqa: BLE001 - given to the workflow after the last attempt
             failure, timed_out = _failure(exc, limit)
             metrics.tool_call(req.name, "timed_out" if timed_out else "infrastructure_error")
@@ -440,10 +469,15 @@ class RuntimeActivities:
                 failure=failure,
                 timed_out=timed_out,
             )
-        bound.info("tool_call", status=outcome.status, duration_ms=outcome.duration_ms,
-                   output_chars=outcome.output_chars, in_model_step=True)  # fmt: skip
-        metrics.tool_call(req.name, outcome.status, outcome.duration_ms)
-        return outcome
+        return _succeeded(req, bound, outcome)
+
+
+def _succeeded(req: InvokeToolInput, bound: Any, outcome: ToolOutcome) -> ToolOutcome:
+    """Log and count a held call's outcome (an attempt that ran to the end), and return it."""
+    bound.info("tool_call", status=outcome.status, duration_ms=outcome.duration_ms,
+               output_chars=outcome.output_chars, in_model_step=True)  # fmt: skip
+    metrics.tool_call(req.name, outcome.status, outcome.duration_ms)
+    return outcome
 
 
 def _failure(exc: BaseException | None, timeout_seconds: float) -> tuple[str, bool]:

@@ -17,6 +17,7 @@ from temporalio.client import Client, WorkflowHistory
 
 from activities.contracts import model_task_queue
 from tests.support.harness import TEST_TOOLS, Harness
+from tests.support.tools import journal_events
 from workers import client as rc
 from workers import history as ih
 from workers.testing.scripted_model import ScriptedModel, error, text, tool_call
@@ -218,6 +219,25 @@ async def test_a_key_in_a_held_calls_exception_is_redacted(
     raw = b"".join(ev.SerializeToString() for ev in history.events)
     assert key.encode() not in raw
     assert all(key not in json.dumps(r.body) for r in model.requests)
+
+
+async def test_a_held_call_that_fails_once_is_retried_in_the_step_and_its_result_kept(
+    client: Client, tmp_path: Path
+):
+    """The first attempt's failure goes to the retries (tenacity); the second attempt's result
+    is the call's, and the model step is asked once for it (no retry of the step)."""
+    model = ScriptedModel([tool_call("fails_once", {"label": "x"}), text("done")])
+    tools = [*TEST_TOOLS, {"name": "fails_once", "local": True}]
+    async with Harness(client, tmp_path, model, agents={"default": {"tools": tools}}) as h:
+        handle = await h.start("go")
+        res = await handle.result()
+        history = await ih.fetch_history(client, handle.id)
+    assert res.status == "completed"
+    assert [(c.name, c.status) for c in res.tool_calls] == [("fails_once", "ok")]
+    assert tool_messages(model, 1) == ["x on attempt 2"]
+    assert scheduled(history)[1][1]["tools_first"]  # it rode the step
+    assert [e["tool"] for e in journal_events(tmp_path / "journal.jsonl")] == ["fails_once"] * 2
+    assert model.count == 2
 
 
 async def test_a_model_that_fails_for_good_after_the_calls_ran_loses_none_of_their_results(

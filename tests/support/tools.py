@@ -109,6 +109,21 @@ def leak_in_exception() -> str:
     raise RuntimeError(f"upstream refused key {_model_key()}")
 
 
+@tool(max_attempts=3)
+def fails_once(label: str, ctx: ToolContext) -> str:
+    """Fail the first attempt of each call with a plain exception, then succeed (journaled).
+
+    Args:
+        label: a label to record.
+    """
+    path = Path(os.environ.get("TEST_TOOL_JOURNAL") or str(ctx.workspace / ".journal.jsonl"))
+    tried = [e for e in journal_events(path) if e.get("call_id") == ctx.call_id]
+    _journal(ctx, {"tool": "fails_once", "label": label, "call_id": ctx.call_id, "t": time.time()})
+    if not tried:
+        raise ConnectionError("the first attempt fails")
+    return f"{label} on attempt {len(tried) + 1}"
+
+
 @tool(max_attempts=2)
 def leak_in_cause() -> str:
     """Fail with an exception whose cause's message holds $OPENAI_API_KEY (redaction tests)."""
