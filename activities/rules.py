@@ -17,6 +17,8 @@ IMAGE_PART_TOKENS_BOUND = 1000
 activity counts 85, OpenAI's low-detail figure)."""
 MAX_FIELD_CHARS = 4000
 """String fields of workflow-emitted events (arguments, results) are clipped to this length."""
+_JSON = json.JSONEncoder(ensure_ascii=False, default=str)
+"""``json.dumps(..., ensure_ascii=False, default=str)`` without building an encoder per call."""
 
 
 def _mapping(value: Any) -> Mapping[str, Any] | None:
@@ -45,7 +47,8 @@ def token_upper_bound(message: Mapping[str, Any]) -> int:
         if isinstance(content, list)
         else 0
     )
-    size = len(json.dumps(message, ensure_ascii=False, default=str).encode("utf-8"))
+    text = _JSON.encode(message)  # the bound is computed over a hundred times a run: no copies
+    size = len(text) if text.isascii() else len(text.encode("utf-8"))
     return 2 * size + 8 + IMAGE_PART_TOKENS_BOUND * images
 
 
