@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from pathlib import Path
 
 import pytest
 from temporalio.api.common.v1 import Payload
 from temporalio.contrib.aws.s3driver import S3StorageDriverClient
+from temporalio.converter import ActivitySerializationContext, WorkflowSerializationContext
 
 from activities.storage import (
     LOCAL_DRIVER_NAME,
@@ -54,6 +56,29 @@ def test_settings_from_environment(monkeypatch, tmp_path: Path):
     monkeypatch.setenv("AGENT_PAYLOAD_STORE", "disk")
     with pytest.raises(ValueError, match="payload_store"):
         load_settings()
+
+
+async def test_the_converters_copies_share_one_payload_converter_and_still_convert(tmp_path: Path):
+    """The SDK copies the converter per context (workflow, activity, store): no copy builds a
+    payload converter of its own (#36, worker CPU), and each converts and stores as the original."""
+    dc = build_data_converter(settings_in(tmp_path, payload_threshold_bytes=4096))
+    ctx = WorkflowSerializationContext(namespace="default", workflow_id="w-1")
+    act = ActivitySerializationContext(
+        namespace="default",
+        activity_id="1",
+        activity_type="model.complete",
+        activity_task_queue="q",
+        workflow_id="w-1",
+        workflow_type="AgentRun",
+        is_local=False,
+    )
+    copies = [dataclasses.replace(dc), dc.with_context(ctx), dc.with_context(act)]
+    assert all(c.payload_converter is dc.payload_converter for c in copies)
+    big = Transcript(messages=[{"role": "user", "content": "y" * 20_000}])
+    for c in copies:
+        (ref,) = await c.encode([big])
+        assert is_reference(ref)
+        assert await c.decode([ref], [Transcript]) == [big]
 
 
 async def test_local_store_keeps_large_payloads_out_and_decodes_them(tmp_path: Path):
