@@ -17,7 +17,8 @@ from __future__ import annotations
 import functools
 import importlib.metadata
 import subprocess
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from temporalio.api.enums.v1 import WorkerDeploymentVersionStatus
 from temporalio.api.workflowservice.v1 import (
@@ -27,6 +28,7 @@ from temporalio.api.workflowservice.v1 import (
 )
 from temporalio.client import Client
 from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
+from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import WorkerDeploymentConfig
 
 from workers.config import DIST_NAME, IN_CHECKOUT, PROJECT_ROOT, Settings
@@ -35,6 +37,21 @@ DEPLOYMENT_NAME = "agent-runtime"
 """The Worker Deployment every worker of this runtime belongs to (docs/contract.md)."""
 UNVERSIONED = "__unversioned__"
 IDENTITY = "agentctl"
+TRANSIENT = frozenset(
+    {
+        RPCStatusCode.CANCELLED,
+        RPCStatusCode.RESOURCE_EXHAUSTED,
+        RPCStatusCode.ABORTED,
+        RPCStatusCode.UNAVAILABLE,
+        RPCStatusCode.DEADLINE_EXCEEDED,
+    }
+)
+"""Statuses a routing change is sent again after: the server's deployment workflow answers
+CANCELLED or RESOURCE_EXHAUSTED while it continues as new ("workflow is closing", seen in CI)."""
+RETRY_FOR_S = 15.0
+"""How long a routing change is retried on a :data:`TRANSIENT` status, seconds."""
+
+_T = TypeVar("_T")
 
 
 @functools.cache
@@ -131,7 +148,12 @@ async def runs_on(client: Client, build: str, limit: int = 20) -> tuple[int, lis
 
 
 async def set_current(client: Client, build: str | None) -> None:
-    """Send every new run (and auto-upgrade runs) to ``build``; None: unversioned workers."""
+    """Send every new run (and auto-upgrade runs) to ``build``; None: unversioned workers.
+
+    Raises:
+        temporalio.service.RPCError: the server refused (e.g. FAILED_PRECONDITION before the
+            build's workers polled), or a :data:`TRANSIENT` status lasted :data:`RETRY_FOR_S`.
+    """
     req = SetWorkerDeploymentCurrentVersionRequest(
         namespace=client.namespace,
         deployment_name=DEPLOYMENT_NAME,
@@ -139,11 +161,17 @@ async def set_current(client: Client, build: str | None) -> None:
         build_id=build or "",
         ignore_missing_task_queues=True,
     )
-    await client.workflow_service.set_worker_deployment_current_version(req)
+    await _sent_again_if_transient(
+        lambda: client.workflow_service.set_worker_deployment_current_version(req)
+    )
 
 
 async def set_ramp(client: Client, build: str | None, percent: float) -> None:
-    """Send ``percent`` (0-100) of new runs to ``build``; ``build`` None ends the ramp."""
+    """Send ``percent`` (0-100) of new runs to ``build``; ``build`` None ends the ramp.
+
+    Raises:
+        temporalio.service.RPCError: as :func:`set_current`.
+    """
     req = SetWorkerDeploymentRampingVersionRequest(
         namespace=client.namespace,
         deployment_name=DEPLOYMENT_NAME,
@@ -152,7 +180,34 @@ async def set_ramp(client: Client, build: str | None, percent: float) -> None:
         percentage=percent if build else 0.0,
         ignore_missing_task_queues=True,
     )
-    await client.workflow_service.set_worker_deployment_ramping_version(req)
+    await _sent_again_if_transient(
+        lambda: client.workflow_service.set_worker_deployment_ramping_version(req)
+    )
+
+
+async def _sent_again_if_transient(send: Callable[[], Awaitable[_T]]) -> _T:
+    """``send()``, sent again while it fails with a :data:`TRANSIENT` status (tenacity).
+
+    0.2 s doubling to 2 s apart, for :data:`RETRY_FOR_S`; other errors and the last failure are
+    raised as they are. Setting a version that is already current or ramping is accepted by the server, so a change
+    that landed before its reply was lost is not applied twice.
+    """
+    from tenacity import (
+        AsyncRetrying,
+        retry_if_exception,
+        stop_after_delay,
+        wait_exponential,
+    )
+
+    async for attempt in AsyncRetrying(
+        retry=retry_if_exception(lambda e: isinstance(e, RPCError) and e.status in TRANSIENT),
+        stop=stop_after_delay(RETRY_FOR_S),
+        wait=wait_exponential(multiplier=0.2, max=2.0),
+        reraise=True,
+    ):
+        with attempt:
+            return await send()
+    raise AssertionError("unreachable: tenacity re-raises the last failure")
 
 
 def previous_build(desc: dict[str, Any]) -> str | None:

@@ -74,6 +74,8 @@ async def test_pinned_run_finishes_on_its_build_ramp_and_rollback(client, tmp_pa
         d = await versioning.describe(client)
         assert d["current"] == "v1" and d["ramping"] == "v2" and d["ramp_percent"] == 50
         await versioning.set_current(client, "v2")
+        await versioning.set_current(client, "v2")  # sent again (a lost reply): accepted, no change
+        assert (await versioning.describe(client))["current"] == "v2"
         b = await h.start("[B] hi")
         assert (await asyncio.wait_for(b.result(), 30)).output == "hello from B"
         assert _build_of(await b.describe()) == "v2"
