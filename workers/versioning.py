@@ -46,10 +46,10 @@ TRANSIENT = frozenset(
         RPCStatusCode.DEADLINE_EXCEEDED,
     }
 )
-"""Statuses a routing change is sent again after: the server's deployment workflow answers
+"""Statuses a deployment request is sent again after: the server's deployment workflow answers
 CANCELLED or RESOURCE_EXHAUSTED while it continues as new ("workflow is closing", seen in CI)."""
 RETRY_FOR_S = 15.0
-"""How long a routing change is retried on a :data:`TRANSIENT` status, seconds."""
+"""How long a deployment request is retried on a :data:`TRANSIENT` status, seconds."""
 
 _T = TypeVar("_T")
 
@@ -108,9 +108,10 @@ async def describe(client: Client) -> dict[str, Any]:
         temporalio.service.RPCError: NOT_FOUND when no versioned worker ever polled.
     """
     svc = client.workflow_service
-    got = await svc.describe_worker_deployment(
-        DescribeWorkerDeploymentRequest(namespace=client.namespace, deployment_name=DEPLOYMENT_NAME)
+    req = DescribeWorkerDeploymentRequest(
+        namespace=client.namespace, deployment_name=DEPLOYMENT_NAME
     )
+    got = await _sent_again_if_transient(lambda: svc.describe_worker_deployment(req))
     info = got.worker_deployment_info
     rc = info.routing_config
     current = rc.current_deployment_version.build_id or None
