@@ -410,6 +410,9 @@ class ResolveSpecInput(BaseModel):
     client_tools: list[ClientToolDef] | None = None
     """Tools the client runs, sent with the request (``RunRequest.client_tools``): pinned
     beside the spec's own (a name the agent already has is refused)."""
+    model: str | None = None
+    """The request's model (``RunRequest.model``), which the run uses in place of the spec's:
+    :attr:`PinnedSpec.tools_tokens` is counted with its encoding."""
 
 
 class CountTokensInput(BaseModel):

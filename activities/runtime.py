@@ -56,6 +56,7 @@ from activities.spec import (
 )
 from activities.spec_tools import check_guardrail_names, client_tools, only_tools
 from activities.subagents import agent_tools
+from activities.tokens import tools_tokens_at_pin
 from activities.tools import REGISTRY, ToolContext, ToolRegistry, UnknownToolError
 
 log = structlog.get_logger("activities.runtime")
@@ -142,6 +143,12 @@ class RuntimeActivities:
             source=str(path),
             search_attributes=await self._namespace_has_search_attributes(),
             workflow_rev=req.workflow_rev,
+            tools_tokens=await tools_tokens_at_pin(
+                [t.openai_schema() for t in tools],
+                req.model or spec.model,
+                spec.compaction.encoding,
+                spec.compaction.budget_tokens(),
+            ),
         )
 
     @staticmethod

@@ -275,3 +275,8 @@ class PinnedSpec(BaseModel):
     )
     workflow_rev: int = 0
     """``ResolveSpecInput.workflow_rev`` echoed back (0 in histories recorded before it)."""
+    tools_tokens: int | None = None
+    """Tokens of ``tools``' schemas as ``tokens.count`` counts them, counted when pinned when
+    their upper bound is over half the compaction budget (:func:`activities.tokens.
+    tools_tokens_at_pin`); None otherwise, and in results recorded before this field. A known
+    count spares the run's first turn a ``tokens.count`` activity (workflows/turn.py)."""

@@ -50,6 +50,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.contracts import TOKENS_COUNT, CountTokensInput, TokenCounts
+from activities.rules import token_upper_bound
 
 __all__ = [
     "APPROX_ENCODING",
@@ -387,6 +388,29 @@ def count_tools(tools: Sequence[Mapping[str, Any]], enc: TokenEncoder) -> int:
     internal format, Qwen's ``<tools>`` JSON block...). Returns 0 for no tools.
     """
     return sum(enc.count(_dumps(tool)) for tool in tools)
+
+
+async def tools_tokens_at_pin(
+    tools: Sequence[Mapping[str, Any]], model: str, encoding: str | None, budget: float
+) -> int | None:
+    """Tokens of the tool schemas ``tools`` when a spec is pinned, or None when not counted.
+
+    Counted as ``tokens.count`` counts them (:func:`count_tools`, with ``model``'s encoding or
+    ``encoding``) only when their upper bound (:func:`activities.rules.token_upper_bound`) is
+    over half the compaction ``budget`` (tokens): then the bound alone would make the run's
+    first turn count them with a ``tokens.count`` activity (``workflows.turn.
+    needs_token_count``; the ``default`` agent's five tools: 6692 of 6144). Below it, nothing is
+    counted, so a worker whose runs never count never loads an encoding (about a second; the
+    count runs in a thread). None too for an unknown ``encoding``: ``tokens.count`` names it
+    when the run counts.
+    """
+    if 2 * sum(token_upper_bound(t) for t in tools) <= budget:
+        return None
+    try:
+        _, enc = await asyncio.to_thread(encoding_for, model, encoding)
+    except ValueError:
+        return None
+    return await asyncio.to_thread(count_tools, tools, enc)
 
 
 def count_messages(

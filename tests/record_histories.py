@@ -111,6 +111,15 @@ async def tools_run(h: Harness) -> WorkflowHandle[Any, RunResult]:
     return handle
 
 
+async def tools_counted_run(h: Harness) -> WorkflowHandle[Any, RunResult]:
+    """The shipped ``default`` agent's tools and window: its tool schemas counted with the spec
+    (``PinnedSpec.tools_tokens``), so no ``tokens.count`` before the first model step."""
+    h.model.extend([tool_call("calculator", {"expression": "6*7"}), text("it is 42")])
+    handle = await _start(h, "hist-tools-counted", "[counted] 6*7?", agent="local")
+    await handle.result()
+    return handle
+
+
 async def approvals_run(h: Harness) -> WorkflowHandle[Any, RunResult]:
     """(b) Two calls waiting for approval: an unauthorised signal (ignored), one approved with
     edited arguments (signal), one rejected (update ``decide``), then an answer."""
@@ -420,6 +429,7 @@ SCENARIOS: dict[str, Scenario] = {
     "guardrail_end": guardrail_end_run,
     "client_tools": client_tools_run,
     "judge": judge_run,
+    "tools_counted": tools_counted_run,
 }
 
 
@@ -441,6 +451,10 @@ async def record(out: Path, client: Client, only: list[str] | None = None) -> li
         model = ScriptedModel([])
         agents = {
             "default": {"tools": TOOLS},
+            "local": {  # the shipped default agent's tools and window (agents/agents.yml)
+                "tools": ["list_files", "read_file", "search_files", "calculator", "write_file"],
+                "compaction": {"context_window": 8192, "output_reserve": 512},
+            },
             "gated": {"tools": TOOLS, "policy": GATED_POLICY},
             "short": {"tools": TOOLS, "limits": {"continue_as_new_every_turns": 2}},
             "boss": {"tools": TOOLS, "subagents": ["helper", "writer"]},

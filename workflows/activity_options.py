@@ -62,6 +62,7 @@ def spec_resolve(
         workflow_rev=workflow_rev,
         tools=req.tools,
         client_tools=req.client_tools or None,
+        model=req.model,
     )
     return inp, {
         "start_to_close_timeout": timedelta(seconds=30),

@@ -209,6 +209,7 @@ class AgentRun(RunHandlers):
             raise Stop("failed", reason, error=cause_message(e)) from None
         s = ctx.s
         s.pinned = pinned
+        transcript.counted(s, [], pinned.tools_tokens)  # counted when pinned, or None: unknown
         s.tools_in_step = in_step
         s.model_arguments = model_arguments
         if pinned.search_attributes is not None:
@@ -282,7 +283,8 @@ class AgentRun(RunHandlers):
         catches it and :meth:`_finish` builds the ``RunResult``. Per turn, ``before_compaction``
         and ``maybe_compact`` create no command while an upper bound of the context's tokens
         stays under the compaction budget (workflows/compaction_step.py; the default agent's
-        tool schemas pass it, so its first turn counts the tokens once with ``tokens.count``);
+        tool schemas' bound passes it, so they are counted when the spec is pinned,
+        ``PinnedSpec.tools_tokens``);
         ``hold`` holds a turn's calls for the next model step when they all are calls of local
         tools the policy allows (``ToolsFirst``, workflows/model_step.py; on by default, never
         for a call that asks a person).

@@ -82,7 +82,9 @@ class HandoffStep:
         children.handed_over(s, old.spec.name, agent)
         s.pinned = keep_limits(pinned, old.spec.limits)
         transcript.rewritten(
-            s, with_system_prompt(s.transcript.messages, pinned.spec.system_prompt)
+            s,
+            with_system_prompt(s.transcript.messages, pinned.spec.system_prompt),
+            pinned.tools_tokens,
         )
         ctx.emit("handoff", from_agent=old.spec.name, to_agent=agent, spec_hash=pinned.spec_hash)
         ctx.publish()

@@ -46,10 +46,13 @@ def compacted(s: RunData, messages: list[dict[str, Any]]) -> None:
     s.transcript.compactions += 1
 
 
-def rewritten(s: RunData, messages: list[dict[str, Any]]) -> None:
-    """Another agent's transcript (a handoff: its system prompt): messages and tools counted again."""
+def rewritten(s: RunData, messages: list[dict[str, Any]], tools_tokens: int | None) -> None:
+    """Another agent's transcript (a handoff: its system prompt); messages counted again.
+
+    ``tools_tokens``: its tools' tokens as counted when pinned (None: counted before the next step).
+    """
     s.transcript.messages = messages
-    counted(s, [], None)
+    counted(s, [], tools_tokens)
 
 
 def parse_failed(s: RunData) -> int:

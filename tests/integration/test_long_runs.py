@@ -7,7 +7,10 @@ from pathlib import Path
 
 from temporalio.client import Client
 
-from activities.contracts import TOKENS_COUNT, CountTokensInput
+from activities.contracts import MODEL_COMPLETE, TOKENS_COUNT, CountTokensInput
+from activities.rules import token_upper_bound
+from activities.spec_agent import PinnedSpec
+from activities.tokens import count_messages
 from tests.support.harness import Harness, until_state
 from tests.support.tools import journal_events
 from workers import client as rc
@@ -185,12 +188,48 @@ async def test_tokens_are_counted_once_per_message_between_compactions(
     assert st.compactions == 0  # about 150 tokens a turn: far from 6,000 in 15 turns
     assert 2 <= len(inputs) < turns  # not before the bound reached the budget
     first, rest = inputs[0], inputs[1:]
-    assert first.messages[0]["role"] == "system" and first.tools  # the first counts everything
+    assert first.messages[0]["role"] == "system"  # the first counts every message
     for inp in rest:  # then only what the turns since the last count added: calls and results
         roles = [m["role"] for m in inp.messages]
         assert roles and roles == ["assistant", "tool"] * (len(roles) // 2)
-        assert inp.tools == []  # the schemas were counted once
+    # the schemas were counted once: with the spec (their bound is over half the budget)
+    assert all(inp.tools == [] for inp in inputs)
     # every message was counted once and in order: the inputs put together are the transcript
     counted = [m for i in inputs for m in i.messages]
     assert len(first.messages) < len(counted) <= len(transcript)
     assert counted == transcript[: len(counted)]
+
+
+async def test_a_default_agents_tool_schemas_are_counted_with_its_spec(
+    client: Client, tmp_path: Path
+):
+    """The shipped ``default`` agent's five tool schemas bound over half its compaction budget:
+    they are counted when the spec is pinned, so a short run schedules no ``tokens.count``."""
+    model = ScriptedModel([tool_call("calculator", {"expression": "6*7"}), text("42")])
+    tools = ["list_files", "read_file", "search_files", "calculator", "write_file"]
+    compaction = {"context_window": 8192, "output_reserve": 512}  # agents/agents.yml
+    agents = {"default": {"tools": tools, "compaction": compaction}}
+    async with Harness(client, tmp_path, model, agents=agents) as h:
+        handle = await h.start("what is 6*7?")
+        assert (await handle.result()).status == "completed"
+        history = await handle.fetch_history()
+    scheduled = [
+        e.activity_task_scheduled_event_attributes.activity_type.name
+        for e in history.events
+        if e.HasField("activity_task_scheduled_event_attributes")
+    ]
+    assert TOKENS_COUNT not in scheduled and MODEL_COMPLETE in scheduled
+    [pinned] = [
+        p
+        for e in history.events
+        if e.HasField("marker_recorded_event_attributes")
+        and "result" in e.marker_recorded_event_attributes.details
+        for p in await client.data_converter.decode(
+            e.marker_recorded_event_attributes.details["result"].payloads, [PinnedSpec]
+        )
+        if isinstance(p, PinnedSpec)
+    ]
+    schemas = [t.openai_schema() for t in pinned.tools]
+    budget = pinned.spec.compaction.budget_tokens()
+    assert sum(token_upper_bound(s) for s in schemas) > budget  # the bound alone would count
+    assert pinned.tools_tokens == count_messages([], schemas, pinned.spec.model).tools

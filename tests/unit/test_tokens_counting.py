@@ -236,3 +236,16 @@ def test_workflow_token_bound_is_never_below_the_count(encoding: str | None) -> 
     assert sum(counts) > 5000  # real counts, not zeros
     for msg, n in zip(_bound_cases(), counts, strict=True):
         assert n <= token_upper_bound(msg), msg
+
+
+# --- the tool schemas counted when a spec is pinned --------------------------------------------
+
+
+async def test_tools_are_counted_at_pin_only_when_their_bound_is_over_half_the_budget() -> None:
+    tools = [READ_FILE_TOOL] * 5
+    bound = sum(token_upper_bound(t) for t in tools)
+    counted = await tokens.tools_tokens_at_pin(tools, "gpt-4o", None, 2 * bound - 1)
+    assert counted == count_messages([], tools, "gpt-4o").tools  # as tokens.count counts them
+    assert counted is not None and counted < bound
+    assert await tokens.tools_tokens_at_pin(tools, "gpt-4o", None, 2 * bound) is None
+    assert await tokens.tools_tokens_at_pin(tools, "gpt-4o", "no-such-encoding", 1) is None
