@@ -70,7 +70,13 @@ from activities.model_limits import (
 )
 from activities.model_pace import DEFAULT_WINDOW_TOKENS, Pace, speed_of
 from activities.model_reply import check_tool_calls
-from activities.streaming import DeltaPublisher, ReplyAssembler, ReplyCutOff, publish_events
+from activities.streaming import (
+    DeltaPublisher,
+    ReplyAssembler,
+    ReplyCutOff,
+    hand_live,
+    publish_events,
+)
 
 __all__ = ["ModelActivities", "classify_error"]
 
@@ -267,8 +273,11 @@ class ModelActivities:
     ) -> tuple[list[ToolOutcome], bool]:
         """Run ``req.tools_first``; their results go into ``req.messages`` and the live stream.
 
-        Their ``tool_finished`` events are published only for a watched run (``req.stream``).
-        Returns the outcomes, in call order, and whether the events were published.
+        Their ``tool_finished`` events are published to the stream for a run watched by stream
+        polls (``req.stream``), else handed to this worker's live channel when someone reads the
+        run there (:func:`activities.streaming.hand_live`; the workflow emits them again and the
+        reader gives them once). Returns the outcomes, in call order, and whether the events were
+        published (then the workflow does not emit them).
 
         Raises:
             ApplicationError: non-retryable ``ToolsUnavailable`` on a worker built without
@@ -284,9 +293,12 @@ class ModelActivities:
             self._tools(req.tools_first), lambda ms: {"waiting_ms": ms, **beat}
         )
         req.messages = fill_tool_messages(req.messages, {o.call_id: o.content for o in outcomes})
-        published = req.stream and await publish_events(
-            [parts.finished_event(f, o) for f, o in zip(req.tools_first, outcomes, strict=True)]
-        )
+        events = [
+            parts.finished_event(f, o) for f, o in zip(req.tools_first, outcomes, strict=True)
+        ]
+        published = req.stream and await publish_events(events)
+        if not published:
+            hand_live(req.run_id, events)  # when watched on this worker's live channel
         return outcomes, published
 
     async def _exchange(

@@ -84,6 +84,24 @@ async def publish_events(items: list[dict[str, Any]]) -> bool:
         return False
 
 
+def hand_live(run_id: str, items: list[dict[str, Any]]) -> bool:
+    """Hand ``items`` (each with ``type`` and ``turn``) to this worker's live channel now.
+
+    For the events of :func:`publish_events` when the run's watchers read the worker's live
+    channel (:data:`activities.live.BROKER`) rather than poll its stream: they go out marked
+    ``live`` before the model is asked, outside the history (no action, no event); the workflow
+    still emits them when it settles the step, and the reader (``workers.live_reader``) gives a
+    call's ``tool_finished`` once. Stamped, clipped and redacted as :func:`publish_events`'s.
+    Returns False (nothing handed) when nobody watches ``run_id`` on this worker.
+    """
+    if not BROKER.watched(run_id):
+        return False
+    for fields in items:
+        item = clip({"type": fields["type"], "turn": fields["turn"], "at": _now(), **fields})
+        BROKER.delta(run_id, redaction.current().value(item))
+    return True
+
+
 class ReplyCutOff(Exception):
     """A reply that ended before the model finished it (no ``finish_reason``): cut off in transit.
 

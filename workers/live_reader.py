@@ -14,6 +14,9 @@ but costs a watched run (almost) no Temporal action and no history event:
   reply, in the history) gives only what the live deltas had not; if they differ, a
   ``model_retry`` voids them first, so the contract holds: a step's deltas after its last
   ``model_retry`` add up to its reply;
+* **a held call's ``tool_finished``** (a local tool's call run at the start of the next model
+  step) comes from the model step's worker too, before the step's text (``"live": true``); the
+  workflow's own for that call is then skipped (its offset is not given);
 * the workers are found without a call into the run: their identity (``<pid>@<host>
   live=<url>``) is in the task queue's pollers (``DescribeTaskQueue``) and in the history's
   ``WorkflowTaskStarted`` events, read with a long poll (``GetWorkflowExecutionHistory`` with
@@ -47,6 +50,7 @@ from temporalio.service import RPCError
 
 from activities.live import sign_token
 from workers import client as rc
+from workers.live_merge import Merge
 from workflows.events import TOPIC
 
 __all__ = ["ReaderStats", "run_events"]
@@ -107,118 +111,6 @@ async def _pollers(client: Client, task_queue: str) -> set[str] | None:
             if url:
                 urls.add(url)
     return urls if seen else None
-
-
-class _Merge:
-    """The reader's state: step items in offset order, live text de-duplicated per step."""
-
-    def __init__(self, from_offset: int, skip_chars: int) -> None:
-        self.next = from_offset
-        self.pending: dict[int, dict[str, Any]] = {}
-        self.open_turn: int | None = -1 if skip_chars > 0 else None  # -1: the step resumed in
-        self.sent = "" if skip_chars == 0 else None  # the live text given (None: only its length)
-        self.sent_len = skip_chars
-        self.attempt = 0
-        self.early: list[dict[str, Any]] = []  # live deltas before their model_started
-        self.finished = False
-        self.step_at = 0.0  # monotonic time of the last step item received
-
-    def step(self, item: dict[str, Any]) -> list[dict[str, Any]]:
-        """Take a step item (any order, duplicates allowed); returns what to yield, in order."""
-        self.step_at = time.monotonic()
-        off = int(item["offset"])
-        if off < self.next or off in self.pending:
-            return []
-        self.pending[off] = item
-        out: list[dict[str, Any]] = []
-        while self.next in self.pending and not self.finished:
-            out.extend(self._deliver(self.pending.pop(self.next)))
-            self.next += 1
-        return out
-
-    def _deliver(self, it: dict[str, Any]) -> list[dict[str, Any]]:
-        kind, turn = it.get("type"), it.get("turn")
-        if kind == "run_finished":
-            self.finished = True
-        if kind == "model_started":
-            self.open_turn, self.sent, self.sent_len, self.attempt = turn, "", 0, 0
-            early = [d for d in self.early if d.get("turn") == turn]
-            self.early = []
-            out: list[dict[str, Any]] = [it]
-            for d in early:
-                out.extend(self.live(d, queued=False))
-            return out
-        if kind == "model_retry":
-            self.sent, self.sent_len = "", 0
-            return [it]
-        if kind == "text_delta" and turn is not None and self.open_turn in (turn, -1):
-            return self._recorded_text(it)
-        if kind == "model_finished":
-            self.open_turn, self.sent, self.sent_len = None, "", 0
-        return [it]
-
-    def _recorded_text(self, it: dict[str, Any]) -> list[dict[str, Any]]:
-        """The step's recorded text: only what the live deltas did not give."""
-        full = str(it.get("delta") or "")
-        given = self.sent_len
-        self.open_turn = it.get("turn")
-        if given == 0:
-            self.sent, self.sent_len = full, len(full)
-            return [it]
-        if (self.sent is None or full.startswith(self.sent)) and len(full) >= given:
-            rest = full[given:]
-            self.sent, self.sent_len = full, len(full)
-            return [{**it, "delta": rest}]  # even empty: every offset is given
-        retry = {
-            "type": "model_retry",
-            "turn": it.get("turn"),
-            "at": it.get("at"),
-            "attempt": self.attempt,
-            "error": "the live text differed from the recorded reply",
-            "offset": it["offset"],
-        }
-        self.sent, self.sent_len = full, len(full)
-        return [retry, it]
-
-    def live(self, d: dict[str, Any], queued: bool = True) -> list[dict[str, Any]]:
-        """Take a live delta or live ``model_retry``; returns what to yield."""
-        turn = d.get("turn")
-        if self.open_turn == -1 and turn is not None:
-            self.open_turn = turn  # resumed within this step
-        if turn != self.open_turn:
-            if queued and len(self.early) < 10_000:
-                self.early.append(d)
-            return []
-        attempt = int(d.get("attempt") or 1)
-        base = {"offset": self.next - 1, "live": True}
-        if d.get("type") == "model_retry":
-            if attempt <= self.attempt:
-                return []
-            self.attempt, self.sent, self.sent_len = attempt, "", 0
-            return [{**d, **base}]
-        out: list[dict[str, Any]] = []
-        if attempt > max(self.attempt, 1) and self.sent_len:
-            out.append(
-                {
-                    "type": "model_retry",
-                    "turn": turn,
-                    "at": d.get("at"),
-                    "attempt": attempt,
-                    "error": "the model step was retried",
-                    **base,
-                }
-            )
-            self.sent, self.sent_len = "", 0
-        self.attempt = max(self.attempt, attempt)
-        text, pos = str(d.get("delta") or ""), int(d.get("pos") or 0)
-        if pos > self.sent_len or pos + len(text) <= self.sent_len:
-            return out  # a piece missed (the recorded text gives it) or one given already
-        piece = text[self.sent_len - pos :]
-        if self.sent is not None:
-            self.sent += piece
-        self.sent_len += len(piece)
-        out.append({**d, "delta": piece, "chars": self.sent_len, **base})
-        return out
 
 
 async def _channel(
@@ -359,7 +251,7 @@ async def run_events(
         async for ev in rc.follow(client, run_id, from_offset):
             yield ev
         return
-    reader = _Reader(client, run_id, desc, secret, _Merge(from_offset, skip_chars), stats)
+    reader = _Reader(client, run_id, desc, secret, Merge(from_offset, skip_chars), stats)
     reader.gap = gap_seconds
     try:
         for url in urls or ():  # none polls yet: the history names the ones that come
@@ -383,7 +275,7 @@ class _Reader:
         run_id: str,
         desc: Any,
         secret: bytes,
-        merge: _Merge,
+        merge: Merge,
         stats: ReaderStats,
     ) -> None:
         self.client = client

@@ -335,3 +335,34 @@ async def test_output_guardrails_keep_a_watched_steps_text_whole(client: Client,
     assert not [e for e in events if e.get("live")]
     assert model.requests[-1].body.get("stream") is not True
     assert step_texts(events) == ["", res.output]
+
+
+async def test_a_held_calls_result_comes_live_before_the_steps_text_and_once(
+    client: Client, tmp_path: Path
+):
+    """A local tool's call held for the next model step: its ``tool_finished`` comes from the
+    step's worker before the model is asked (live), and the workflow's own is not given again."""
+    script = [
+        *approval_first("unused")[:1],  # the reader approves: it surely watches from then on
+        tool_call("calculator", {"expression": "6*7"}),
+        text(ANSWER).with_chunk_delay(0.03),
+    ]
+    model = ScriptedModel(script, chunk_chars=3)
+    async with Harness(client, tmp_path, model, live=WORKER_ADDRESS, live_secret=SECRET) as h:
+        handle = await h.start("deploy, then multiply")
+        events = await read_approving(
+            run_events(client, handle.id, secret=SECRET), client, handle.id
+        )
+        res = await handle.result()
+    assert res.status == "completed" and [c.name for c in res.tool_calls] == [
+        "deploy",
+        "calculator",
+    ]
+    calc = res.tool_calls[1].id
+    finished = [e for e in events if e["type"] == "tool_finished"]
+    assert [e["tool_call_id"] for e in finished] == [res.tool_calls[0].id, calc]  # once each
+    fin = finished[1]
+    assert fin.get("live") and (fin["result"], fin["status"]) == ("42", "ok")
+    texts = [i for i, e in enumerate(events) if e["type"] == "text_delta" and e.get("turn") == 3]
+    assert texts and events.index(fin) < texts[0]  # the result before the step's text
+    assert step_texts(events)[-1] == ANSWER

@@ -1,4 +1,4 @@
-"""The live reader's merge (workers/live_reader.py) and the live channel's tokens (activities/live.py)."""
+"""The live reader's merge (workers/live_merge.py) and the live channel's tokens (activities/live.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import time
 from typing import Any
 
 from activities.live import sign_token, verify_token
-from workers.live_reader import _Merge
+from workers.live_merge import Merge
 
 
 def step(offset: int, type: str, turn: int = 1, **kw: Any) -> dict[str, Any]:
@@ -35,7 +35,7 @@ def text_of(events: list[dict[str, Any]]) -> str:
 
 
 def test_live_deltas_then_the_recorded_text_give_the_reply_once():
-    m = _Merge(0, 0)
+    m = Merge(0, 0)
     out = m.step(step(0, "model_started"))
     out += m.live(live("Hel", 0)) + m.live(live("lo ", 3))
     out += m.live(live("lo ", 3))  # the same piece again (a reconnection's backlog)
@@ -52,7 +52,7 @@ def test_live_deltas_then_the_recorded_text_give_the_reply_once():
 
 
 def test_items_out_of_order_wait_for_the_missing_offset():
-    m = _Merge(0, 0)
+    m = Merge(0, 0)
     assert m.step(step(1, "status", status="running")) == []
     assert m.pending
     out = m.step(step(0, "run_started"))
@@ -61,7 +61,7 @@ def test_items_out_of_order_wait_for_the_missing_offset():
 
 
 def test_recorded_text_that_differs_voids_the_live_text_first():
-    m = _Merge(0, 0)
+    m = Merge(0, 0)
     out = m.step(step(0, "model_started")) + m.live(live("Hi th", 0))
     out += m.step(step(1, "text_delta", delta="Hello"))
     assert [e["type"] for e in out] == ["model_started", "text_delta", "model_retry", "text_delta"]
@@ -69,7 +69,7 @@ def test_recorded_text_that_differs_voids_the_live_text_first():
 
 
 def test_a_later_attempt_voids_the_earlier_attempts_text():
-    m = _Merge(0, 0)
+    m = Merge(0, 0)
     out = m.step(step(0, "model_started")) + m.live(live("Par", 0))
     out += m.live(live("Whole", 0, attempt=2))
     assert [e["type"] for e in out] == ["model_started", "text_delta", "model_retry", "text_delta"]
@@ -77,14 +77,14 @@ def test_a_later_attempt_voids_the_earlier_attempts_text():
 
 
 def test_deltas_before_their_model_started_wait_for_it():
-    m = _Merge(0, 0)
+    m = Merge(0, 0)
     assert m.live(live("Early", 0, turn=2)) == []
     out = m.step(step(0, "model_started", turn=2))
     assert [e["type"] for e in out] == ["model_started", "text_delta"]
 
 
 def test_resume_within_a_step_skips_the_characters_already_given():
-    m = _Merge(5, 4)  # the reader had offset 4 and 4 characters of the step's text
+    m = Merge(5, 4)  # the reader had offset 4 and 4 characters of the step's text
     out = m.live(live("Hello", 0)) + m.step(step(5, "text_delta", delta="Hello world"))
     assert text_of(out) == "o world"
 
@@ -137,3 +137,32 @@ async def test_broker_takes_items_from_other_threads_and_replays_them_to_a_late_
         assert not b.watched("r")
     finally:
         b.bind(None)
+
+
+def finished(call: str, **kw: Any) -> dict[str, Any]:
+    return {"type": "tool_finished", "turn": 2, "tool_call_id": call, "result": "42", **kw}
+
+
+def test_a_held_calls_result_given_live_is_not_given_again_by_the_workflow():
+    m = Merge(0, 0)
+    out = m.step(step(0, "model_started", turn=2))
+    out += m.live(finished("c1", live=True))
+    out += m.live(finished("c1", live=True))  # the step's retry handed it again
+    out += m.live(live("42", 0, turn=2))
+    out += m.step(step(1, "tool_finished", turn=2, tool_call_id="c1", result="42"))
+    out += m.step(step(2, "text_delta", turn=2, delta="42"))
+    assert [(e["type"], bool(e.get("live"))) for e in out] == [
+        ("model_started", False),
+        ("tool_finished", True),
+        ("text_delta", True),
+        ("text_delta", False),
+    ]
+    assert out[1]["offset"] == 0 and m.next == 3  # the skipped offset is passed over
+
+
+def test_a_result_the_workflow_gave_first_is_not_given_again_live():
+    m = Merge(0, 0)
+    out = m.step(step(0, "tool_finished", turn=2, tool_call_id="c1", result="42"))
+    out += m.live(finished("c1", live=True))  # a slower channel's copy
+    out += m.live(finished("c2", live=True))
+    assert [(e["tool_call_id"], bool(e.get("live"))) for e in out] == [("c1", False), ("c2", True)]
