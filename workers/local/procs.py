@@ -51,18 +51,36 @@ def stop(name: str, timeout: float = 15.0) -> bool:
     return supervisor.stop(pid_file(name), timeout)
 
 
+CODE_ROOTS = tuple(
+    Path(__file__).resolve().parents[2] / p for p in ("workflows", "activities", "workers")
+)
+"""The runtime's code: a background process started before a ``.py`` file here changed runs old
+code (a ``git pull`` or an edit since), so :func:`start_background` restarts it."""
+
+
+def code_changed_at() -> float:
+    """The newest modification time of a ``.py`` file under :data:`CODE_ROOTS` (epoch seconds)."""
+    return max((f.stat().st_mtime for root in CODE_ROOTS for f in root.rglob("*.py")), default=0.0)
+
+
 def start_background(name: str, module: str, ready_marker: str, wait_seconds: float = 30.0) -> int:
     """Start ``python -m MODULE`` detached (unless ``name`` runs already); returns its pid.
 
     Its output goes to ``logs/NAME.log``; it counts as started once ``ready_marker`` appears there.
+    One that runs already is kept, unless the code changed after it was started
+    (:func:`code_changed_at` after its pid file was written): it is stopped and started again.
 
     Raises:
         RuntimeError: the process exited or did not print the marker in time (with the log tail).
     """
     pid = running(name)
     if pid:
-        print(f"{name} already running (pid {pid})")
-        return pid
+        rec = supervisor.read_pid_file(pid_file(name))
+        if rec is None or code_changed_at() <= rec.written_at:
+            print(f"{name} already running (pid {pid})")
+            return pid
+        print(f"{name} (pid {pid}) runs code older than this checkout: restarting it")
+        stop(name)
     log = log_file(name)
     start = log.stat().st_size if log.exists() else 0
     proc = supervisor.spawn([sys.executable, "-m", *module.split()], log)
