@@ -75,8 +75,7 @@ async def publish_events(items: list[dict[str, Any]]) -> bool:
             batch_interval=timedelta(hours=1), max_retry_duration=timedelta(seconds=30)
         )
         for fields in items:
-            item = clip({"type": fields["type"], "turn": fields["turn"], "at": _now(), **fields})
-            client.topic(TOPIC).publish(redaction.current().value(item))
+            client.topic(TOPIC).publish(_stamped(fields))
         await client.flush()
         return True
     except Exception as exc:  # noqa: BLE001 - the stream is best effort; the step is not
@@ -97,9 +96,14 @@ def hand_live(run_id: str, items: list[dict[str, Any]]) -> bool:
     if not BROKER.watched(run_id):
         return False
     for fields in items:
-        item = clip({"type": fields["type"], "turn": fields["turn"], "at": _now(), **fields})
-        BROKER.delta(run_id, redaction.current().value(item))
+        BROKER.delta(run_id, _stamped(fields))
     return True
+
+
+def _stamped(fields: dict[str, Any]) -> Any:
+    """An activity's event item: ``at`` now, clipped as the workflow's own, and redacted."""
+    item = clip({"type": fields["type"], "turn": fields["turn"], "at": _now(), **fields})
+    return redaction.current().value(item)
 
 
 class ReplyCutOff(Exception):
