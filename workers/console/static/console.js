@@ -327,6 +327,8 @@ function onEvent(ev) {
       card.firstChild.textContent =
         `tool ${ev.name} (${ev.tool_call_id}) → ${ev.status} · ${Math.round(ev.duration_ms || 0)} ms`;
       if (ev.status !== "ok") card.classList.add("error");
+      const shown = card.querySelector("pre.result");  // given live, then again after a reconnect
+      if (shown) shown.remove();
       card.append(el("pre", "result", pretty(ev.result || "")));
       break;
     }
