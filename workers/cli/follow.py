@@ -44,6 +44,7 @@ class EventPrinter:
         self.run_id = run_id
         self.principal = principal
         self._open = False
+        self._finished: set[str] = set()  # calls whose result was printed
 
     def _line(self, markup: str) -> None:
         if self._open:
@@ -89,7 +90,7 @@ class EventPrinter:
             self._line(f"[dim]({usage.get('total_tokens', 0)} tokens)[/dim]")
         elif kind == "tool_started":
             self._plain(f"  tool {ev.get('name')}({_short(ev.get('arguments'))}) ...")
-        elif kind == "tool_finished":
+        elif kind == "tool_finished" and not self._printed_already(ev):
             self._plain(
                 f"  tool {ev.get('name')} -> {ev.get('status')} "
                 f"[{float(ev.get('duration_ms') or 0):.0f} ms] {_short(ev.get('result', ''), 120)}"
@@ -109,6 +110,13 @@ class EventPrinter:
         elif kind == "run_finished":
             result = ev.get("result") or {}
             self._line(f"[bold]run finished:[/bold] {result.get('status')}")
+
+    def _printed_already(self, ev: dict[str, Any]) -> bool:
+        """A call's result is printed once (a held call's comes live, and again after a reconnect)."""
+        call = str(ev.get("tool_call_id"))
+        seen = call in self._finished
+        self._finished.add(call)
+        return seen
 
     def _approval(self, ev: dict[str, Any]) -> None:
         cid = ev.get("tool_call_id")
